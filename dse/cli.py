@@ -1,0 +1,180 @@
+"""The `dse` command line: a thin shell over the public functions (flags in, one call, output).
+
+Bad input exits 2 with a one-line error; `--debug` shows the traceback instead. Heavy
+imports (optuna, pandas, matplotlib) happen inside the commands that need them, so
+`dse eval` starts fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from .errors import DseError
+
+
+class _Group(click.Group):
+    """Turn DseError into `error: ...` and exit 2 (1 for runtime failures)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except DseError as exc:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(getattr(exc, "exit_code", 2))
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.version_option(package_name="dse")
+@click.pass_context
+def main(ctx, debug):
+    """dse: design-space explorer for LLM-inference accelerators and speculative decoding."""
+    ctx.obj = {"debug": debug}
+
+
+def _kv(ctx, param, values):
+    out = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected FIELD=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+@main.command("eval")
+@click.option("--hw", required=True, help="Target accelerator: database name or YAML file.")
+@click.option("--chips", default=1, show_default=True, type=int, help="Target chips (tensor parallel).")
+@click.option("--target", required=True, help="Target model: name, YAML file or HF config.json.")
+@click.option("--draft", default="none", show_default=True,
+              help="Model name/file, ngram, early-exit:L, eagle, medusa:H, or none.")
+@click.option("--draft-hw", default=None, help="Put the draft model on this colocated draft chip.")
+@click.option("--draft-chips", default=1, show_default=True, type=int)
+@click.option("--k", "k", default="auto", show_default=True, help="Drafted tokens per iteration, or auto.")
+@click.option("--alpha", type=float, default=None, help="i.i.d. conditional per-token acceptance rate.")
+@click.option("--acceptance", default=None, help="Per-position conditional rates A1,A2,...")
+@click.option("--tau", type=float, default=None, help="Mean tokens per target pass (at the given --k).")
+@click.option("--tree-nodes", default=0, type=int, help="Verify a draft tree of N nodes (depth k).")
+@click.option("--batch", default=1, show_default=True, type=int)
+@click.option("--prompt", default=128, show_default=True, type=int, help="Prompt tokens.")
+@click.option("--output", default=128, show_default=True, type=int, help="Generated tokens.")
+@click.option("--dtype", default="bf16", show_default=True, help="Weight dtype: bf16|fp16|fp8|int8|int4.")
+@click.option("--kv-dtype", default=None, help="KV-cache dtype (default: --dtype).")
+@click.option("--temperature", default=0.0, show_default=True, type=float)
+@click.option("--overlap", is_flag=True, help="Draft chip drafts ahead while the target verifies.")
+@click.option("--runtime", default=None, help="Fixed-cost stack from hardware_db/runtimes (graphs, eager, ...).")
+@click.option("--baseline-ms", type=float, default=None, help="Anchor: measured autoregressive ms/token.")
+@click.option("--set", "set_fields", multiple=True, callback=_kv, metavar="FIELD=VALUE",
+              help="Override a target-hardware or runtime field (e.g. mem_bw_tb_s=4).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def eval_cmd(as_json, **kwargs):
+    """Evaluate one design: fit, latency and the full speculative accounting."""
+    from .api import evaluate_design
+    from .report_text import eval_table
+    result = evaluate_design(**kwargs)
+    click.echo(json.dumps(result, indent=2) if as_json else eval_table(result))
+
+
+def _entries(kind: str, as_json: bool):
+    from .database import load_database
+    from .specs import to_display
+    db = load_database()
+    rows = []
+    for name in db.names(kind):
+        spec = db.get(kind, name)
+        rows.append(to_display(spec))
+    return rows
+
+
+@main.group("hw")
+def hw_group():
+    """Accelerators in the database."""
+
+
+@hw_group.command("list")
+@click.option("--json", "as_json", is_flag=True)
+def hw_list(as_json):
+    """List accelerators (name, memory, bandwidth, BF16 TFLOP/s)."""
+    from .report_text import table
+    rows = _entries("device", as_json)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    cols = ["name", "display_name", "memory_capacity_gb", "mem_bw_tb_s", "peak_tflops_bf16",
+            "peak_tflops_fp8", "link_bw_gb_s", "tdp_w"]
+    click.echo(table(rows, cols))
+
+
+@hw_group.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+def hw_show(name, as_json):
+    """Every field of one accelerator, with its source."""
+    _show("device", name, as_json)
+
+
+@main.group("models")
+def models_group():
+    """Models in the database."""
+
+
+@models_group.command("list")
+@click.option("--json", "as_json", is_flag=True)
+def models_list(as_json):
+    """List models (name, layers, hidden, heads, parameters)."""
+    from .model.transformer import total_params
+    from .report_text import table
+    from .database import load_database
+    db = load_database()
+    rows = []
+    for r in _entries("model", as_json):
+        r["params_computed_b"] = round(total_params(db.model(r["name"])) / 1e9, 3)
+        rows.append(r)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    cols = ["name", "kind", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
+            "num_experts", "params_b", "params_computed_b"]
+    click.echo(table(rows, cols))
+
+
+@models_group.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+def models_show(name, as_json):
+    """Every field of one model, with its source."""
+    _show("model", name, as_json)
+
+
+def _show(kind: str, name: str, as_json: bool):
+    from .database import load_database
+    from .specs import to_display
+    db = load_database()
+    spec = db.get(kind, name)
+    fields = to_display(spec)
+    try:
+        raw = db.raw(kind, spec.name)
+    except DseError:
+        raw = {}
+    sources, estimates = raw.get("sources") or {}, set(raw.get("estimates") or [])
+    if kind == "model":
+        from .model.transformer import total_params
+        fields["params_computed_b"] = round(total_params(spec) / 1e9, 3)
+    if as_json:
+        click.echo(json.dumps({"fields": fields, "sources": sources, "estimates": sorted(estimates),
+                               "notes": raw.get("notes")}, indent=2))
+        return
+    width = max(len(k) for k in fields)
+    for key, value in fields.items():
+        if value is None:
+            continue
+        mark = "  [estimate]" if key in estimates else ""
+        src = f"  ({sources[key]})" if key in sources else ""
+        click.echo(f"{key:<{width}}  {value}{mark}{src}")
+    if raw.get("notes"):
+        click.echo(f"\nnotes: {raw['notes']}")

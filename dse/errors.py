@@ -1,0 +1,63 @@
+"""Exceptions. Bad input raises SpecError (file, field, value, allowed); the CLI exits 2."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class DseError(Exception):
+    """Root of every error dse raises on purpose."""
+
+    exit_code = 2
+
+
+class SpecError(DseError, ValueError):
+    """One bad field: prints as ``path: field = value: expected allowed``."""
+
+    def __init__(self, path: str | None, field: str, value: object, allowed: str):
+        self.path, self.field, self.value, self.allowed = path, field, value, allowed
+        where = f"{path}: " if path else ""
+        shown = "" if value is _MISSING else f" = {value!r}"
+        super().__init__(f"{where}{field}{shown}: {allowed}")
+
+
+class SpecErrors(DseError, ValueError):
+    """Every SpecError found in one file, reported together."""
+
+    def __init__(self, errors: list[SpecError]):
+        self.errors = list(errors)
+        super().__init__("\n".join(str(e) for e in self.errors))
+
+
+class UnknownEntryError(DseError, KeyError):
+    """A name that is not in the database, with the closest known names."""
+
+    def __init__(self, kind: str, name: str, known: Iterable[str], where: str = ""):
+        known = sorted(known)
+        close = difflib.get_close_matches(name.lower(), known, n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        self.kind, self.name, self.close = kind, name, close
+        self.message = (f"{where}{kind} {name!r} is not in hardware_db/{kind}s{hint} "
+                        f"(`dse {'hw' if kind == 'device' else kind + 's'} list` shows all)")
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+_MISSING = _Missing()
+MISSING = _MISSING
+
+
+def raise_collected(errors: list[SpecError]) -> None:
+    """Raise one SpecError, or a SpecErrors holding several; do nothing if empty."""
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise SpecErrors(errors)

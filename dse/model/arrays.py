@@ -1,0 +1,89 @@
+"""Structs of arrays the physics reads: one row per design point, SI units (MODEL.md section 0)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def _as_arrays(obj, int_fields=(), bool_fields=(), n: int = 1) -> int:
+    """Broadcast every array field of a frozen dataclass to one length n; return n."""
+    values = {f.name: np.asarray(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+              if not isinstance(getattr(obj, f.name), HardwareArrays)}
+    n = max([n] + [v.size for v in values.values() if v.ndim])
+    for name, v in values.items():
+        if v.ndim == 0:
+            v = np.full(n, v)
+        elif v.ndim != 1 or v.size != n:
+            raise ValueError(f"{type(obj).__name__}.{name}: expected shape ({n},), got {v.shape}")
+        dtype = np.bool_ if name in bool_fields else np.int64 if name in int_fields else np.float64
+        object.__setattr__(obj, name, v.astype(dtype, copy=False))
+    return n
+
+
+@dataclass(frozen=True, slots=True)
+class HardwareArrays:
+    """A device group (``chips`` chips in tensor parallel) with its runtime, per design.
+
+    Per-chip quantities: capacity_bytes, mem_bw_bytes_s, peak_flop_s (at the weight dtype),
+    link_bw_bytes_s (both directions added), link_latency_s. Fixed costs come from the
+    runtime: kernel_launch_s * kernels_per_layer per layer, step_overhead_s per step,
+    spec_overhead_s per speculative iteration, ngram_draft_s per n-gram proposal.
+    """
+
+    chips: np.ndarray
+    capacity_bytes: np.ndarray
+    mem_bw_bytes_s: np.ndarray
+    peak_flop_s: np.ndarray
+    mem_efficiency: np.ndarray
+    compute_efficiency: np.ndarray
+    link_bw_bytes_s: np.ndarray
+    link_latency_s: np.ndarray
+    kernel_launch_s: np.ndarray
+    kernels_per_layer: np.ndarray
+    step_overhead_s: np.ndarray
+    spec_overhead_s: np.ndarray
+    ngram_draft_s: np.ndarray
+    memory_reserve_fraction: np.ndarray
+
+    def __post_init__(self):
+        _as_arrays(self, int_fields=("chips",))
+
+    @property
+    def n(self) -> int:
+        return self.chips.size
+
+    def take(self, idx) -> HardwareArrays:
+        return HardwareArrays(**{f.name: getattr(self, f.name)[idx] for f in dataclasses.fields(self)})
+
+
+@dataclass(frozen=True, slots=True)
+class DesignBatch:
+    """Everything that may vary per design: the target group, the optional draft chip group,
+    the link between them, and the workload sizes. ``k == 0`` means choose k per design."""
+
+    target: HardwareArrays
+    draft: HardwareArrays            # used where draft_on_chip; ignored elsewhere
+    draft_on_chip: np.ndarray        # bool
+    draft_link_bw_bytes_s: np.ndarray
+    draft_link_latency_s: np.ndarray
+    batch: np.ndarray                # sequences decoded together, B
+    prompt_tokens: np.ndarray        # P
+    output_tokens: np.ndarray        # G
+    k: np.ndarray                    # drafted tokens per iteration; 0 = auto
+
+    def __post_init__(self):
+        n = _as_arrays(self, int_fields=("batch", "prompt_tokens", "output_tokens", "k"),
+                       bool_fields=("draft_on_chip",), n=max(self.target.n, self.draft.n))
+        for name in ("target", "draft"):
+            hw = getattr(self, name)
+            if hw.n == 1 and n > 1:
+                object.__setattr__(self, name, hw.take(np.zeros(n, dtype=np.int64)))
+            elif hw.n != n:
+                raise ValueError(f"DesignBatch.{name}: {hw.n} rows, expected {n}")
+
+    @property
+    def n(self) -> int:
+        return self.batch.size

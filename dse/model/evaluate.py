@@ -1,0 +1,345 @@
+"""evaluate(batch, workload) -> Metrics: every design row at once (MODEL.md sections 2-4).
+
+Everything MODEL.md section 3 says must be reported together comes out together: per-token
+latency, the baseline, speedup, alpha (which one), k, tau, the draft's cost ratio c, each
+phase's time, arithmetic intensity and bound, the Leviathan bound, throughput, TTFT and
+request latency, and the capacity check for both models and both caches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import numpy as np
+
+from ..specs import ModelSpec, Workload
+from . import specdec
+from . import transformer as tf
+from .arrays import DesignBatch, HardwareArrays
+from .roofline import BOUND_NAMES, OVERHEAD, step_cost
+
+TOKEN_ID_BYTES = 4.0     # int32 token ids over the draft-chip link
+PROB_BYTES = 2.0         # fp16 draft probabilities (sent only when sampling, T > 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Metrics:
+    """Per-design results in SI units; ``columns()`` gives the external names and units."""
+
+    fits: np.ndarray
+    memory_required_bytes: np.ndarray
+    memory_capacity_bytes: np.ndarray
+    memory_shortfall_bytes: np.ndarray
+    draft_memory_required_bytes: np.ndarray
+    draft_memory_capacity_bytes: np.ndarray
+    baseline_s_per_token: np.ndarray
+    spec_s_per_token: np.ndarray
+    speedup: np.ndarray
+    k: np.ndarray
+    alpha: np.ndarray
+    tau: np.ndarray
+    p_all_accepted: np.ndarray
+    draft_s_per_iter: np.ndarray
+    verify_s_per_iter: np.ndarray
+    link_s_per_iter: np.ndarray
+    iter_s: np.ndarray
+    draft_cost_ratio: np.ndarray
+    speedup_bound: np.ndarray
+    baseline_arithmetic_intensity: np.ndarray
+    verify_arithmetic_intensity: np.ndarray
+    draft_arithmetic_intensity: np.ndarray
+    baseline_bound: np.ndarray
+    verify_bound: np.ndarray
+    draft_bound: np.ndarray
+    tokens_per_s: np.ndarray
+    baseline_tokens_per_s: np.ndarray
+    ttft_s: np.ndarray
+    request_latency_s: np.ndarray
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """External name -> display-unit array, in the order of METRIC_COLUMNS."""
+        out = {}
+        for name, attr, scale in METRIC_COLUMNS:
+            v = getattr(self, attr)
+            if scale == "bound":
+                v = BOUND_NAMES[v]
+            elif scale is not None:
+                v = v / scale
+            out[name] = v
+        return out
+
+    def take(self, idx) -> Metrics:
+        return Metrics(**{f.name: getattr(self, f.name)[idx] for f in dataclasses.fields(self)})
+
+
+#: (external name, Metrics attribute, SI per display unit | None | "bound"). This is the
+#: vocabulary of `dse eval --json`, study metrics and result columns.
+METRIC_COLUMNS = (
+    ("fits", "fits", None),
+    ("memory_required_gb", "memory_required_bytes", 1e9),
+    ("memory_capacity_gb", "memory_capacity_bytes", 1e9),
+    ("memory_shortfall_gb", "memory_shortfall_bytes", 1e9),
+    ("draft_memory_required_gb", "draft_memory_required_bytes", 1e9),
+    ("draft_memory_capacity_gb", "draft_memory_capacity_bytes", 1e9),
+    ("baseline_ms_per_token", "baseline_s_per_token", 1e-3),
+    ("spec_ms_per_token", "spec_s_per_token", 1e-3),
+    ("speedup", "speedup", None),
+    ("k", "k", None),
+    ("alpha", "alpha", None),
+    ("tau", "tau", None),
+    ("p_all_accepted", "p_all_accepted", None),
+    ("draft_ms_per_iter", "draft_s_per_iter", 1e-3),
+    ("verify_ms_per_iter", "verify_s_per_iter", 1e-3),
+    ("link_ms_per_iter", "link_s_per_iter", 1e-3),
+    ("iter_ms", "iter_s", 1e-3),
+    ("draft_cost_ratio", "draft_cost_ratio", None),
+    ("speedup_bound", "speedup_bound", None),
+    ("baseline_arithmetic_intensity", "baseline_arithmetic_intensity", None),
+    ("verify_arithmetic_intensity", "verify_arithmetic_intensity", None),
+    ("draft_arithmetic_intensity", "draft_arithmetic_intensity", None),
+    ("baseline_bound", "baseline_bound", "bound"),
+    ("verify_bound", "verify_bound", "bound"),
+    ("draft_bound", "draft_bound", "bound"),
+    ("tokens_per_s", "tokens_per_s", None),
+    ("baseline_tokens_per_s", "baseline_tokens_per_s", None),
+    ("ttft_ms", "ttft_s", 1e-3),
+    ("request_latency_ms", "request_latency_s", 1e-3),
+)
+#: metrics that are latencies or depend on them: NaN (null) where the design does not fit
+LATENCY_METRICS = frozenset(name for name, _, _ in METRIC_COLUMNS[6:])
+
+
+def _cols(hw: HardwareArrays) -> SimpleNamespace:
+    """The same hardware as (n, 1) columns, to broadcast against (1, K) k candidates."""
+    return SimpleNamespace(**{f.name: getattr(hw, f.name)[:, None] for f in dataclasses.fields(hw)})
+
+
+def _select(mask, a: HardwareArrays, b: HardwareArrays) -> HardwareArrays:
+    """Row-wise where(mask, a, b) over every field."""
+    return HardwareArrays(**{f.name: np.where(mask, getattr(a, f.name), getattr(b, f.name))
+                             for f in dataclasses.fields(a)})
+
+
+def eagle_head(target: ModelSpec) -> ModelSpec:
+    """EAGLE draft head: one decoder layer of the target's shape (Li et al. 2024, arXiv
+    2401.15077); its fc(2d -> d) is added by the caller; the LM head is the target's."""
+    return dataclasses.replace(target, name=target.name + "-eagle-head", kind="eagle-head",
+                               num_layers=1, first_dense_layers=min(1, target.first_dense_layers))
+
+
+def draft_weight_bytes(w: Workload) -> float:
+    """Bytes of weights the drafter adds: a draft model's own weights; EAGLE one layer +
+    fc(2d -> d) (LM head shared); Medusa H heads of d*d + d*V (Cai et al. 2024, arXiv
+    2401.10774); early exit, n-gram and none add nothing."""
+    d, wb = w.drafter, tf.WEIGHT_BYTES[w.dtype]
+    t = w.target
+    if d.kind == "model":
+        return tf.total_params(d.model) * wb
+    if d.kind == "eagle":
+        head = eagle_head(t)
+        return (tf.non_embedding_params(head) + 2 * t.hidden_size ** 2) * wb
+    if d.kind == "medusa":
+        return d.heads * (t.hidden_size ** 2 + t.hidden_size * t.vocab_size) * wb
+    return 0.0
+
+
+def _k_range(w: Workload) -> int:
+    d, acc = w.drafter, w.acceptance
+    k_max = w.k_max
+    if d.kind == "medusa":
+        k_max = min(k_max, d.heads)
+    if acc.kind == "per_position":
+        k_max = min(k_max, len(acc.per_position))
+    return max(1, k_max)
+
+
+def _tau_table(w: Workload, K: int):
+    """tau and p_all for k = 0..K (index = k), from the workload's acceptance.
+
+    Chains use the per-position rates; a tree of N nodes and depth k puts N//k (+1 for the
+    first N%k levels) candidates on each level (specdec.tree_level_rates). Given tau is used
+    as is, with p_all from the i.i.d. alpha it implies.
+    """
+    acc = w.acceptance
+    taus, ps = np.ones(K + 1), np.ones(K + 1)
+    if acc.kind == "tau":
+        alpha = specdec.implied_alpha(np.full(K + 1, acc.tau), np.arange(K + 1))
+        taus[:] = acc.tau
+        ps[:] = alpha ** np.arange(K + 1)
+        return taus, ps
+    rates = specdec.position_rates(acc, K)
+    for k in range(1, K + 1):
+        r = rates[:k]
+        if w.tree_nodes:
+            widths = w.tree_nodes // k + (np.arange(k) < w.tree_nodes % k)
+            r = specdec.tree_level_rates(r, widths)
+        tau, p = specdec.tokens_per_iteration(r, np.int64(k))
+        taus[k], ps[k] = tau, p
+    return taus, ps
+
+
+def evaluate(batch: DesignBatch, w: Workload) -> Metrics:
+    """Evaluate every design of ``batch`` under workload ``w`` (vectorised; no per-design loop)."""
+    tgt, d = w.target, w.drafter
+    wb, kvb = tf.WEIGHT_BYTES[w.dtype], tf.KV_BYTES[w.kv_dtype]
+    n = batch.n
+    T = batch.target
+    B = batch.batch.astype(np.float64)
+    P = batch.prompt_tokens.astype(np.float64)
+    G = batch.output_tokens.astype(np.float64)
+    S = P + 0.5 * G          # mean context during generation (exact for terms linear in S)
+    kw = dict(weight_bytes=wb, kv_bytes=kvb)
+
+    base = step_cost(tgt, T, batch=B, q=1.0, context=S, **kw)
+    prefill = step_cost(tgt, T, batch=B, q=P, context=0.0, **kw)
+
+    on_chip = batch.draft_on_chip & d.can_use_draft_chip
+    D = _select(on_chip, batch.draft, T)     # the group the drafter runs on
+
+    # ---- capacity (MODEL.md section 4) ----
+    K = _k_range(w)
+    cap_t = T.capacity_bytes * T.chips
+    need_t = tf.total_params(tgt) * wb + tf.kv_cache_bytes(tgt, B, P + G, kvb)
+    draft_bytes = np.full(n, draft_weight_bytes(w))
+    if d.kind == "model":
+        draft_bytes = draft_bytes + tf.kv_cache_bytes(d.model, B, P + G + K, kvb)
+    elif d.kind == "eagle":
+        draft_bytes = draft_bytes + tf.kv_cache_bytes(eagle_head(tgt), B, P + G + K, kvb)
+    req_t = need_t + np.where(on_chip, 0.0, draft_bytes) + T.memory_reserve_fraction * cap_t
+    cap_d = np.where(on_chip, D.capacity_bytes * D.chips, cap_t)
+    req_d = draft_bytes + np.where(on_chip, D.memory_reserve_fraction * cap_d, 0.0)
+    short = np.maximum(0.0, req_t - cap_t) + np.where(on_chip, np.maximum(0.0, req_d - cap_d), 0.0)
+    fits = short <= 0.0
+    ttft = prefill.time_s
+
+    if d.kind == "none":
+        one = np.ones(n)
+        zero = np.zeros(n)
+        spec = base.time_s
+        metrics = dict(
+            baseline_s_per_token=base.time_s, spec_s_per_token=spec, speedup=one,
+            k=np.zeros(n, dtype=np.int64), alpha=np.full(n, np.nan), tau=one, p_all_accepted=one,
+            draft_s_per_iter=zero, verify_s_per_iter=base.time_s, link_s_per_iter=zero,
+            iter_s=base.time_s, draft_cost_ratio=zero, speedup_bound=one,
+            baseline_arithmetic_intensity=base.arithmetic_intensity,
+            verify_arithmetic_intensity=base.arithmetic_intensity,
+            draft_arithmetic_intensity=zero, baseline_bound=base.bound, verify_bound=base.bound,
+            draft_bound=np.full(n, OVERHEAD), tokens_per_s=B / spec,
+            baseline_tokens_per_s=B / base.time_s, ttft_s=ttft, request_latency_s=ttft + G * spec)
+        return _finish(metrics, fits, req_t, cap_t, short, req_d, cap_d)
+
+    # ---- k candidates: (1, K) for auto rows, (n, 1) when every row fixes k ----
+    fixed = batch.k > 0
+    if fixed.all():
+        kc = batch.k[:, None]
+        K = max(K, int(batch.k.max()))
+    else:
+        K = max(K, int(batch.k.max()))
+        kc = np.arange(1, K + 1)[None, :]
+    Tc, Dc = _cols(T), _cols(D)
+    Bc, Sc, Pc = B[:, None], S[:, None], P[:, None]
+    kf = kc.astype(np.float64)
+
+    # ---- verify: q = k+1, or tree nodes + 1 ----
+    q_verify = (w.tree_nodes + 1.0) if w.tree_nodes else kf + 1.0
+    verify = step_cost(tgt, Tc, batch=Bc, q=q_verify, context=Sc, **kw)
+
+    # ---- draft ----
+    q_draft = (w.tree_nodes / kf) if w.tree_nodes else 1.0
+    if d.kind in ("model", "eagle", "early-exit"):
+        model = {"model": d.model, "eagle": eagle_head(tgt), "early-exit": tgt}[d.kind]
+        layers = d.exit_layer if d.kind == "early-exit" else None
+        one_step = step_cost(model, Dc, batch=Bc, q=q_draft, context=Sc, layers=layers, **kw)
+        t_step = one_step.time_s
+        if d.kind == "eagle":    # fc(2d -> d) on the concatenated feature and token embedding
+            fc = 2.0 * tgt.hidden_size ** 2
+            t_step = t_step + np.maximum(2 * fc * Bc * q_draft / (Tc.peak_flop_s * Tc.compute_efficiency),
+                                         fc * wb / (Tc.mem_bw_bytes_s * Tc.mem_efficiency)) / Tc.chips
+        t_draft = kf * t_step
+        draft_ai, draft_bound = one_step.arithmetic_intensity, one_step.bound
+    elif d.kind == "medusa":
+        # one pass of k heads (each d*d + d*V) on the last hidden state, inside the verify step
+        per_head = tgt.hidden_size ** 2 + tgt.hidden_size * tgt.vocab_size
+        nbytes, flops = kf * per_head * wb / Tc.chips, 2.0 * Bc * kf * per_head / Tc.chips
+        t_m = nbytes / (Tc.mem_bw_bytes_s * Tc.mem_efficiency)
+        t_c = flops / (Tc.peak_flop_s * Tc.compute_efficiency)
+        fixed_m = Tc.kernels_per_layer * Tc.kernel_launch_s
+        t_draft = np.maximum(t_m, t_c) + fixed_m
+        draft_ai = flops / nbytes
+        draft_bound = np.argmax(np.stack(np.broadcast_arrays(np.where(t_m >= t_c, t_m, 0),
+                                                             np.where(t_m >= t_c, 0, t_c), fixed_m)), 0)
+    else:  # ngram: no weights, no HBM traffic; a fixed cost per iteration
+        t_draft = np.broadcast_to(Tc.ngram_draft_s, np.broadcast_shapes(Tc.ngram_draft_s.shape, kc.shape))
+        draft_ai = np.zeros_like(t_draft)
+        draft_bound = np.full(t_draft.shape, OVERHEAD)
+
+    # ---- link to a draft chip: drafts (and probabilities when sampling) one way, the
+    # accepted count and next token back; two latencies per iteration ----
+    on_c = on_chip[:, None]
+    link_bytes = Bc * kf * TOKEN_ID_BYTES + 2 * Bc * TOKEN_ID_BYTES
+    if w.temperature > 0:
+        link_bytes = link_bytes + Bc * kf * tgt.vocab_size * PROB_BYTES
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_link = 2.0 * batch.draft_link_latency_s[:, None] + link_bytes / (0.5 * batch.draft_link_bw_bytes_s[:, None])
+    t_link = np.where(on_c, t_link, 0.0)
+
+    # ---- accounting ----
+    tau_tab, p_tab = _tau_table(w, K)
+    tau, p_all = tau_tab[kc], p_tab[kc]
+    t_iter, exposed = specdec.iteration_time_s(t_draft, verify.time_s, t_link, Tc.spec_overhead_s,
+                                               p_all, on_c & w.overlap)
+    per_token = t_iter / tau
+    if fixed.all():
+        idx = np.zeros(n, dtype=np.int64)
+    else:
+        idx = np.where(fixed, batch.k - 1, np.argmin(per_token, axis=1))
+
+    def pick(a):
+        a = np.broadcast_to(a, np.broadcast_shapes(np.shape(a), (n, kc.shape[1])))
+        return np.take_along_axis(a, idx[:, None], axis=1)[:, 0]
+
+    k = pick(np.broadcast_to(kc, (n, kc.shape[1])))
+    tau, p_all, t_iter, exposed = pick(tau), pick(p_all), pick(t_iter), pick(exposed)
+    t_draft, t_link, t_verify = pick(t_draft), pick(t_link), pick(verify.time_s)
+    spec = t_iter / tau
+    if w.acceptance.kind == "alpha":
+        alpha = np.full(n, w.acceptance.alpha)
+    else:  # the i.i.d. alpha that gives the same tau at this k
+        alpha = specdec.implied_alpha(tau, k) if not w.tree_nodes else np.full(n, np.nan)
+    if w.tree_nodes and w.acceptance.kind == "alpha":
+        alpha = np.full(n, w.acceptance.alpha)
+
+    pre_d = np.zeros(n)
+    if d.kind == "model":
+        pre_d = step_cost(d.model, D, batch=B, q=P, context=0.0, **kw).time_s
+    ttft = np.where(on_chip, np.maximum(prefill.time_s, pre_d + batch.draft_link_latency_s),
+                    prefill.time_s + pre_d)
+    metrics = dict(
+        baseline_s_per_token=base.time_s, spec_s_per_token=spec,
+        speedup=base.time_s / spec, k=k, alpha=alpha, tau=tau, p_all_accepted=p_all,
+        draft_s_per_iter=t_draft, verify_s_per_iter=t_verify, link_s_per_iter=t_link, iter_s=t_iter,
+        draft_cost_ratio=t_draft / (k * base.time_s),
+        speedup_bound=tau / (1.0 + exposed / base.time_s),
+        baseline_arithmetic_intensity=base.arithmetic_intensity,
+        verify_arithmetic_intensity=pick(verify.arithmetic_intensity),
+        draft_arithmetic_intensity=pick(draft_ai), baseline_bound=base.bound,
+        verify_bound=pick(verify.bound), draft_bound=pick(draft_bound),
+        tokens_per_s=B / spec, baseline_tokens_per_s=B / base.time_s,
+        ttft_s=ttft, request_latency_s=ttft + G * spec)
+    return _finish(metrics, fits, req_t, cap_t, short, req_d, cap_d)
+
+
+def _finish(metrics, fits, req_t, cap_t, short, req_d, cap_d) -> Metrics:
+    """Attach capacity results and blank every latency of a design that does not fit."""
+    out = {}
+    for name, attr, scale in METRIC_COLUMNS:
+        if attr in metrics:
+            v = np.asarray(metrics[attr])
+            if name in LATENCY_METRICS and v.dtype.kind == "f":
+                v = np.where(fits, v, np.nan)
+            out[attr] = v
+    return Metrics(fits=fits, memory_required_bytes=req_t, memory_capacity_bytes=cap_t,
+                   memory_shortfall_bytes=short, draft_memory_required_bytes=req_d,
+                   draft_memory_capacity_bytes=cap_d, **out)

@@ -1,0 +1,132 @@
+"""A transformer as parameter counts, bytes and FLOPs (MODEL.md section 1).
+
+Pure functions of a ModelSpec (scalars) and numpy arrays of tokens (one row per design).
+Norms, biases and rotary tables are ignored (< 0.1% of bytes).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..specs import ModelSpec
+
+#: bytes per stored weight: int4 carries one fp16 scale per 128 weights (2/128 bytes)
+WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5 + 2.0 / 128}
+#: bytes per KV-cache element
+KV_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5 + 2.0 / 128}
+
+
+def attention_params(m: ModelSpec) -> int:
+    """Attention weights per layer.
+
+    GQA/MHA: d*h*d_h (Q) + 2*d*h_kv*d_h (K, V) + h*d_h*d (O)  (MODEL.md section 1).
+    MLA (DeepSeek-V2/V3, arXiv 2405.04434 section 2.1): Q down/up projections
+    d*r_q + r_q*h*d_h, KV down projection d*(r_kv + d_rope), KV up projection
+    r_kv*h*(d_h - d_rope + d_v), output h*d_v*d.
+    """
+    d, h, dh = m.hidden_size, m.num_attention_heads, m.head_dim
+    if m.kv_lora_rank:
+        dv = m.v_head_dim or dh
+        q = d * m.q_lora_rank + m.q_lora_rank * h * dh if m.q_lora_rank else d * h * dh
+        kv = d * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank * h * (dh - m.qk_rope_head_dim + dv)
+        return q + kv + h * dv * d
+    return d * h * dh + 2 * d * m.num_kv_heads * dh + h * dh * d
+
+
+def ffn_params(m: ModelSpec, width: int) -> int:
+    """One FFN of the given width: 3*d*f gated (SwiGLU/GeGLU), else 2*d*f."""
+    return (3 if m.gated_ffn else 2) * m.hidden_size * width
+
+
+def expert_width(m: ModelSpec) -> int:
+    return m.moe_intermediate_size or m.intermediate_size
+
+
+def layer_counts(m: ModelSpec) -> tuple[int, int]:
+    """(dense layers, MoE layers)."""
+    if not m.is_moe:
+        return m.num_layers, 0
+    return m.first_dense_layers, m.num_layers - m.first_dense_layers
+
+
+def non_embedding_params(m: ModelSpec) -> int:
+    """All transformer-layer weights (every expert counted)."""
+    dense, moe = layer_counts(m)
+    attn = attention_params(m) * m.num_layers
+    per_moe = ((m.num_experts + m.shared_experts) * ffn_params(m, expert_width(m))
+               + m.hidden_size * m.num_experts)
+    return attn + dense * ffn_params(m, m.intermediate_size) + moe * per_moe
+
+
+def lm_head_params(m: ModelSpec) -> int:
+    """LM head V*d (read at every decode step, tied or not)."""
+    return m.vocab_size * m.hidden_size
+
+
+def total_params(m: ModelSpec) -> int:
+    """Stored parameters: layers + embedding V*d + LM head V*d unless tied."""
+    return non_embedding_params(m) + lm_head_params(m) * (1 if m.tied_embeddings else 2)
+
+
+def active_params_per_token(m: ModelSpec) -> int:
+    """Weights one token multiplies by (layers with e of E experts, plus the LM head)."""
+    dense, moe = layer_counts(m)
+    per_moe = ((m.experts_per_token + m.shared_experts) * ffn_params(m, expert_width(m))
+               + m.hidden_size * m.num_experts)
+    return (attention_params(m) * m.num_layers + dense * ffn_params(m, m.intermediate_size)
+            + moe * per_moe + lm_head_params(m))
+
+
+def experts_touched(num_experts: int, active: int, tokens):
+    """Expected distinct experts hit by T tokens under uniform routing: E*(1-(1-e/E)^T)."""
+    tokens = np.asarray(tokens, dtype=np.float64)
+    return num_experts * (1.0 - (1.0 - active / num_experts) ** tokens)
+
+
+def weight_params_touched(m: ModelSpec, tokens, layers: int | None = None,
+                          lm_head: bool = True):
+    """Parameters streamed from memory by one step over ``tokens`` = B*q tokens (array).
+
+    Dense: every layer weight. MoE: attention + router + shared experts + experts touched
+    (MODEL.md section 1). ``layers`` truncates the stack (early exit); the LM head is added
+    when ``lm_head``.
+    """
+    tokens = np.asarray(tokens, dtype=np.float64)
+    L = m.num_layers if layers is None else layers
+    dense = min(layer_counts(m)[0], L)
+    moe = L - dense
+    out = attention_params(m) * L + dense * ffn_params(m, m.intermediate_size) + np.zeros_like(tokens)
+    if moe:
+        f = ffn_params(m, expert_width(m))
+        touched = experts_touched(m.num_experts, m.experts_per_token, tokens)
+        out = out + moe * ((touched + m.shared_experts) * f + m.hidden_size * m.num_experts)
+    if lm_head:
+        out = out + lm_head_params(m)
+    return out
+
+
+def linear_flops_per_token(m: ModelSpec, layers: int | None = None, lm_head: bool = True) -> float:
+    """2 * active weights per token (+ 2*V*d for the LM head at every position)."""
+    L = m.num_layers if layers is None else layers
+    per_layer_active = (active_params_per_token(m) - lm_head_params(m)) / m.num_layers
+    return 2.0 * (per_layer_active * L + (lm_head_params(m) if lm_head else 0))
+
+
+def kv_elems_per_token_per_layer(m: ModelSpec) -> int:
+    """KV-cache elements per token per layer: 2*h_kv*d_h, or MLA r_kv + d_rope."""
+    if m.kv_lora_rank:
+        return m.kv_lora_rank + m.qk_rope_head_dim
+    return 2 * m.num_kv_heads * m.head_dim
+
+
+def kv_cache_bytes(m: ModelSpec, batch, tokens, kv_bytes: float, layers: int | None = None):
+    """KV cache of B sequences of ``tokens`` tokens: B*L*S*kv_per_token_per_layer*b_kv."""
+    L = m.num_layers if layers is None else layers
+    return (np.asarray(batch, dtype=np.float64) * np.asarray(tokens, dtype=np.float64)
+            * L * kv_elems_per_token_per_layer(m) * kv_bytes)
+
+
+def attention_flops_per_token_per_ctx(m: ModelSpec, layers: int | None = None) -> float:
+    """Attention FLOPs per (query token x cached token): 4*h*d_h*L (QK^T and PV)."""
+    L = m.num_layers if layers is None else layers
+    return 4.0 * m.num_attention_heads * m.head_dim * L

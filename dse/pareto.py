@@ -1,0 +1,160 @@
+"""Pareto fronts, non-dominated ranks and hypervolume over numpy arrays (no pandas).
+
+``values`` is an ``(n, m)`` array, one row per design and one column per objective;
+``directions`` gives ``"minimize"`` or ``"maximize"`` (``"min"``/``"max"`` also accepted) per
+column. Maximised objectives are passed to moocore as ``maximise`` flags, never sign-flipped.
+
+A row takes part only if it is feasible (``feasible`` is True, or not given) and all its
+objectives are finite: a NaN or +-inf objective counts as infeasible, so such a row is never on
+a front and gets rank -1.
+
+Dominance (minimisation): ``a`` dominates ``b`` when ``a <= b`` in every objective and
+``a < b`` in at least one. Algorithms are moocore's (Lopez-Ibanez et al., moocore 0.3):
+Kung, Luccio and Preparata (1975) for the non-dominated filter, Jensen (2003) / repeated
+filtering for ranks, HV3D+/HV4D+ (Guerreiro and Fonseca 2017) for the hypervolume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import moocore
+import numpy as np
+
+__all__ = ["pareto_mask", "pareto_ranks", "hypervolume", "default_reference", "maximise_flags"]
+
+_DIRECTIONS = {"minimize": False, "min": False, "minimise": False,
+               "maximize": True, "max": True, "maximise": True}
+
+
+def maximise_flags(directions: Sequence[str]) -> list[bool]:
+    """``["minimize", "maximize"] -> [False, True]``; raises ValueError on anything else."""
+    flags = []
+    for d in directions:
+        key = str(d).strip().lower()
+        if key not in _DIRECTIONS:
+            raise ValueError(f"objective direction {d!r}: expected 'minimize' or 'maximize'")
+        flags.append(_DIRECTIONS[key])
+    return flags
+
+
+def _prepare(values, directions, feasible=None):
+    """Return (float (n, m) array, maximise flags, usable-row mask)."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim == 1 and len(directions) == 1:
+        v = v[:, None]
+    if v.ndim != 2:
+        raise ValueError(f"values must be a 2-D (n, m) array, but got shape {v.shape}")
+    flags = maximise_flags(directions)
+    if v.shape[1] != len(flags):
+        raise ValueError(f"values has {v.shape[1]} objective columns but {len(flags)} "
+                         f"directions were given")
+    ok = np.isfinite(v).all(axis=1)
+    if feasible is not None:
+        f = np.asarray(feasible, dtype=bool)
+        if f.shape != (v.shape[0],):
+            raise ValueError(f"feasible must have shape ({v.shape[0]},), but got {f.shape}")
+        ok &= f
+    return v, flags, ok
+
+
+def pareto_mask(values, directions: Sequence[str], feasible=None) -> np.ndarray:
+    """Boolean mask of the non-dominated rows among the feasible rows.
+
+    Definition: a usable row is on the front when no other usable row dominates it.
+    Duplicates of a non-dominated point are all kept on the front (moocore
+    ``is_nondominated(..., keep_weakly=True)``): two designs with equal objectives are both
+    reported. Infeasible and NaN/inf rows are never on the front.
+
+    Args:
+        values: ``(n, m)`` objective values.
+        directions: ``m`` strings, ``"minimize"`` or ``"maximize"``.
+        feasible: optional ``(n,)`` bool; False rows are excluded.
+
+    Returns:
+        ``(n,)`` bool array.
+
+    Examples:
+        >>> pareto_mask([[1, 3], [2, 2], [3, 3], [2, 2]], ["minimize", "minimize"]).tolist()
+        [True, True, False, True]
+        >>> pareto_mask([[1, 3], [2, 2]], ["minimize", "maximize"]).tolist()
+        [True, False]
+    """
+    v, flags, ok = _prepare(values, directions, feasible)
+    mask = np.zeros(v.shape[0], dtype=bool)
+    if ok.any():
+        mask[ok] = moocore.is_nondominated(v[ok], maximise=flags, keep_weakly=True)
+    return mask
+
+
+def pareto_ranks(values, directions: Sequence[str], feasible=None) -> np.ndarray:
+    """Non-dominated sorting rank per row: 0 = first front, -1 = infeasible or NaN/inf.
+
+    Definition (Deb et al. 2002, NSGA-II): rank 0 is the non-dominated set; rank r is the
+    non-dominated set once ranks 0..r-1 are removed. Duplicates share a rank, so
+    ``pareto_ranks(...) == 0`` equals :func:`pareto_mask`. Computed by ``moocore.pareto_rank``.
+
+    Examples:
+        >>> pareto_ranks([[1, 3], [2, 2], [3, 3], [9, 9]], ["min", "min"],
+        ...              feasible=[True, True, True, False]).tolist()
+        [0, 0, 1, -1]
+    """
+    v, flags, ok = _prepare(values, directions, feasible)
+    ranks = np.full(v.shape[0], -1, dtype=np.int64)
+    if ok.any():
+        ranks[ok] = moocore.pareto_rank(v[ok], maximise=flags)
+    return ranks
+
+
+def hypervolume(values, directions: Sequence[str], reference) -> float:
+    """Hypervolume dominated by the rows and bounded by ``reference`` (Zitzler & Thiele 1998).
+
+    The Lebesgue measure of the region of objective space that at least one point dominates
+    and that dominates the reference point. Points that do not strictly dominate the
+    reference in every objective (and NaN/inf rows) add nothing and are dropped first; with no
+    such point the result is 0.0. Dominated points need no filtering. Computed by
+    ``moocore.hypervolume`` with per-objective ``maximise`` flags.
+
+    Args:
+        values: ``(n, m)`` objective values (pass only feasible rows).
+        directions: ``m`` strings, ``"minimize"`` or ``"maximize"``.
+        reference: ``m`` values, worse than the points in each objective.
+
+    Examples:
+        >>> hypervolume([[1, 3], [2, 2], [3, 1]], ["minimize", "minimize"], [4, 4])
+        6.0
+    """
+    v, flags, ok = _prepare(values, directions)
+    ref = np.asarray(reference, dtype=np.float64).reshape(-1)
+    if ref.shape != (v.shape[1],) or not np.isfinite(ref).all():
+        raise ValueError(f"reference must be {v.shape[1]} finite values, but got {reference!r}")
+    fl = np.asarray(flags)
+    better = np.where(fl, v > ref, v < ref).all(axis=1)
+    pts = v[ok & better]
+    if pts.shape[0] == 0:
+        return 0.0
+    return float(moocore.hypervolume(pts, ref=ref, maximise=flags))
+
+
+def default_reference(values, directions: Sequence[str]) -> np.ndarray:
+    """Default hypervolume reference: the nadir of ``values`` pushed out by 10% of the range.
+
+    Per objective: the worst finite value among the given rows (max when minimising, min
+    when maximising), moved further in the worse direction by 10% of that objective's range
+    (max - min). A zero range uses 10% of ``|worst|``, or 1.0 when that is 0 as well. Rows with
+    a NaN/inf objective are ignored; pass the feasible rows only.
+
+    Examples:
+        >>> default_reference([[1, 30], [3, 10]], ["minimize", "maximize"]).tolist()
+        [3.2, 8.0]
+    """
+    v, flags, ok = _prepare(values, directions)
+    v = v[ok]
+    if v.shape[0] == 0:
+        raise ValueError("no finite rows to derive a hypervolume reference from")
+    lo, hi = v.min(axis=0), v.max(axis=0)
+    fl = np.asarray(flags)
+    worst = np.where(fl, lo, hi)
+    span = hi - lo
+    span = np.where(span > 0, span, np.where(worst != 0, np.abs(worst), 10.0))
+    return np.where(fl, worst - 0.1 * span, worst + 0.1 * span)

@@ -1,0 +1,577 @@
+"""Figures and a self-contained HTML report for dse results.
+
+:func:`write_report` writes PNG figures (150 dpi) and one ``index.html`` that embeds them as
+base64 ``data:`` URIs next to the front's table: no external CSS, JS or fonts, so the file can
+be mailed or archived on its own. Plots use the Okabe-Ito colour-blind-safe palette plus a
+distinct marker shape per series, so they also read in greyscale.
+
+matplotlib is imported inside the drawing functions and drives the Agg canvas directly (no
+pyplot, no GUI, no global backend switch). The ``_*_data`` functions compute what a figure
+shows; the ``_draw_*`` functions only draw it.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import itertools
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dse import analysis as da
+from dse import pareto
+from dse.errors import DseError
+
+__all__ = ["write_report", "front_table", "unit_of", "axis_label", "workload_title",
+           "OKABE_ITO", "MARKERS"]
+
+#: Okabe & Ito (2008) colour-blind-safe palette, in plotting order.
+OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442",
+             "#000000"]
+#: Marker shapes cycled alongside the colours, so series differ in greyscale too.
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
+GREY = "#9a9a9a"
+DPI = 150
+MAX_SCATTER = 20_000          # background points drawn per series (random sample beyond)
+SPEC_COLUMNS = ("alpha", "tau", "k", "draft_cost_ratio", "speedup")
+DRAFT_COLUMN = "params_draft_chip_enabled"
+
+# --------------------------------------------------------------------------- labels
+
+_UNITS = {"ms": "ms", "us": "µs", "s": "s", "usd": "USD", "w": "W", "mm2": "mm²",
+          "tb_s": "TB/s", "gb_s": "GB/s", "gb": "GB", "mb": "MB", "tflops": "TFLOP/s",
+          "tops": "TOP/s", "pj": "pJ", "j": "J"}
+
+
+def _suffix_unit(name: str) -> str | None:
+    parts = name.lower().split("_")
+    for n in (2, 1):  # two-token suffixes (tb_s, gb_s) before one-token ones
+        if len(parts) > n and "_".join(parts[-n:]) in _UNITS:
+            return _UNITS["_".join(parts[-n:])]
+    return None
+
+
+def unit_of(column: str) -> str:
+    """Display unit from a column's suffix: ``spec_ms_per_token`` -> ``"ms/token"``,
+    ``cost_usd`` -> ``"USD"``, ``power_w`` -> ``"W"``, ``die_area_mm2`` -> ``"mm²"``,
+    ``mem_bw_tb_s`` -> ``"TB/s"``, ``memory_capacity_gb`` -> ``"GB"``,
+    ``tokens_per_s`` -> ``"tokens/s"``, ``speedup`` -> ``"×"``; ``""`` when unitless.
+
+    Examples:
+        >>> unit_of("spec_ms_per_token"), unit_of("params_die_area_mm2"), unit_of("alpha")
+        ('ms/token', 'mm²', '')
+    """
+    name = column.removeprefix("params_")
+    if name == "speedup" or name.endswith("_speedup"):
+        return "×"
+    if "_per_" in name:
+        left, right = name.rsplit("_per_", 1)
+        num = _suffix_unit(left) or left.rsplit("_", 1)[-1]
+        return f"{num}/{_UNITS.get(right, right)}"
+    return _suffix_unit(name) or ""
+
+
+def axis_label(column: str) -> str:
+    """``"spec_ms_per_token (ms/token)"``; the bare name when unitless."""
+    unit = unit_of(column)
+    return f"{column} ({unit})" if unit else column
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    return str(v)
+
+
+def workload_title(df: pd.DataFrame) -> str:
+    """One or two lines naming the study's workload and its speculative settings.
+
+    The workload comes from ``df.attrs["dse"]["study"]["workload"]`` (scalar entries, one
+    level of nesting flattened). alpha, tau and k come from the workload when it sets them,
+    else from the result columns (one value, or the min-max range across designs).
+    """
+    meta = df.attrs.get("dse") or {}
+    study = meta.get("study") if isinstance(meta.get("study"), Mapping) else {}
+    wl = study.get("workload")
+    bits: list[str] = []
+    spec: dict[str, str] = {}
+    if isinstance(wl, Mapping):
+        flat: dict[str, object] = {}
+        for k, v in wl.items():
+            if isinstance(v, Mapping):
+                flat.update({f"{k}.{kk}": vv for kk, vv in v.items()})
+            else:
+                flat[k] = v
+        for k, v in flat.items():
+            leaf = k.rsplit(".", 1)[-1]
+            if leaf in ("alpha", "tau", "k") and v is not None:
+                spec.setdefault(leaf, _fmt(v) if not isinstance(v, list) else
+                                "[" + ", ".join(_fmt(x) for x in v) + "]")
+            elif isinstance(v, str | int | float | bool) and len(bits) < 6:
+                bits.append(f"{k}={_fmt(v)}")
+    elif wl:
+        bits.append(str(wl))
+    for key in ("alpha", "tau", "k"):
+        if key in spec or key not in df.columns or not pd.api.types.is_numeric_dtype(df[key]):
+            continue
+        vals = df[key].to_numpy(dtype=np.float64, na_value=np.nan)
+        vals = vals[np.isfinite(vals)]
+        if vals.size:
+            lo, hi = vals.min(), vals.max()
+            spec[key] = _fmt(float(lo)) if lo == hi else f"{_fmt(float(lo))}–{_fmt(float(hi))}"
+    sym = {"alpha": "α", "tau": "τ", "k": "k"}
+    line2 = ", ".join(f"{sym[k]} = {spec[k]}" for k in ("alpha", "tau", "k") if k in spec)
+    name = study.get("name") or ""
+    line1 = f"{name}: {', '.join(bits)}" if name and bits else (name or ", ".join(bits))
+    line1 = line1 or "dse results"
+    return f"{line1}\n{line2}" if line2 else line1
+
+
+# --------------------------------------------------------------------------- tables
+
+def front_table(df: pd.DataFrame, objectives=None, top: int | None = None) -> pd.DataFrame:
+    """The front (best first by the first objective) with the columns that explain it.
+
+    Columns: ``trial`` (if present), every ``params_*`` knob, the objectives, then the
+    speculative accounting columns present among ``alpha, tau, k, draft_cost_ratio,
+    speedup``. ``top`` keeps only the first rows.
+    """
+    objs = da.objectives_of(df, objectives)
+    f = da.front(df, objs)
+    cols = [c for c in ("trial",) if c in f.columns]
+    cols += [c for c in f.columns if c.startswith("params_")]
+    cols += [m for m, _ in objs if m not in cols]
+    cols += [c for c in SPEC_COLUMNS if c in f.columns and c not in cols]
+    out = f[cols]
+    if top is not None:
+        out = out.head(top)
+    return out.reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------- figure data
+
+def _sample(xy: np.ndarray, limit: int, seed: int = 0) -> np.ndarray:
+    if xy.shape[0] <= limit:
+        return xy
+    idx = np.sort(np.random.default_rng(seed).choice(xy.shape[0], limit, replace=False))
+    return xy[idx]
+
+
+def _step_order(xy: np.ndarray) -> np.ndarray:
+    return xy[np.lexsort((xy[:, 1], xy[:, 0]))] if xy.size else xy
+
+
+@dataclass(frozen=True)
+class PairData:
+    """What one objective-pair panel shows."""
+
+    x: str
+    y: str
+    dx: str
+    dy: str
+    feasible: np.ndarray        # (n, 2) feasible points not on the front (sampled)
+    infeasible: np.ndarray      # (n, 2) infeasible points with finite x, y (sampled)
+    front: np.ndarray           # (n, 2) rows on the all-objective front, sorted by x
+    pair_front: np.ndarray      # (n, 2) 2-D front of this pair, sorted by x
+    n_feasible: int
+    n_infeasible: int
+    known: list = field(default_factory=list)   # [(label, x, y)]
+    all_objectives: bool = True  # front == pair_front (exactly two objectives)
+
+
+def _known_label_column(known: pd.DataFrame) -> str | None:
+    for c in ("name", "label", "part", "design", "device"):
+        if c in known.columns:
+            return c
+    return None
+
+
+def _known_points(known: pd.DataFrame | None, x: str, y: str) -> list:
+    if known is None or x not in known.columns or y not in known.columns:
+        return []
+    lab = _known_label_column(known)
+    out = []
+    for i, (xv, yv) in enumerate(zip(known[x], known[y], strict=True)):
+        if pd.notna(xv) and pd.notna(yv):
+            out.append((str(known[lab].iloc[i]) if lab else str(known.index[i]),
+                        float(xv), float(yv)))
+    return out
+
+
+def _pair_data(df, objs, i, j, known=None) -> PairData:
+    vals, ok = da._usable(df, objs)
+    dirs = da._dirs(objs)
+    on_front = pareto.pareto_mask(vals, dirs, feasible=ok)
+    xy = vals[:, [i, j]]
+    pair = pareto.pareto_mask(xy, [dirs[i], dirs[j]], feasible=ok)
+    finite = np.isfinite(xy).all(axis=1)
+    bad = ~ok & finite
+    return PairData(
+        x=objs[i][0], y=objs[j][0], dx=dirs[i], dy=dirs[j],
+        feasible=_sample(xy[ok & ~on_front], MAX_SCATTER),
+        infeasible=_sample(xy[bad], MAX_SCATTER, seed=1),
+        front=_step_order(xy[on_front]), pair_front=_step_order(xy[pair]),
+        n_feasible=int(ok.sum()), n_infeasible=int((~ok).sum()),
+        known=_known_points(known, objs[i][0], objs[j][0]), all_objectives=len(objs) == 2)
+
+
+def _draft_groups(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+    """(with, without) masks for the draft-chip knob, or None if it lacks both values."""
+    if DRAFT_COLUMN not in df.columns:
+        return None
+    col = df[DRAFT_COLUMN]
+    if pd.api.types.is_bool_dtype(col) or pd.api.types.is_numeric_dtype(col):
+        num = col.astype("Float64")
+        on = (num != 0).fillna(False).to_numpy(dtype=bool)
+        off = (num == 0).fillna(False).to_numpy(dtype=bool)
+    else:
+        s = col.astype("str").str.strip().str.lower()
+        on = s.isin(["true", "1", "yes", "on"]).to_numpy(dtype=bool)
+        off = s.isin(["false", "0", "no", "off"]).to_numpy(dtype=bool)
+    return (on, off) if on.any() and off.any() else None
+
+
+@dataclass(frozen=True)
+class DraftData:
+    x: str
+    y: str
+    dx: str
+    dy: str
+    groups: list        # [(label, sampled feasible (n,2), pair front (n,2), hv, front size)]
+    reference: dict
+    n_objectives: int
+
+
+def _draft_data(df, objs) -> DraftData | None:
+    masks = _draft_groups(df)
+    if masks is None or len(objs) < 2:
+        return None
+    on, off = (df[m] for m in masks)
+    try:
+        cmp = da.compare_fronts(on, off, objs)
+    except DseError:  # neither group has a feasible design
+        return None
+    dirs = da._dirs(objs)
+    groups = []
+    for label, part, hv, size in (("with draft chip", on, cmp["hv_a"], cmp["front_size_a"]),
+                                  ("no draft chip", off, cmp["hv_b"], cmp["front_size_b"])):
+        vals, ok = da._usable(part, objs)
+        xy = vals[:, :2]
+        pf = pareto.pareto_mask(xy, dirs[:2], feasible=ok)
+        groups.append((label, _sample(xy[ok], MAX_SCATTER), _step_order(xy[pf]), hv, size))
+    return DraftData(objs[0][0], objs[1][0], dirs[0], dirs[1], groups, cmp["reference"],
+                     len(objs))
+
+
+def _history_data(df, objs) -> list[tuple[str, pd.DataFrame]] | None:
+    """[(label, hypervolume_history)], one curve per sampler when several share the file."""
+    if "trial" not in df.columns or not da._usable(df, objs)[1].any():
+        return None
+    ref = da.hypervolume_reference(df, objs)
+    if "sampler" in df.columns and df["sampler"].nunique(dropna=True) > 1:
+        return [(str(name), da.hypervolume_history(g, objs, reference=ref))
+                for name, g in df.groupby("sampler", sort=True) if len(g)]
+    return [("all designs", da.hypervolume_history(df, objs, reference=ref))]
+
+
+# --------------------------------------------------------------------------- drawing
+
+def _new_figure(w: float, h: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(w, h), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _auto_log(ax, which: str, *arrays) -> None:
+    vals = np.concatenate([np.asarray(a, dtype=float).ravel() for a in arrays if np.size(a)]
+                          or [np.empty(0)])
+    vals = vals[np.isfinite(vals)]
+    if vals.size and vals.min() > 0 and vals.max() / vals.min() > 100:
+        (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+
+
+def _arrow(d: str) -> str:
+    return "lower is better" if d == "minimize" else "higher is better"
+
+
+def _step(ax, xy: np.ndarray, dx: str, **kw) -> None:
+    """Attainment staircase of a 2-D front sorted by x (post step when x is minimised)."""
+    if xy.shape[0]:
+        ax.step(xy[:, 0], xy[:, 1], where="post" if dx == "minimize" else "pre", **kw)
+
+
+def _draw_pair(ax, d: PairData) -> None:
+    if d.infeasible.size:
+        ax.scatter(d.infeasible[:, 0], d.infeasible[:, 1], s=6, marker="x", c=GREY, alpha=0.3,
+                   linewidths=0.6, label=f"infeasible ({d.n_infeasible:,})", rasterized=True)
+    if d.feasible.size:
+        ax.scatter(d.feasible[:, 0], d.feasible[:, 1], s=8, marker="o", c=OKABE_ITO[0],
+                   alpha=0.35, linewidths=0, label=f"feasible ({d.n_feasible:,})",
+                   rasterized=True)
+    if d.all_objectives:
+        _step(ax, d.front, d.dx, color=OKABE_ITO[3], lw=1.6)
+        ax.plot(d.front[:, 0], d.front[:, 1], ls="none", marker="D", ms=4.5,
+                color=OKABE_ITO[3], label=f"Pareto front ({len(d.front)})")
+    else:
+        _step(ax, d.pair_front, d.dx, color=OKABE_ITO[2], lw=1.4, ls="--",
+              label=f"front of this pair ({len(d.pair_front)})")
+        ax.plot(d.front[:, 0], d.front[:, 1], ls="none", marker="D", ms=4,
+                color=OKABE_ITO[3], label=f"front, all objectives ({len(d.front)})")
+    for n, (label, x, y) in enumerate(d.known):
+        ax.plot([x], [y], ls="none", marker=MARKERS[(n + 7) % len(MARKERS)], ms=9,
+                mfc="white", mec="black", mew=1.4, label=label if n < 8 else None)
+        ax.annotate(label, (x, y), xytext=(5, 4), textcoords="offset points", fontsize=7)
+    _auto_log(ax, "x", d.feasible[:, 0], d.front[:, 0])
+    _auto_log(ax, "y", d.feasible[:, 1], d.front[:, 1])
+    ax.set_xlabel(f"{axis_label(d.x)}, {_arrow(d.dx)}")
+    ax.set_ylabel(f"{axis_label(d.y)}, {_arrow(d.dy)}")
+    ax.grid(True, lw=0.4, alpha=0.5)
+    ax.legend(fontsize=7, loc="best", framealpha=0.85)
+
+
+def _figure_fronts(pairs: list[PairData], title: str):
+    n = len(pairs)
+    cols = min(3, n)
+    rows = math.ceil(n / cols)
+    fig = _new_figure(5.6 * cols, 4.6 * rows + 0.5)
+    for k, d in enumerate(pairs):
+        _draw_pair(fig.add_subplot(rows, cols, k + 1), d)
+    fig.suptitle(f"Pareto front — {title}", fontsize=10)
+    return fig
+
+
+def _figure_speedup(svb: pd.DataFrame, title: str):
+    fig = _new_figure(6.4, 4.6)
+    ax = fig.add_subplot()
+    for n, (name, g) in enumerate(svb.groupby("design", sort=False)):
+        g = g.sort_values("batch")
+        ax.plot(g["batch"], g["speedup"], color=OKABE_ITO[n % len(OKABE_ITO)],
+                marker=MARKERS[n % len(MARKERS)], ms=5, lw=1.4, label=str(name))
+    ax.axhline(1.0, color=GREY, ls=":", lw=1, label="no speedup")
+    b = svb["batch"].to_numpy(dtype=float)
+    if b.size and np.nanmin(b) > 0 and np.nanmax(b) / np.nanmin(b) >= 8:
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size (sequences)")
+    ax.set_ylabel("speedup over plain decoding (×)")
+    ax.grid(True, lw=0.4, alpha=0.5)
+    ax.legend(fontsize=7, loc="best")
+    fig.suptitle(f"Speedup against batch size — {title}", fontsize=10)
+    return fig
+
+
+def _figure_draft(d: DraftData, title: str):
+    fig = _new_figure(6.4, 4.8)
+    ax = fig.add_subplot()
+    styles = [(OKABE_ITO[1], "^", "-"), (OKABE_ITO[0], "o", "--")]
+    for (label, pts, pf, hv, size), (color, marker, ls) in zip(d.groups, styles, strict=True):
+        if pts.size:
+            ax.scatter(pts[:, 0], pts[:, 1], s=6, c=color, marker=marker, alpha=0.2,
+                       linewidths=0, rasterized=True)
+        _step(ax, pf, d.dx, color=color, lw=1.6, ls=ls)
+        ax.plot(pf[:, 0], pf[:, 1], ls="none", marker=marker, ms=5, color=color,
+                label=f"{label}: HV = {hv:.4g} (front {size})")
+    _auto_log(ax, "x", *(g[1][:, 0] for g in d.groups if g[1].size))
+    _auto_log(ax, "y", *(g[1][:, 1] for g in d.groups if g[1].size))
+    ax.set_xlabel(f"{axis_label(d.x)}, {_arrow(d.dx)}")
+    ax.set_ylabel(f"{axis_label(d.y)}, {_arrow(d.dy)}")
+    ax.grid(True, lw=0.4, alpha=0.5)
+    leg_title = ("HV over all {} objectives, shared reference".format(d.n_objectives))
+    ax.legend(fontsize=7, title=leg_title, title_fontsize=7, loc="best")
+    fig.suptitle(f"Draft chip vs no draft chip — {title}", fontsize=10)
+    return fig
+
+
+def _figure_importance(importances: Mapping[str, Mapping[str, float]], title: str, top=12):
+    items = [(obj, sorted(imp.items(), key=lambda kv: -kv[1])[:top])
+             for obj, imp in importances.items() if imp]
+    n = len(items)
+    rows = max(len(v) for _, v in items)
+    fig = _new_figure(4.8 * n, 0.32 * rows + 1.6)
+    for k, (obj, kv) in enumerate(items):
+        ax = fig.add_subplot(1, n, k + 1)
+        names = [p for p, _ in kv][::-1]
+        vals = [float(v) for _, v in kv][::-1]
+        ax.barh(names, vals, color=OKABE_ITO[k % len(OKABE_ITO)], edgecolor="black", lw=0.5,
+                hatch=["", "//", "..", "xx"][k % 4])
+        ax.set_title(axis_label(obj), fontsize=8)
+        ax.set_xlabel("importance")
+        ax.tick_params(axis="y", labelsize=7)
+        ax.grid(True, axis="x", lw=0.4, alpha=0.5)
+    fig.suptitle(f"Parameter importance per objective — {title}", fontsize=10)
+    return fig
+
+
+def _figure_history(curves, title: str):
+    fig = _new_figure(6.4, 4.4)
+    ax = fig.add_subplot()
+    for n, (label, h) in enumerate(curves):
+        ax.step(h["trial"], h["hypervolume"], where="post", color=OKABE_ITO[n % 8], lw=1.5,
+                label=label, marker=MARKERS[n % len(MARKERS)], ms=3,
+                markevery=max(1, len(h) // 12))
+    ref = curves[0][1].attrs.get("reference", {})
+    ax.set_xlabel("trial")
+    ax.set_ylabel("hypervolume of the feasible front")
+    ax.grid(True, lw=0.4, alpha=0.5)
+    ax.legend(fontsize=7, loc="lower right",
+              title="reference: " + ", ".join(f"{k} = {v:.4g}" for k, v in ref.items()),
+              title_fontsize=6)
+    fig.suptitle(f"Hypervolume against trial — {title}", fontsize=10)
+    return fig
+
+
+# --------------------------------------------------------------------------- report
+
+def _rc():
+    import matplotlib
+    from matplotlib import cycler
+
+    return matplotlib.rc_context({
+        "axes.prop_cycle": cycler(color=OKABE_ITO), "font.size": 8, "axes.titlesize": 9,
+        "axes.labelsize": 8, "savefig.dpi": DPI, "figure.dpi": DPI})
+
+
+def _table_html(table: pd.DataFrame) -> str:
+    shown = table.rename(columns={c: axis_label(c) for c in table.columns})
+    return shown.to_html(index=False, escape=True, na_rep="—", border=0, classes="front",
+                         float_format=lambda v: f"{v:.4g}")
+
+
+_CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;
+color:#111}h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em}figure{margin:1em 0}
+img{max-width:100%;height:auto;border:1px solid #ddd}figcaption{font-size:.9em;color:#333}
+table{border-collapse:collapse;font-size:.85em}td,th{border:1px solid #ccc;padding:2px 6px;
+text-align:right}th{background:#f2f2f2}table.meta td,table.meta th{text-align:left}
+.scroll{overflow-x:auto}"""
+
+
+def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None = None,
+                 speedup_vs_batch: pd.DataFrame | None = None,
+                 importances: dict[str, dict[str, float]] | None = None,
+                 progress: Callable[[str], None] | None = None, objectives=None,
+                 table_rows: int = 100) -> dict:
+    """Write PNG figures and a self-contained ``index.html`` into ``out_dir``.
+
+    Figures: ``front.png`` (one panel per objective pair; feasible points, infeasible in
+    grey, the front as a staircase, ``known_parts`` as labelled markers),
+    ``speedup_vs_batch.png`` (if given: columns ``design``, ``batch``, ``speedup``),
+    ``draft_chip.png`` (if ``params_draft_chip_enabled`` takes both values),
+    ``importance.png`` (if ``importances`` = ``{objective: {param: importance}}``) and
+    ``hypervolume.png`` (if there is a ``trial`` column and a feasible design).
+
+    Args:
+        df: results (:func:`dse.analysis.load_results`); ``df.attrs["dse"]`` supplies the
+            objectives and the workload named in titles.
+        out_dir: created if missing; existing files of the same names are replaced.
+        known_parts: real devices to mark, with a ``name`` (or ``label``) column and the
+            objective columns.
+        progress: called with a short message before each figure.
+        objectives: override the study objectives (see :func:`dse.analysis.objectives_of`).
+        table_rows: rows of the front table shown in the HTML.
+
+    Returns:
+        ``{"html": str path, "figures": [str paths]}``.
+    """
+    objs = da.objectives_of(df, objectives)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    title = workload_title(df)
+    short = title.replace("\n", "; ")
+    say = progress or (lambda msg: None)
+    made: list[tuple[Path, str, str]] = []   # (path, heading, caption)
+
+    def save(fig, name, heading, caption):
+        path = out / name
+        fig.savefig(path, format="png", dpi=DPI)
+        made.append((path, heading, caption))
+
+    vals, ok = da._usable(df, objs)
+    n_front = int(pareto.pareto_mask(vals, da._dirs(objs), feasible=ok).sum())
+    with _rc():
+        if len(objs) >= 2:
+            say("figure: Pareto front")
+            pairs = [_pair_data(df, objs, i, j, known_parts)
+                     for i, j in itertools.combinations(range(len(objs)), 2)]
+            sampled = any(p.n_feasible > MAX_SCATTER for p in pairs)
+            save(_figure_fronts(pairs, title), "front.png", "Pareto front",
+                 f"{ok.sum():,} feasible of {len(df):,} designs; {n_front} on the front "
+                 f"(feasible and non-dominated over {len(objs)} objectives). Grey crosses are "
+                 f"infeasible designs (those that do not fit have no latency and are not drawn)."
+                 + (f" Background points are a random sample of {MAX_SCATTER:,}." if sampled
+                    else ""))
+        if speedup_vs_batch is not None and len(speedup_vs_batch):
+            missing = {"design", "batch", "speedup"} - set(speedup_vs_batch.columns)
+            if missing:
+                raise DseError(f"speedup_vs_batch lacks column(s) {', '.join(sorted(missing))}; "
+                               f"expected design, batch, speedup")
+            say("figure: speedup against batch size")
+            save(_figure_speedup(speedup_vs_batch, title), "speedup_vs_batch.png",
+                 "Speedup against batch size",
+                 "Speculative-decoding speedup over plain decoding for the front's best designs;"
+                 " speedup falls once the verify pass leaves the memory-bound regime.")
+        draft = _draft_data(df, objs)
+        if draft is not None:
+            say("figure: draft chip vs no draft chip")
+            save(_figure_draft(draft, title), "draft_chip.png", "Draft chip vs no draft chip",
+                 "Fronts of the designs with and without a separate draft chip, on the first two "
+                 "objectives. Hypervolumes use all objectives and one shared reference: "
+                 + ", ".join(f"{k} = {v:.4g}" for k, v in draft.reference.items()) + ".")
+        if importances and any(importances.values()):
+            say("figure: parameter importance")
+            save(_figure_importance(importances, title), "importance.png",
+                 "Parameter importance", "Importance of each knob per objective (as given).")
+        curves = _history_data(df, objs)
+        if curves:
+            say("figure: hypervolume against trial")
+            save(_figure_history(curves, title), "hypervolume.png", "Hypervolume against trial",
+                 "Hypervolume of the feasible front after each trial, with one fixed reference "
+                 "(worst feasible value per objective pushed out by 10% of its range).")
+
+    say("writing index.html")
+    table = front_table(df, objs)
+    html_path = out / "index.html"
+    html_path.write_text(_html(df, objs, title, made, table, table_rows, n_front, int(ok.sum())),
+                         encoding="utf-8")
+    return {"html": str(html_path), "figures": [str(p) for p, _, _ in made]}
+
+
+def _html(df, objs, title, made, table, table_rows, n_front, n_ok) -> str:
+    meta = df.attrs.get("dse") or {}
+    esc = html.escape
+    lines = title.split("\n")
+    info = [("workload", lines[0]), *([("speculative", lines[1])] if len(lines) > 1 else []),
+            ("objectives", ", ".join(f"{m} ({d})" for m, d in objs)),
+            ("constraints", ", ".join(
+                f"{c.get('metric')}" + (f" ≤ {c['max']}" if c.get("max") is not None else "")
+                + (f" ≥ {c['min']}" if c.get("min") is not None else "")
+                for c in meta.get("constraints") or [] if isinstance(c, Mapping)) or "none"),
+            ("designs", f"{len(df):,} ({n_ok:,} feasible, {n_front:,} on the front)"),
+            ("dse version", str(meta.get("dse_version", "?"))),
+            ("tech fingerprint", str(meta.get("tech_fingerprint", "?")))]
+    name = (meta.get("study") or {}).get("name", "") if isinstance(meta.get("study"), Mapping) \
+        else ""
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+             f"<title>dse report{esc(': ' + name) if name else ''}</title>",
+             f"<style>{_CSS}</style></head><body>",
+             f"<h1>dse report{esc(': ' + name) if name else ''}</h1>",
+             '<table class="meta">']
+    parts += [f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in info]
+    parts.append("</table>")
+    for path, heading, caption in made:
+        data = base64.b64encode(path.read_bytes()).decode("ascii")
+        parts += [f"<h2>{esc(heading)}</h2>", "<figure>",
+                  f'<img src="data:image/png;base64,{data}" alt="{esc(heading)}">',
+                  f"<figcaption>{esc(caption)}</figcaption></figure>"]
+    shown = table.head(table_rows)
+    note = (f"first {len(shown)} of {len(table)} designs, " if len(table) > len(shown) else "")
+    parts += ["<h2>Front designs</h2>",
+              f"<p>{esc(note)}best first by {esc(objs[0][0])}.</p>",
+              f'<div class="scroll">{_table_html(shown)}</div>', "</body></html>"]
+    return "\n".join(parts)

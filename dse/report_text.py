@@ -1,0 +1,78 @@
+"""Plain-text tables for the terminal (no pandas, so `dse eval` stays fast)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if v != v:
+            return "-"
+        a = abs(v)
+        if a == 0:
+            return "0"
+        if a >= 1000:
+            return f"{v:,.0f}"
+        if a >= 100:
+            return f"{v:.1f}"
+        if a >= 1:
+            return f"{v:.3g}" if a < 10 else f"{v:.2f}"
+        return f"{v:.3g}"
+    return str(v)
+
+
+def table(rows: list[dict], cols: list[str]) -> str:
+    """Left-aligned text, right-aligned numbers, one header line."""
+    cells = [[fmt(r.get(c)) for c in cols] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
+    numeric = [all(isinstance(r.get(c), (int, float)) or r.get(c) is None for r in rows) for c in cols]
+
+    def line(vals):
+        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric)).rstrip()
+
+    return "\n".join([line(cols), line(["-" * w for w in widths])] + [line(r) for r in cells])
+
+
+def eval_table(r: dict) -> str:
+    """The readable form of one `dse eval` result: fit first, then the speculative accounting."""
+    out = [f"{r['target']} on {r['chips']}x {r['hw']}  ({r['runtime']} runtime, {r['dtype']} weights, "
+           f"{r['kv_dtype']} KV; batch {r['batch']}, prompt {r['prompt_tokens']}, output {r['output_tokens']})"]
+    if r["draft"] != "none":
+        where = (f"on {r['draft_chips']}x {r['draft_hw']} (draft chip"
+                 f"{', overlapped' if r['overlap'] else ''})" if r["draft_hw"] else "on the target chips")
+        tree = f", tree of {r['tree_nodes']} nodes" if r.get("tree_nodes") else ""
+        out.append(f"draft {r['draft']} {where}; {r['acceptance']}; k={r['k']} ({r['k_mode']}){tree}")
+    out.append("")
+    fit = "fits" if r["fits"] else f"DOES NOT FIT: short by {r['memory_shortfall_gb']:.2f} GB"
+    out.append(f"memory       {r['memory_required_gb']:.2f} GB needed of {r['memory_capacity_gb']:.2f} GB   {fit}")
+    if r["draft"] != "none" and r["draft_memory_required_gb"]:
+        out.append(f"  draft      {r['draft_memory_required_gb']:.2f} GB (weights + KV) on a device of "
+                   f"{r['draft_memory_capacity_gb']:.2f} GB")
+    if not r["fits"]:
+        out.append("latency      - (the design does not fit; no latency is reported)")
+        return "\n".join(out)
+    out.append(f"baseline     {r['baseline_ms_per_token']:.3f} ms/token  {fmt(r['baseline_tokens_per_s'])} tok/s  "
+               f"AI {fmt(r['baseline_arithmetic_intensity'])} FLOP/B, {r['baseline_bound']}-bound")
+    if r["draft"] == "none":
+        out.append(f"TTFT         {r['ttft_ms']:.2f} ms   request {r['request_latency_ms']:.1f} ms")
+        return "\n".join(out)
+    out.append(f"speculative  {r['spec_ms_per_token']:.3f} ms/token  {fmt(r['tokens_per_s'])} tok/s  "
+               f"speedup {r['speedup']:.3f}x (bound {r['speedup_bound']:.3f}x)")
+    out.append(f"iteration    draft {r['draft_ms_per_iter']:.3f} ms (AI {fmt(r['draft_arithmetic_intensity'])}, "
+               f"{r['draft_bound']}) + verify {r['verify_ms_per_iter']:.3f} ms "
+               f"(AI {fmt(r['verify_arithmetic_intensity'])}, {r['verify_bound']}) + link "
+               f"{r['link_ms_per_iter']:.3f} ms -> {r['iter_ms']:.3f} ms")
+    alpha = "-" if r["alpha"] is None else f"{r['alpha']:.3f}"
+    out.append(f"accounting   tau {r['tau']:.3f} tokens/pass  alpha {alpha}  k {r['k']}  "
+               f"c {r['draft_cost_ratio']:.3f}  P(all k accepted) {r['p_all_accepted']:.3f}")
+    out.append(f"TTFT         {r['ttft_ms']:.2f} ms   request {r['request_latency_ms']:.1f} ms")
+    if r.get("anchor"):
+        a = r["anchor"]
+        out.append(f"anchor       baseline set to {a['baseline_ms']:.3f} ms: scaled {', '.join(a['scaled'])} "
+                   f"by {a['factor']:.3f}")
+    return "\n".join(out)

@@ -1,0 +1,338 @@
+"""Validated, SI-unit specs of database entries: devices, models and runtimes.
+
+Each field declares its YAML name, display unit, allowed range and meaning once, in
+``field(metadata=...)``; the loader, its error messages, ``dse hw show`` and ``--set`` all read
+that one table. Values are converted to SI on load (MODEL.md section 0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from .errors import MISSING, SpecError, raise_collected
+from .units import FACTOR
+
+REQUIRED = object()
+#: keys every database file may carry besides its fields
+META_KEYS = {"schema_version", "sources", "estimates", "notes"}
+
+
+class FieldInfo(NamedTuple):
+    yaml: str
+    unit: str
+    kind: str           # "float", "int", "str", "bool"
+    lo: float
+    hi: float
+    desc: str
+    lo_open: bool       # lo itself not allowed
+
+
+def num(yaml: str, unit: str = "", lo: float = 0.0, hi: float = math.inf, *, desc: str = "",
+        default: Any = REQUIRED, integer: bool = False, lo_open: bool = False):
+    """A numeric field; ``default=None`` makes it optional."""
+    info = FieldInfo(yaml, unit, "int" if integer else "float", lo, hi, desc, lo_open)
+    if default is REQUIRED:
+        return field(metadata={"spec": info})
+    return field(default=default, metadata={"spec": info})
+
+
+def text(yaml: str, *, desc: str = "", default: Any = REQUIRED, choices: tuple[str, ...] = ()):
+    info = FieldInfo(yaml, "", "str", 0, 0, desc + (f" (one of {', '.join(choices)})" if choices else ""),
+                     False)
+    meta = {"spec": info, "choices": choices}
+    if default is REQUIRED:
+        return field(metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def flag(yaml: str, *, desc: str = "", default: Any = False):
+    return field(default=default, metadata={"spec": FieldInfo(yaml, "", "bool", 0, 1, desc, False)})
+
+
+def allowed_text(info: FieldInfo) -> str:
+    """'expected a number in (0, 1]' style text for one field."""
+    if info.kind == "bool":
+        return "expected true or false"
+    if info.kind == "str":
+        return f"expected a string{': ' + info.desc if info.desc else ''}"
+    what = "an integer" if info.kind == "int" else "a number"
+    lo = "(" if info.lo_open else "["
+    hi = "inf)" if math.isinf(info.hi) else f"{info.hi:g}]"
+    unit = f" {info.unit.replace('_', '/')}" if info.unit else ""
+    return f"expected {what} in {lo}{info.lo:g}, {hi}{unit}"
+
+
+def spec_fields(cls) -> dict[str, tuple[dataclasses.Field, FieldInfo]]:
+    """YAML name -> (dataclass field, FieldInfo) for a spec class."""
+    return {f.metadata["spec"].yaml: (f, f.metadata["spec"]) for f in dataclasses.fields(cls)
+            if "spec" in f.metadata}
+
+
+def check_value(info: FieldInfo, f: dataclasses.Field, value: Any, path: str | None,
+                prefix: str = "") -> Any:
+    """Validate one display value and return it in SI; SpecError names file, field and range."""
+    name = prefix + info.yaml
+    if info.kind == "str":
+        if not isinstance(value, str) or not value:
+            raise SpecError(path, name, value, allowed_text(info))
+        choices = f.metadata.get("choices") or ()
+        if choices and value not in choices:
+            raise SpecError(path, name, value, f"expected one of {', '.join(choices)}")
+        return value
+    if info.kind == "bool":
+        if not isinstance(value, bool):
+            raise SpecError(path, name, value, allowed_text(info))
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(path, name, value, allowed_text(info))
+    if info.kind == "int" and not float(value).is_integer():
+        raise SpecError(path, name, value, allowed_text(info))
+    v = float(value)
+    if (not math.isfinite(v) or v < info.lo or (info.lo_open and v == info.lo) or v > info.hi):
+        raise SpecError(path, name, value, allowed_text(info))
+    if info.kind == "int":
+        return int(v)
+    return v * FACTOR[info.unit]
+
+
+def build(cls, raw: dict, path: str | None, *, extra_keys: set[str] = frozenset()):
+    """Validate a YAML mapping into a frozen spec; every bad field is reported at once."""
+    table = spec_fields(cls)
+    errors: list[SpecError] = []
+    kwargs: dict[str, Any] = {}
+    allowed = set(table) | META_KEYS | set(extra_keys)
+    for key in raw:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            errors.append(SpecError(path, str(key), MISSING, f"unknown field{hint} "
+                                    f"(allowed: {', '.join(sorted(table))})"))
+    for yaml_name, (f, info) in table.items():
+        if yaml_name not in raw or raw[yaml_name] is None:
+            required = f.default is dataclasses.MISSING
+            if required:
+                errors.append(SpecError(path, yaml_name, MISSING,
+                                        f"missing required field: {allowed_text(info)}"))
+            continue
+        try:
+            kwargs[f.name] = check_value(info, f, raw[yaml_name], path)
+        except SpecError as exc:
+            errors.append(exc)
+    raise_collected(errors)
+    obj = cls(**kwargs)
+    check = getattr(obj, "cross_check", None)
+    if check:
+        raise_collected(check(path))
+    return obj
+
+
+def to_display(spec) -> dict[str, Any]:
+    """Spec -> {yaml name: display value} (inverse of build)."""
+    out = {}
+    for yaml_name, (f, info) in spec_fields(type(spec)).items():
+        v = getattr(spec, f.name)
+        if v is not None and info.kind == "float":
+            v = v / FACTOR[info.unit]
+        out[yaml_name] = v
+    return out
+
+
+def override(spec, assignments: dict[str, Any], path: str = "--set"):
+    """Return ``spec`` with display-unit fields replaced (``dataclasses.replace``)."""
+    table = spec_fields(type(spec))
+    changes = {}
+    for key, value in assignments.items():
+        f, info = table[key]
+        changes[f.name] = check_value(info, f, value, path)
+    return dataclasses.replace(spec, **changes)
+
+
+_FROZEN = dict(frozen=True, slots=True, kw_only=True)
+
+
+@dataclass(**_FROZEN)
+class DeviceSpec:
+    """One accelerator (real or synthesised). SI inside; YAML keys carry display units."""
+
+    name: str = text("name", desc="lowercase-hyphen database key")
+    display_name: str = text("display_name", default="")
+    vendor: str = text("vendor", default="")
+    year: int | None = num("year", "", 1990, 2100, integer=True, default=None)
+    memory_type: str = text("memory_type", default="")
+    process_node: str = text("process_node", default="")
+    capacity_bytes: float = num("memory_capacity_gb", "gb", 0, 1e6, lo_open=True,
+                                desc="memory capacity per chip usable by software")
+    mem_bw_bytes_s: float = num("mem_bw_tb_s", "tb_s", 0, 1e5, lo_open=True,
+                                desc="peak memory bandwidth per chip")
+    peak_bf16_flop_s: float = num("peak_tflops_bf16", "tflops", 0, 1e6, lo_open=True,
+                                  desc="dense BF16 tensor FLOP/s per chip")
+    peak_fp16_flop_s: float | None = num("peak_tflops_fp16", "tflops", 0, 1e6, lo_open=True, default=None,
+                                         desc="dense FP16; absent = BF16 rate")
+    peak_fp8_flop_s: float | None = num("peak_tflops_fp8", "tflops", 0, 1e6, lo_open=True, default=None,
+                                        desc="dense FP8; absent = no native FP8 (runs at the BF16 rate)")
+    peak_int8_op_s: float | None = num("peak_tops_int8", "tops", 0, 1e6, lo_open=True, default=None,
+                                       desc="dense INT8; absent = FP8 rate, else BF16")
+    peak_fp4_flop_s: float | None = num("peak_tflops_fp4", "tflops", 0, 1e7, lo_open=True, default=None,
+                                        desc="dense FP4 (informational; int4 weights compute in BF16)")
+    sram_bytes: float = num("sram_mb", "mb", 0, 1e8, default=0.0, desc="on-chip SRAM (L2/cache/scratch)")
+    link_bw_bytes_s: float = num("link_bw_gb_s", "gb_s", 0, 1e6, default=0.0,
+                                 desc="scale-up link bandwidth per chip, both directions added")
+    link_latency_s: float = num("link_latency_us", "us", 0, 1e4, default=5e-6,
+                                desc="per-hop latency of one collective step")
+    tdp_w: float | None = num("tdp_w", "w", 0, 1e6, lo_open=True, default=None)
+    die_area_mm2: float | None = num("die_area_mm2", "mm2", 0, 1e6, lo_open=True, default=None)
+    price_usd: float | None = num("price_usd", "usd", 0, 1e8, lo_open=True, default=None)
+    mem_efficiency: float = num("mem_efficiency", "", 0, 1, lo_open=True,
+                                desc="achievable fraction of peak bandwidth (eta_m)")
+    compute_efficiency: float = num("compute_efficiency", "", 0, 1, lo_open=True,
+                                    desc="achievable fraction of peak FLOP/s (eta_c)")
+    kernel_launch_s: float | None = num("kernel_launch_us", "us", 0, 1e5, default=None,
+                                        desc="per-kernel fixed cost; absent = the runtime's")
+    step_overhead_s: float | None = num("step_overhead_us", "us", 0, 1e6, default=None,
+                                        desc="per-forward-step fixed cost; absent = the runtime's")
+    default_runtime: str = text("default_runtime", default="graphs")
+
+    def peak_flop_s(self, dtype: str) -> float:
+        """Dense FLOP/s for a weight dtype: fp8 -> FP8 rate, int8 -> INT8, int4 -> BF16 (W4A16)."""
+        bf16 = self.peak_bf16_flop_s
+        if dtype == "fp16":
+            return self.peak_fp16_flop_s or bf16
+        if dtype == "fp8":
+            return self.peak_fp8_flop_s or bf16
+        if dtype == "int8":
+            return self.peak_int8_op_s or self.peak_fp8_flop_s or bf16
+        return bf16
+
+
+@dataclass(**_FROZEN)
+class ModelSpec:
+    """A decoder-only transformer (or a draft head), by its shapes (MODEL.md section 1)."""
+
+    name: str = text("name")
+    display_name: str = text("display_name", default="")
+    family: str = text("family", default="")
+    kind: str = text("kind", default="decoder", choices=("decoder", "eagle-head", "medusa-heads"))
+    num_layers: int = num("num_layers", "", 1, 10000, integer=True)
+    hidden_size: int = num("hidden_size", "", 1, 1e6, integer=True)
+    num_attention_heads: int = num("num_attention_heads", "", 1, 1e4, integer=True)
+    num_kv_heads: int = num("num_kv_heads", "", 1, 1e4, integer=True)
+    head_dim: int = num("head_dim", "", 1, 1e4, integer=True)
+    intermediate_size: int = num("intermediate_size", "", 1, 1e7, integer=True,
+                                 desc="dense FFN width (dense layers of an MoE)")
+    vocab_size: int = num("vocab_size", "", 1, 1e7, integer=True)
+    tied_embeddings: bool = flag("tied_embeddings")
+    gated_ffn: bool = flag("gated_ffn", default=True, desc="SwiGLU/GeGLU: 3 FFN matrices, else 2")
+    num_experts: int = num("num_experts", "", 0, 1e5, integer=True, default=0)
+    experts_per_token: int = num("experts_per_token", "", 0, 1e4, integer=True, default=0)
+    shared_experts: int = num("shared_experts", "", 0, 1e3, integer=True, default=0)
+    moe_intermediate_size: int = num("moe_intermediate_size", "", 0, 1e7, integer=True, default=0,
+                                     desc="per-expert FFN width; 0 = intermediate_size")
+    first_dense_layers: int = num("first_dense_layers", "", 0, 1e4, integer=True, default=0)
+    q_lora_rank: int = num("q_lora_rank", "", 0, 1e5, integer=True, default=0)
+    kv_lora_rank: int = num("kv_lora_rank", "", 0, 1e5, integer=True, default=0,
+                            desc="MLA latent width; > 0 means an MLA cache")
+    qk_rope_head_dim: int = num("qk_rope_head_dim", "", 0, 1e4, integer=True, default=0)
+    v_head_dim: int = num("v_head_dim", "", 0, 1e4, integer=True, default=0)
+    medusa_heads: int = num("medusa_heads", "", 0, 64, integer=True, default=0)
+    max_context: int = num("max_context", "", 1, 1e8, integer=True, default=131072)
+    params_b: float | None = num("params_b", "b", 0, 1e5, lo_open=True, default=None,
+                                 desc="published total parameter count")
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    def cross_check(self, path):
+        errs = []
+        if self.num_experts and not 0 < self.experts_per_token <= self.num_experts:
+            errs.append(SpecError(path, "experts_per_token", self.experts_per_token,
+                                  f"expected an integer in [1, num_experts = {self.num_experts}]"))
+        if self.num_attention_heads % self.num_kv_heads and not self.kv_lora_rank:
+            errs.append(SpecError(path, "num_kv_heads", self.num_kv_heads,
+                                  f"must divide num_attention_heads = {self.num_attention_heads}"))
+        if self.first_dense_layers > self.num_layers:
+            errs.append(SpecError(path, "first_dense_layers", self.first_dense_layers,
+                                  f"expected an integer in [0, num_layers = {self.num_layers}]"))
+        return errs
+
+
+@dataclass(**_FROZEN)
+class RuntimeSpec:
+    """A software stack's fixed costs (MODEL.md section 2: t_launch, t_step)."""
+
+    name: str = text("name")
+    display_name: str = text("display_name", default="")
+    kernel_launch_s: float = num("kernel_launch_us", "us", 0, 1e5,
+                                 desc="fixed cost per kernel (launch, tail, sync)")
+    kernels_per_layer: float = num("kernels_per_layer", "", 0, 1e4,
+                                   desc="kernels per transformer layer per forward step")
+    step_overhead_s: float = num("step_overhead_us", "us", 0, 1e6,
+                                 desc="fixed cost per forward step (sampling, host sync)")
+    spec_overhead_s: float = num("spec_overhead_us", "us", 0, 1e6,
+                                 desc="fixed cost per speculative iteration (accept/reject, cache fix-up)")
+    ngram_draft_s: float = num("ngram_draft_us", "us", 0, 1e6, default=20e-6,
+                               desc="cost of one n-gram / prompt-lookup proposal")
+    memory_reserve_fraction: float = num("memory_reserve_fraction", "", 0, 1,
+                                         desc="capacity kept for activations and workspace")
+
+
+DRAFTER_KINDS = ("none", "model", "ngram", "early-exit", "eagle", "medusa")
+DTYPES = ("bf16", "fp16", "fp8", "int8", "int4")
+
+
+@dataclass(**_FROZEN)
+class DrafterSpec:
+    """How drafts are proposed (MODEL.md section 3). ``model`` is set for kind 'model'."""
+
+    kind: str
+    label: str                        # as the user wrote it: 'llama-3.2-1b', 'eagle', 'medusa:4'
+    model: ModelSpec | None = None
+    exit_layer: int = 0               # early-exit:L
+    heads: int = 0                    # medusa:H
+
+    @property
+    def can_use_draft_chip(self) -> bool:
+        """Only an independent model can live on a separate chip; the others need the
+        target's hidden states or cost nothing."""
+        return self.kind == "model"
+
+
+@dataclass(**_FROZEN)
+class AcceptanceSpec:
+    """Acceptance, with which alpha is meant (MODEL.md section 3).
+
+    kind 'alpha': i.i.d. conditional per-token acceptance rate (Leviathan et al. 2023);
+    kind 'per_position': conditional rates a_1..a_m for positions 1..m;
+    kind 'tau': the mean tokens emitted per target pass, as papers publish it, for the given k.
+    """
+
+    kind: str
+    alpha: float = 0.0
+    per_position: tuple[float, ...] = ()
+    tau: float = 0.0
+
+    def describe(self) -> str:
+        if self.kind == "alpha":
+            return f"alpha={self.alpha:g} (i.i.d. conditional per token)"
+        if self.kind == "per_position":
+            return "alpha per position=" + ",".join(f"{a:g}" for a in self.per_position)
+        return f"tau={self.tau:g} (given)"
+
+
+@dataclass(**_FROZEN)
+class Workload:
+    """The fixed part of an evaluation: models, drafter, acceptance, dtypes, modes."""
+
+    target: ModelSpec
+    drafter: DrafterSpec
+    acceptance: AcceptanceSpec
+    dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    temperature: float = 0.0
+    overlap: bool = False
+    tree_nodes: int = 0               # 0 = a chain of k drafts
+    k_max: int = 8                    # candidates for k = auto
