@@ -15,8 +15,17 @@ from .database import Database, load_database
 from .errors import SpecError
 from .model.arrays import DesignBatch, HardwareArrays
 from .model.evaluate import Metrics, evaluate
-from .specs import (DTYPES, AcceptanceSpec, DeviceSpec, DrafterSpec, ModelSpec, RuntimeSpec,
-                    Workload, override, spec_fields)
+from .specs import (
+    DTYPES,
+    AcceptanceSpec,
+    DeviceSpec,
+    DrafterSpec,
+    ModelSpec,
+    RuntimeSpec,
+    Workload,
+    override,
+    spec_fields,
+)
 
 #: `--set` fields that belong to the runtime rather than the device
 RUNTIME_FIELDS = ("kernels_per_layer", "spec_overhead_us", "ngram_draft_us", "memory_reserve_fraction")

@@ -127,9 +127,9 @@ def models_group():
 @click.option("--json", "as_json", is_flag=True)
 def models_list(as_json):
     """List models (name, layers, hidden, heads, parameters)."""
+    from .database import load_database
     from .model.transformer import total_params
     from .report_text import table
-    from .database import load_database
     db = load_database()
     rows = []
     for r in _entries("model", as_json):

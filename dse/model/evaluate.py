@@ -239,7 +239,7 @@ def evaluate(batch: DesignBatch, w: Workload) -> Metrics:
         K = max(K, int(batch.k.max()))
         kc = np.arange(1, K + 1)[None, :]
     Tc, Dc = _cols(T), _cols(D)
-    Bc, Sc, Pc = B[:, None], S[:, None], P[:, None]
+    Bc, Sc = B[:, None], S[:, None]
     kf = kc.astype(np.float64)
 
     # ---- verify: q = k+1, or tree nodes + 1 ----
@@ -334,7 +334,7 @@ def evaluate(batch: DesignBatch, w: Workload) -> Metrics:
 def _finish(metrics, fits, req_t, cap_t, short, req_d, cap_d) -> Metrics:
     """Attach capacity results and blank every latency of a design that does not fit."""
     out = {}
-    for name, attr, scale in METRIC_COLUMNS:
+    for name, attr, _ in METRIC_COLUMNS:
         if attr in metrics:
             v = np.asarray(metrics[attr])
             if name in LATENCY_METRICS and v.dtype.kind == "f":

@@ -1,0 +1,41 @@
+"""dse: design-space explorer for LLM-inference accelerators built around speculative decoding.
+
+The public surface; heavy modules (optuna, pandas, matplotlib) load only when used.
+
+>>> import dse
+>>> r = dse.evaluate_design(hw="h200", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=0.8, k=4)
+>>> r["fits"], r["k"]
+(True, 4)
+"""
+
+from importlib import import_module
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("dse")
+except PackageNotFoundError:  # running from a source tree
+    __version__ = "0.0.0+unknown"
+
+_LAZY = {
+    "evaluate": "dse.model.evaluate",
+    "Metrics": "dse.model.evaluate",
+    "DesignBatch": "dse.model.arrays",
+    "HardwareArrays": "dse.model.arrays",
+    "evaluate_design": "dse.api",
+    "load_database": "dse.database",
+    "Database": "dse.database",
+    "DseError": "dse.errors",
+    "SpecError": "dse.errors",
+    "load_study": "dse.study",
+    "run_study": "dse.search",
+    "sweep": "dse.sweep",
+    "pareto_mask": "dse.pareto",
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'dse' has no attribute {name!r}")

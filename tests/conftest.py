@@ -1,0 +1,20 @@
+import os
+
+import pytest
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+#: an idealised runtime and device: no fixed costs, efficiency 1, ample compute
+IDEAL = {"kernel_launch_us": 0, "step_overhead_us": 0, "spec_overhead_us": 0, "mem_efficiency": 1.0,
+         "compute_efficiency": 1.0}
+
+
+@pytest.fixture(scope="session")
+def ideal():
+    return dict(IDEAL)
+
+
+@pytest.fixture(scope="session")
+def db():
+    from dse.database import load_database
+    return load_database()
