@@ -197,6 +197,7 @@ def objectives_of(df: pd.DataFrame, objectives=None) -> list[tuple[str, str]]:
     elif isinstance(objectives, str):
         objectives = [s for s in objectives.split(",") if s.strip()]
     out: list[tuple[str, str]] = []
+    numeric = _numeric_columns(df)
     for o in objectives:
         if isinstance(o, Mapping):
             metric, direction = o.get("metric"), o.get("direction", stored.get(o.get("metric")))
@@ -213,7 +214,6 @@ def objectives_of(df: pd.DataFrame, objectives=None) -> list[tuple[str, str]]:
         if key not in _SHORT:
             raise DseError(f"objective {metric!r}: direction {direction!r}: expected one of "
                            f"min, max, minimize, maximize")
-        numeric = _numeric_columns(df)
         if metric not in numeric:
             what = "is not numeric" if metric in df.columns else "is not a column"
             raise DseError(f"objective {metric!r} {what} of the results; numeric columns: "

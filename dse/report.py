@@ -16,6 +16,7 @@ import base64
 import html
 import itertools
 import math
+import textwrap
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -203,21 +204,25 @@ def _known_points(known: pd.DataFrame | None, x: str, y: str) -> list:
     return out
 
 
-def _pair_data(df, objs, i, j, known=None) -> PairData:
+def _pairs_data(df, objs, known=None) -> list[PairData]:
+    """One PairData per pair of objectives (the all-objective front is computed once)."""
     vals, ok = da._usable(df, objs)
     dirs = da._dirs(objs)
     on_front = pareto.pareto_mask(vals, dirs, feasible=ok)
-    xy = vals[:, [i, j]]
-    pair = pareto.pareto_mask(xy, [dirs[i], dirs[j]], feasible=ok)
-    finite = np.isfinite(xy).all(axis=1)
-    bad = ~ok & finite
-    return PairData(
-        x=objs[i][0], y=objs[j][0], dx=dirs[i], dy=dirs[j],
-        feasible=_sample(xy[ok & ~on_front], MAX_SCATTER),
-        infeasible=_sample(xy[bad], MAX_SCATTER, seed=1),
-        front=_step_order(xy[on_front]), pair_front=_step_order(xy[pair]),
-        n_feasible=int(ok.sum()), n_infeasible=int((~ok).sum()),
-        known=_known_points(known, objs[i][0], objs[j][0]), all_objectives=len(objs) == 2)
+    out = []
+    for i, j in itertools.combinations(range(len(objs)), 2):
+        xy = vals[:, [i, j]]
+        pair = on_front if len(objs) == 2 else pareto.pareto_mask(xy, [dirs[i], dirs[j]],
+                                                                     feasible=ok)
+        bad = ~ok & np.isfinite(xy).all(axis=1)
+        out.append(PairData(
+            x=objs[i][0], y=objs[j][0], dx=dirs[i], dy=dirs[j],
+            feasible=_sample(xy[ok & ~on_front], MAX_SCATTER),
+            infeasible=_sample(xy[bad], MAX_SCATTER, seed=1),
+            front=_step_order(xy[on_front]), pair_front=_step_order(xy[pair]),
+            n_feasible=int(ok.sum()), n_infeasible=int((~ok).sum()),
+            known=_known_points(known, objs[i][0], objs[j][0]), all_objectives=len(objs) == 2))
+    return out
 
 
 def _draft_groups(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
@@ -290,6 +295,13 @@ def _new_figure(w: float, h: float):
     return fig
 
 
+def _suptitle(fig, what: str, title: str) -> None:
+    """``what`` on the first line, the workload below, wrapped to the figure width."""
+    width = max(40, int(fig.get_figwidth() * 12))
+    lines = [textwrap.fill(line, width) for line in f"{what}\n{title}".split("\n")]
+    fig.suptitle("\n".join(lines), fontsize=9)
+
+
 def _auto_log(ax, which: str, *arrays) -> None:
     vals = np.concatenate([np.asarray(a, dtype=float).ravel() for a in arrays if np.size(a)]
                           or [np.empty(0)])
@@ -310,7 +322,7 @@ def _step(ax, xy: np.ndarray, dx: str, **kw) -> None:
 
 def _draw_pair(ax, d: PairData) -> None:
     if d.infeasible.size:
-        ax.scatter(d.infeasible[:, 0], d.infeasible[:, 1], s=6, marker="x", c=GREY, alpha=0.3,
+        ax.scatter(d.infeasible[:, 0], d.infeasible[:, 1], s=6, marker="x", c=GREY, alpha=0.45,
                    linewidths=0.6, label=f"infeasible ({d.n_infeasible:,})", rasterized=True)
     if d.feasible.size:
         ax.scatter(d.feasible[:, 0], d.feasible[:, 1], s=8, marker="o", c=OKABE_ITO[0],
@@ -321,14 +333,17 @@ def _draw_pair(ax, d: PairData) -> None:
         ax.plot(d.front[:, 0], d.front[:, 1], ls="none", marker="D", ms=4.5,
                 color=OKABE_ITO[3], label=f"Pareto front ({len(d.front)})")
     else:
-        _step(ax, d.pair_front, d.dx, color=OKABE_ITO[2], lw=1.4, ls="--",
+        _step(ax, d.pair_front, d.dx, color=OKABE_ITO[2], lw=1.4, ls="--", zorder=4,
               label=f"front of this pair ({len(d.pair_front)})")
         ax.plot(d.front[:, 0], d.front[:, 1], ls="none", marker="D", ms=4,
                 color=OKABE_ITO[3], label=f"front, all objectives ({len(d.front)})")
+    offsets = [(6, 4), (6, -11), (-6, 4), (-6, -11)]
     for n, (label, x, y) in enumerate(d.known):
         ax.plot([x], [y], ls="none", marker=MARKERS[(n + 7) % len(MARKERS)], ms=9,
                 mfc="white", mec="black", mew=1.4, label=label if n < 8 else None)
-        ax.annotate(label, (x, y), xytext=(5, 4), textcoords="offset points", fontsize=7)
+        dx, dy = offsets[n % 4]
+        ax.annotate(label, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=7,
+                    ha="left" if dx > 0 else "right")
     _auto_log(ax, "x", d.feasible[:, 0], d.front[:, 0])
     _auto_log(ax, "y", d.feasible[:, 1], d.front[:, 1])
     ax.set_xlabel(f"{axis_label(d.x)}, {_arrow(d.dx)}")
@@ -344,7 +359,7 @@ def _figure_fronts(pairs: list[PairData], title: str):
     fig = _new_figure(5.6 * cols, 4.6 * rows + 0.5)
     for k, d in enumerate(pairs):
         _draw_pair(fig.add_subplot(rows, cols, k + 1), d)
-    fig.suptitle(f"Pareto front — {title}", fontsize=10)
+    _suptitle(fig, "Pareto front", title)
     return fig
 
 
@@ -358,12 +373,18 @@ def _figure_speedup(svb: pd.DataFrame, title: str):
     ax.axhline(1.0, color=GREY, ls=":", lw=1, label="no speedup")
     b = svb["batch"].to_numpy(dtype=float)
     if b.size and np.nanmin(b) > 0 and np.nanmax(b) / np.nanmin(b) >= 8:
+        from matplotlib.ticker import NullFormatter
+
+        ticks = np.unique(b[np.isfinite(b)])
         ax.set_xscale("log", base=2)
+        if ticks.size <= 12:
+            ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+            ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("batch size (sequences)")
     ax.set_ylabel("speedup over plain decoding (×)")
     ax.grid(True, lw=0.4, alpha=0.5)
     ax.legend(fontsize=7, loc="best")
-    fig.suptitle(f"Speedup against batch size — {title}", fontsize=10)
+    _suptitle(fig, "Speedup against batch size", title)
     return fig
 
 
@@ -383,9 +404,9 @@ def _figure_draft(d: DraftData, title: str):
     ax.set_xlabel(f"{axis_label(d.x)}, {_arrow(d.dx)}")
     ax.set_ylabel(f"{axis_label(d.y)}, {_arrow(d.dy)}")
     ax.grid(True, lw=0.4, alpha=0.5)
-    leg_title = ("HV over all {} objectives, shared reference".format(d.n_objectives))
+    leg_title = f"HV over all {d.n_objectives} objectives, shared reference"
     ax.legend(fontsize=7, title=leg_title, title_fontsize=7, loc="best")
-    fig.suptitle(f"Draft chip vs no draft chip — {title}", fontsize=10)
+    _suptitle(fig, "Draft chip vs no draft chip", title)
     return fig
 
 
@@ -405,7 +426,7 @@ def _figure_importance(importances: Mapping[str, Mapping[str, float]], title: st
         ax.set_xlabel("importance")
         ax.tick_params(axis="y", labelsize=7)
         ax.grid(True, axis="x", lw=0.4, alpha=0.5)
-    fig.suptitle(f"Parameter importance per objective — {title}", fontsize=10)
+    _suptitle(fig, "Parameter importance per objective", title)
     return fig
 
 
@@ -423,7 +444,7 @@ def _figure_history(curves, title: str):
     ax.legend(fontsize=7, loc="lower right",
               title="reference: " + ", ".join(f"{k} = {v:.4g}" for k, v in ref.items()),
               title_fontsize=6)
-    fig.suptitle(f"Hypervolume against trial — {title}", fontsize=10)
+    _suptitle(fig, "Hypervolume against trial", title)
     return fig
 
 
@@ -483,7 +504,6 @@ def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     title = workload_title(df)
-    short = title.replace("\n", "; ")
     say = progress or (lambda msg: None)
     made: list[tuple[Path, str, str]] = []   # (path, heading, caption)
 
@@ -497,8 +517,7 @@ def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None 
     with _rc():
         if len(objs) >= 2:
             say("figure: Pareto front")
-            pairs = [_pair_data(df, objs, i, j, known_parts)
-                     for i, j in itertools.combinations(range(len(objs)), 2)]
+            pairs = _pairs_data(df, objs, known_parts)
             sampled = any(p.n_feasible > MAX_SCATTER for p in pairs)
             save(_figure_fronts(pairs, title), "front.png", "Pareto front",
                  f"{ok.sum():,} feasible of {len(df):,} designs; {n_front} on the front "
@@ -514,8 +533,8 @@ def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None 
             say("figure: speedup against batch size")
             save(_figure_speedup(speedup_vs_batch, title), "speedup_vs_batch.png",
                  "Speedup against batch size",
-                 "Speculative-decoding speedup over plain decoding for the front's best designs;"
-                 " speedup falls once the verify pass leaves the memory-bound regime.")
+                 "Speculative-decoding speedup over plain decoding against batch size for the "
+                 "designs given (dotted line: no speedup).")
         draft = _draft_data(df, objs)
         if draft is not None:
             say("figure: draft chip vs no draft chip")

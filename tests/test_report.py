@@ -1,0 +1,126 @@
+"""dse.report: figures are real PNGs and index.html is self-contained."""
+
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dse import report
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def results(n=400, objectives=2, seed=0):
+    rng = np.random.default_rng(seed)
+    lat = rng.uniform(2, 30, n)
+    draft = rng.random(n) > 0.5
+    df = pd.DataFrame({
+        "study": "toy", "trial": np.arange(n), "state": "COMPLETE",
+        "sampler": np.where(np.arange(n) % 2, "NSGAIISampler", "RandomSampler"),
+        "params_mem_bw_tb_s": rng.uniform(1, 8, n), "params_num_chips": rng.integers(1, 9, n),
+        "params_draft_chip_enabled": draft,
+        "spec_ms_per_token": np.where(rng.random(n) < 0.1, np.nan, lat * (1 - 0.2 * draft)),
+        "cost_usd": 2e5 / lat + rng.uniform(0, 5e3, n) + 4e3 * draft,
+        "power_w": rng.uniform(200, 900, n),
+        "alpha": 0.8, "tau": 3.36, "k": 4, "draft_cost_ratio": 0.05,
+        "speedup": rng.uniform(1, 3, n),
+    })
+    df["fits"] = df["spec_ms_per_token"].notna()
+    df["feasible"] = df["fits"] & (df["power_w"] <= 800)
+    objs = [{"metric": "spec_ms_per_token", "direction": "minimize"},
+            {"metric": "cost_usd", "direction": "minimize"},
+            {"metric": "power_w", "direction": "minimize"}][:objectives]
+    df.attrs["dse"] = {"schema_version": 1, "dse_version": "0.0.test", "objectives": objs,
+                       "constraints": [{"metric": "power_w", "max": 800}],
+                       "tech_fingerprint": "abc",
+                       "study": {"name": "toy <study>", "objectives": objs,
+                                 "workload": {"target": "llama-3.1-70b", "draft": "llama-1b",
+                                              "batch": 8, "alpha": 0.8}}}
+    return df
+
+
+class Collector(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.imgs, self.external, self.tables = [], [], 0
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "img":
+            self.imgs.append(a.get("src", ""))
+        if tag == "table":
+            self.tables += 1
+        if tag in ("script", "link", "iframe"):   # no JS at all; CSS only inline
+            self.external.append((tag, a))
+        for key in ("src", "href"):
+            if (a.get(key) or "").startswith(("http:", "https:", "//")):
+                self.external.append((tag, a[key]))
+
+
+@pytest.mark.parametrize("objectives", [2, 3])
+def test_write_report(tmp_path, objectives):
+    df = results(objectives=objectives)
+    known = pd.DataFrame({"name": ["H100", "H200"], "spec_ms_per_token": [12.0, 9.0],
+                          "cost_usd": [3.0e4, 3.5e4], "power_w": [700, 700]})
+    svb = pd.DataFrame({"design": np.repeat(["trial 3", "trial 7"], 5),
+                        "batch": np.tile([1, 4, 16, 64, 256], 2),
+                        "speedup": [2.8, 2.5, 1.9, 1.2, 0.9, 2.4, 2.3, 2.0, 1.5, 1.1]})
+    imp = {"spec_ms_per_token": {"params_mem_bw_tb_s": 0.7, "params_num_chips": 0.3},
+           "cost_usd": {"params_mem_bw_tb_s": 0.4, "params_num_chips": 0.6}}
+    messages = []
+    out = report.write_report(df, tmp_path / "rep", known_parts=known, speedup_vs_batch=svb,
+                              importances=imp, progress=messages.append)
+    names = sorted(Path(p).name for p in out["figures"])
+    assert names == ["draft_chip.png", "front.png", "hypervolume.png", "importance.png",
+                     "speedup_vs_batch.png"]
+    for p in out["figures"]:
+        data = Path(p).read_bytes()
+        assert data.startswith(PNG) and len(data) > 5000
+    assert len(messages) >= 5
+    text = Path(out["html"]).read_text(encoding="utf-8")
+    parser = Collector()
+    parser.feed(text)
+    assert len(parser.imgs) == 5
+    assert all(src.startswith("data:image/png;base64,") for src in parser.imgs)
+    assert parser.external == []
+    assert parser.tables == 2                    # study summary + front table
+    assert "toy &lt;study&gt;" in text           # escaped
+    assert "spec_ms_per_token (ms/token)" in text
+    assert "matplotlib.pyplot" not in sys.modules
+
+
+def test_write_report_minimal(tmp_path):
+    """No optional inputs, no draft column, no trial column: front figure and table only."""
+    df = results().drop(columns=["params_draft_chip_enabled", "trial"])
+    out = report.write_report(df, tmp_path)
+    assert [Path(p).name for p in out["figures"]] == ["front.png"]
+    assert Path(out["html"]).exists()
+
+
+def test_front_table(tmp_path):
+    df = results()
+    t = report.front_table(df, None, top=3)
+    assert len(t) <= 3
+    assert list(t.columns) == ["trial", "params_mem_bw_tb_s", "params_num_chips",
+                               "params_draft_chip_enabled", "spec_ms_per_token", "cost_usd",
+                               "alpha", "tau", "k", "draft_cost_ratio", "speedup"]
+    assert t["spec_ms_per_token"].is_monotonic_increasing
+
+
+@pytest.mark.parametrize("col, unit", [
+    ("spec_ms_per_token", "ms/token"), ("cost_usd", "USD"), ("power_w", "W"),
+    ("die_area_mm2", "mm²"), ("mem_bw_tb_s", "TB/s"), ("memory_capacity_gb", "GB"),
+    ("params_mem_bw_tb_s", "TB/s"), ("tokens_per_s", "tokens/s"), ("ttft_ms", "ms"),
+    ("draft_ms_per_iter", "ms/iter"), ("peak_tflops", "TFLOP/s"), ("speedup", "×"),
+    ("alpha", ""), ("k", ""), ("draft_cost_ratio", "")])
+def test_units(col, unit):
+    assert report.unit_of(col) == unit
+
+
+def test_workload_title():
+    t = report.workload_title(results())
+    assert "llama-3.1-70b" in t and "α = 0.8" in t and "τ = 3.36" in t and "k = 4" in t
+    assert report.workload_title(pd.DataFrame({"x": [1]})) == "dse results"
