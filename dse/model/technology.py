@@ -1,0 +1,359 @@
+"""Synthesising a hypothetical chip from knobs (MODEL.md section 5).
+
+Pure numpy, vectorised over designs: every function takes 1-D arrays (one element per design,
+or broadcastable scalars) and the technology constants (``dse.techdb.TechConstants`` and its
+``memory_table()`` / ``node_table()``), and returns arrays. No per-design Python branches; the
+one Python ``if`` is on a global constant (the yield model). Every constant comes from
+``hardware_db/technology/*.yaml`` (see ``dse.techdb``); the only literals here are pi, 8 bits
+per byte and the display->SI factors of the knobs (TFLOP/s 1e12, MB 1e6, GB/s 1e9, as in
+``dse/units.py``).
+
+Knob semantics (``synthesize_chip``):
+- ``memory_stacks`` counts HBM stacks for ``hbm`` types and devices (GDDR x32 device, LPDDR x64
+  package) for ``device`` types; ``stack_height`` applies to HBM only and is ignored otherwise.
+- memory type ``sram``: the chip has no external memory. Capacity is the on-die SRAM (``sram_mb``)
+  and bandwidth is ``sram_mb`` x the type's bandwidth per MB; ``memory_stacks`` and
+  ``stack_height`` are ignored (no PHY, no shoreline, no memory price: the SRAM is paid for as
+  silicon area).
+- the same function serves a draft chip (for example an SRAM-only draft accelerator): there is
+  no separate ``synthesize_draft_chip``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:   # type names only: importing dse.techdb would pull in yaml
+    from dse.techdb import MemoryTable, NodeTable, TechConstants
+
+_BITS_PER_BYTE = 8.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChipArrays:
+    """A batch of synthesised chips: one element per design, SI units.
+
+    float64 unless stated: ``num_dies`` and ``memory_units`` are int64 counts, ``shoreline_ok``
+    and ``stack_height_ok`` are bool feasibility flags (a design that fails them still gets its
+    numbers; the caller turns the flags into constraints).
+    """
+
+    mem_bw_bytes_s: np.ndarray        # peak memory bandwidth (HBM/GDDR/LPDDR, or SRAM)
+    capacity_bytes: np.ndarray        # memory capacity (SRAM capacity for type sram)
+    peak_bf16_flop_s: np.ndarray      # dense BF16
+    peak_fp8_flop_s: np.ndarray       # dense FP8 = fp8_per_bf16 x BF16
+    sram_bytes: np.ndarray            # on-die SRAM
+    link_bw_bytes_s: np.ndarray       # scale-up link, both directions added
+    memory_units: np.ndarray          # int64: stacks / devices actually attached (0 for sram)
+    stack_height_ok: np.ndarray       # bool: the HBM height is one the type allows
+    compute_area_mm2: np.ndarray
+    sram_area_mm2: np.ndarray
+    phy_area_mm2: np.ndarray
+    die_area_mm2: np.ndarray          # total silicon over all dies, incl. fixed and die-to-die
+    num_dies: np.ndarray              # int64: dies needed to stay within the reticle
+    area_per_die_mm2: np.ndarray
+    shoreline_need_mm: np.ndarray
+    shoreline_avail_mm: np.ndarray
+    shoreline_ok: np.ndarray          # bool: the stacks / devices fit the dies' memory edges
+    dies_per_wafer: np.ndarray        # gross dies per wafer (floored)
+    yield_fraction: np.ndarray        # per die
+    silicon_cost_usd: np.ndarray
+    memory_cost_usd: np.ndarray
+    packaging_cost_usd: np.ndarray
+    cost_usd: np.ndarray              # silicon + memory + packaging (manufacturing, not price)
+    compute_power_w: np.ndarray
+    memory_power_w: np.ndarray
+    static_power_w: np.ndarray
+    link_power_w: np.ndarray
+    power_w: np.ndarray               # design (TDP-like) power, see ``power_w``
+
+    @property
+    def n(self) -> int:
+        return int(self.cost_usd.shape[0])
+
+    def take(self, idx) -> ChipArrays:
+        """Rows ``idx`` (an int, slice, index array or mask) as a new ChipArrays."""
+        idx = np.atleast_1d(np.arange(self.n)[idx])
+        return ChipArrays(**{f.name: getattr(self, f.name)[idx] for f in fields(self)})
+
+
+# -- memory -------------------------------------------------------------------------------
+
+def memory_units(mem: MemoryTable, memory_idx, memory_stacks) -> np.ndarray:
+    """Stacks or devices attached: ``memory_stacks``, or 0 for memory type ``sram``.
+
+    Args:
+        mem: memory lookup table. memory_idx: (n,) int memory codes.
+        memory_stacks: (n,) stacks (HBM) or devices / packages (GDDR, LPDDR).
+    Returns:
+        (n,) int64.
+    """
+    return np.where(mem.is_sram[memory_idx], 0, memory_stacks).astype(np.int64)
+
+
+def memory_bandwidth_bytes_s(mem: MemoryTable, memory_idx, units, sram_bytes) -> np.ndarray:
+    """Peak memory bandwidth, bytes/s (MODEL.md section 5: "from the memory table").
+
+    BW = units x bw_per_unit (product rate per stack / device, hardware.md 1.1-1.2), or for
+    memory type sram BW = sram_bytes x bw_per_byte (DERIVED from Groq's 80 TB/s over 230 MB).
+    """
+    return np.where(mem.is_sram[memory_idx],
+                    sram_bytes * mem.sram_bw_bytes_s_per_byte[memory_idx],
+                    units * mem.bw_bytes_s[memory_idx])
+
+
+def memory_capacity_bytes(mem: MemoryTable, memory_idx, units, stack_height, sram_bytes
+                          ) -> np.ndarray:
+    """Memory capacity, bytes.
+
+    HBM: units x stack_height x bytes_per_layer (e.g. HBM3E 24 Gb dies: 8-high = 24 GB/stack);
+    GDDR / LPDDR: units x bytes_per_device (stack_height ignored); SRAM: sram_bytes.
+    """
+    per_unit = np.where(mem.is_hbm[memory_idx],
+                        stack_height * mem.bytes_per_layer[memory_idx],
+                        mem.bytes_per_device[memory_idx])
+    return np.where(mem.is_sram[memory_idx], sram_bytes, units * per_unit)
+
+
+def stack_height_ok(mem: MemoryTable, memory_idx, stack_height) -> np.ndarray:
+    """True where the HBM stack height is one the memory type lists (always True otherwise)."""
+    h = np.asarray(stack_height)
+    in_range = (h >= 0) & (h < mem.height_allowed.shape[1]) & (h == np.round(h))
+    hi = np.clip(np.round(h), 0, mem.height_allowed.shape[1] - 1).astype(np.int64)
+    allowed = mem.height_allowed[memory_idx, hi]
+    return np.where(mem.is_hbm[memory_idx], in_range & allowed, True)
+
+
+def memory_cost_usd(mem: MemoryTable, memory_idx, capacity_bytes) -> np.ndarray:
+    """External memory cost = $/byte x capacity (hardware.md 1.3, all ESTIMATES).
+
+    Zero for memory type sram: on-die SRAM is paid for through its silicon area.
+    """
+    return mem.usd_per_byte[memory_idx] * capacity_bytes
+
+
+# -- area ---------------------------------------------------------------------------------
+
+def compute_area_mm2(nodes: NodeTable, node_idx, peak_bf16_flop_s) -> np.ndarray:
+    """Compute area = dense BF16 FLOP/s / (FLOP/s per mm^2 at the node) (hardware.md 2.3)."""
+    return peak_bf16_flop_s / nodes.flop_s_per_mm2[node_idx]
+
+
+def sram_area_mm2(nodes: NodeTable, node_idx, sram_bytes) -> np.ndarray:
+    """SRAM area = bytes / usable macro density at the node (hardware.md 2.1)."""
+    return sram_bytes / nodes.sram_bytes_per_mm2[node_idx]
+
+
+def phy_area_mm2(mem: MemoryTable, memory_idx, units) -> np.ndarray:
+    """Memory PHY + controller area = units x area per stack / device (hardware.md 2.2 ESTIMATE)."""
+    return units * mem.phy_area_mm2[memory_idx]
+
+
+def split_dies(base_area_mm2, reticle_limit_mm2: float, d2d_area_mm2_per_die: float
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Dies needed and total silicon when one die would exceed the reticle (MODEL.md section 5).
+
+    base = compute + SRAM + PHY + fixed area. If base <= reticle: 1 die of area base. Otherwise
+    num_dies = ceil(base / (reticle - d2d)) and every die also carries a die-to-die interface,
+    so total = base + num_dies x d2d and each die (total / num_dies) stays within the reticle.
+
+    Returns:
+        (num_dies int64 (n,), total silicon mm^2 (n,)).
+    """
+    base = np.asarray(base_area_mm2, dtype=np.float64)
+    multi = np.ceil(base / (reticle_limit_mm2 - d2d_area_mm2_per_die))
+    num = np.where(base <= reticle_limit_mm2, 1.0, np.maximum(multi, 2.0))
+    total = base + np.where(num > 1, num * d2d_area_mm2_per_die, 0.0)
+    return num.astype(np.int64), total
+
+
+def shoreline_mm(mem: MemoryTable, memory_idx, units, area_per_die_mm2, num_dies,
+                 aspect_ratio: float, memory_edges_per_die: int) -> tuple[np.ndarray, np.ndarray]:
+    """Die edge the memory needs and the edge available (MODEL.md section 5 "shoreline").
+
+    need = units x shoreline per stack / device. Each die is taken as a rectangle of the given
+    long/short aspect ratio (the reticle's 33:26), with memory on ``memory_edges_per_die`` long
+    edges: avail = num_dies x edges x sqrt(area_per_die x aspect). Multi-die chips join their
+    dies along the short edges (B200-style), so every die keeps its long edges.
+
+    Returns:
+        (need_mm, avail_mm), each (n,).
+    """
+    need = units * mem.shoreline_mm[memory_idx]
+    avail = num_dies * memory_edges_per_die * np.sqrt(area_per_die_mm2 * aspect_ratio)
+    return need, avail
+
+
+# -- yield and cost -----------------------------------------------------------------------
+
+def dies_per_wafer(die_area_mm2, wafer_diameter_mm: float) -> np.ndarray:
+    """Gross dies per wafer with the standard edge-loss term, floored.
+
+    DPW = pi (d/2)^2 / A - pi d / sqrt(2 A)   (d wafer diameter, A die area, both in mm).
+    """
+    a = np.asarray(die_area_mm2, dtype=np.float64)
+    d = wafer_diameter_mm
+    gross = np.pi * (d / 2.0) ** 2 / a - np.pi * d / np.sqrt(2.0 * a)
+    return np.maximum(np.floor(gross), 0.0)
+
+
+def yield_fraction(die_area_mm2, defects_per_mm2, model: str) -> np.ndarray:
+    """Fraction of good dies (MODEL.md section 5), with x = D0 x A:
+
+    Poisson: Y = exp(-x).  Murphy: Y = ((1 - exp(-x)) / x)^2 (-> 1 as x -> 0).
+    ``model`` is the global ``yield_model`` constant (nodes.yaml).
+    """
+    x = np.asarray(defects_per_mm2 * np.asarray(die_area_mm2, dtype=np.float64))
+    if model == "poisson":
+        return np.exp(-x)
+    if model == "murphy":
+        safe = np.where(x > 0, x, 1.0)
+        return np.where(x > 0, (-np.expm1(-safe) / safe) ** 2, 1.0)
+    raise ValueError(f"yield model {model!r}: expected 'murphy' or 'poisson'")
+
+
+def silicon_cost_usd(wafer_cost_usd, dpw, yield_frac, num_dies) -> np.ndarray:
+    """Silicon = num_dies x wafer cost / (dies per wafer x yield) (cost per good die)."""
+    return num_dies * wafer_cost_usd / (dpw * yield_frac)
+
+
+def packaging_cost_usd(tech: TechConstants, is_hbm, units, num_dies, die_area_mm2) -> np.ndarray:
+    """Packaging and test, USD (MODEL.md section 5 "packaging"; every constant an ESTIMATE):
+
+    cost = base (substrate, assembly)
+         + interposer_base        if the chip has HBM or several dies (CoWoS-style)
+         + per_hbm_stack x HBM stacks + per_extra_die x (num_dies - 1)
+         + test_per_mm2 x silicon area
+    The H100-class split follows stratrix's ~$750 packaging and ~$920 test (hardware.md 1.3).
+    """
+    stacks = np.where(is_hbm, units, 0)
+    interposer = (stacks > 0) | (num_dies > 1)
+    return (tech.packaging_base_usd + np.where(interposer, tech.interposer_base_usd, 0.0)
+            + tech.packaging_usd_per_hbm_stack * stacks
+            + tech.packaging_usd_per_extra_die * (num_dies - 1)
+            + tech.test_usd_per_mm2 * die_area_mm2)
+
+
+# -- power --------------------------------------------------------------------------------
+
+def power_w(tech: TechConstants, *, peak_bf16_flop_s, j_per_flop, mem_bw_bytes_s, j_per_bit,
+            die_area_mm2, static_w_per_mm2, link_bw_bytes_s
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Design power (a TDP-like figure), W (MODEL.md section 5):
+
+    P = u_tdp x FLOP/s x J/FLOP          (dense BF16 GEMM at the utilisation a TDP is sized for)
+      + BW x 8 x J/bit                   (memory at full peak bandwidth)
+      + static W/mm^2 x silicon area     (leakage and always-on logic)
+      + link BW x 8 x link J/bit         (scale-up SerDes at full rate)
+
+    It is the sustained package power with compute at ``tdp_compute_utilization`` of peak and
+    memory and links saturated at once: a sizing figure comparable to a vendor TDP, not a
+    measured draw, and higher than what memory-bound decode burns.
+
+    Returns:
+        (total, compute, memory, static, link), each (n,).
+    """
+    compute = tech.tdp_compute_utilization * peak_bf16_flop_s * j_per_flop
+    memory = mem_bw_bytes_s * _BITS_PER_BYTE * j_per_bit
+    static = static_w_per_mm2 * die_area_mm2
+    link = link_bw_bytes_s * _BITS_PER_BYTE * tech.link_j_per_bit
+    return compute + memory + static + link, compute, memory, static, link
+
+
+# -- the whole chip -----------------------------------------------------------------------
+
+def synthesize_chip(tech: TechConstants, *, node_idx, peak_tflops, memory_idx, memory_stacks,
+                    stack_height, sram_mb, link_bw_gb_s) -> ChipArrays:
+    """Synthesise chips from knobs (MODEL.md section 5), vectorised over designs.
+
+    Args:
+        tech: technology constants (``dse.techdb.load_technology``).
+        node_idx: (n,) int codes into ``tech.node_names``.
+        peak_tflops: (n,) dense BF16 TFLOP/s per chip.
+        memory_idx: (n,) int codes into ``tech.memory_names``.
+        memory_stacks: (n,) HBM stacks, or GDDR / LPDDR devices; ignored for ``sram``.
+        stack_height: (n,) HBM stack height (dies per stack); ignored for non-HBM types.
+        sram_mb: (n,) on-die SRAM, MB (for type ``sram`` it is also the memory).
+        link_bw_gb_s: (n,) scale-up link bandwidth, GB/s, both directions added.
+        Scalars broadcast against the arrays.
+
+    Returns:
+        ChipArrays of length n.
+
+    Raises:
+        ValueError: a negative or non-finite knob, or a non-integer code.
+    """
+    mem, nodes = tech.memory_table(), tech.node_table()
+    node_idx, peak_tflops, memory_idx, memory_stacks, stack_height, sram_mb, link_bw_gb_s = (
+        np.atleast_1d(a) for a in np.broadcast_arrays(
+            node_idx, peak_tflops, memory_idx, memory_stacks, stack_height, sram_mb,
+            link_bw_gb_s))
+    _check_knobs(node_idx=node_idx, memory_idx=memory_idx, peak_tflops=peak_tflops,
+                 memory_stacks=memory_stacks, stack_height=stack_height, sram_mb=sram_mb,
+                 link_bw_gb_s=link_bw_gb_s)
+    node_idx = node_idx.astype(np.int64)
+    memory_idx = memory_idx.astype(np.int64)
+
+    # knobs in SI; the display->SI factors are the units table's (1e12, 1e6, 1e9)
+    peak_bf16 = peak_tflops.astype(np.float64) * 1e12
+    sram_bytes = sram_mb.astype(np.float64) * 1e6
+    link_bw = link_bw_gb_s.astype(np.float64) * 1e9
+    height = stack_height.astype(np.float64)
+
+    units = memory_units(mem, memory_idx, memory_stacks)
+    bw = memory_bandwidth_bytes_s(mem, memory_idx, units, sram_bytes)
+    cap = memory_capacity_bytes(mem, memory_idx, units, height, sram_bytes)
+    h_ok = stack_height_ok(mem, memory_idx, height)
+
+    a_compute = compute_area_mm2(nodes, node_idx, peak_bf16)
+    a_sram = sram_area_mm2(nodes, node_idx, sram_bytes)
+    a_phy = phy_area_mm2(mem, memory_idx, units)
+    base = a_compute + a_sram + a_phy + tech.fixed_die_area_mm2
+    num_dies, total = split_dies(base, tech.reticle_limit_mm2, tech.d2d_area_mm2_per_die)
+    per_die = total / num_dies
+    need, avail = shoreline_mm(mem, memory_idx, units, per_die, num_dies,
+                               tech.die_aspect_ratio, tech.memory_edges_per_die)
+
+    dpw = dies_per_wafer(per_die, tech.wafer_diameter_mm)
+    y = yield_fraction(per_die, nodes.defects_per_mm2[node_idx], tech.yield_model)
+    c_si = silicon_cost_usd(nodes.wafer_cost_usd[node_idx], dpw, y, num_dies)
+    c_mem = memory_cost_usd(mem, memory_idx, cap)
+    c_pkg = packaging_cost_usd(tech, mem.is_hbm[memory_idx], units, num_dies, total)
+
+    p_total, p_compute, p_mem, p_static, p_link = power_w(
+        tech, peak_bf16_flop_s=peak_bf16, j_per_flop=nodes.j_per_flop[node_idx],
+        mem_bw_bytes_s=bw, j_per_bit=mem.j_per_bit[memory_idx], die_area_mm2=total,
+        static_w_per_mm2=nodes.static_w_per_mm2[node_idx], link_bw_bytes_s=link_bw)
+
+    f64 = np.float64
+    return ChipArrays(
+        mem_bw_bytes_s=bw.astype(f64), capacity_bytes=cap.astype(f64),
+        peak_bf16_flop_s=peak_bf16, peak_fp8_flop_s=peak_bf16 * tech.fp8_per_bf16,
+        sram_bytes=sram_bytes, link_bw_bytes_s=link_bw, memory_units=units,
+        stack_height_ok=np.asarray(h_ok, dtype=bool),
+        compute_area_mm2=a_compute.astype(f64), sram_area_mm2=a_sram.astype(f64),
+        phy_area_mm2=a_phy.astype(f64), die_area_mm2=total, num_dies=num_dies,
+        area_per_die_mm2=per_die, shoreline_need_mm=need.astype(f64), shoreline_avail_mm=avail,
+        shoreline_ok=need <= avail, dies_per_wafer=dpw, yield_fraction=y,
+        silicon_cost_usd=c_si, memory_cost_usd=c_mem.astype(f64),
+        packaging_cost_usd=c_pkg.astype(f64), cost_usd=(c_si + c_mem + c_pkg).astype(f64),
+        compute_power_w=p_compute, memory_power_w=p_mem.astype(f64), static_power_w=p_static,
+        link_power_w=p_link, power_w=p_total.astype(f64),
+    )
+
+
+def _check_knobs(*, node_idx, memory_idx, **values) -> None:
+    counts = (("node_idx", node_idx), ("memory_idx", memory_idx),
+              ("memory_stacks", values["memory_stacks"]))
+    for name, idx in counts:
+        idx = np.asarray(idx, dtype=np.float64)
+        if not np.all(idx == np.round(idx)):
+            raise ValueError(f"{name}: expected integers, got {idx[idx != np.round(idx)][:5]!r}")
+    for name, v in values.items():
+        v = np.asarray(v, dtype=np.float64)
+        bad = ~np.isfinite(v) | (v < 0)
+        if np.any(bad):
+            raise ValueError(f"{name}: expected finite values >= 0, got {v[bad][:5]!r}")
