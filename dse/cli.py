@@ -80,6 +80,94 @@ def eval_cmd(as_json, **kwargs):
     click.echo(json.dumps(result, indent=2) if as_json else eval_table(result))
 
 
+@main.command("run")
+@click.argument("study_file", type=click.Path(dir_okay=False))
+@click.option("--n-trials", type=int, default=None, help="Total trials of the study (resumes up to it).")
+@click.option("--sampler", default=None, help="nsga2|nsga3|tpe|gp|random|qmc (default: the study's).")
+@click.option("--seed", type=int, default=None)
+@click.option("--storage", default=None, help="Optuna storage URL or journal file; ':memory:' for none.")
+@click.option("--out", default=None, help="Parquet file (default: the study's output).")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def run_cmd(study_file, n_trials, sampler, seed, storage, out, quiet):
+    """Search a study with Optuna; write Parquet and print the front."""
+    from .search import run_study
+    from .study import load_study
+    study = load_study(study_file)
+    res = run_study(study, n_trials=n_trials, sampler=sampler, seed=seed, storage=storage, out=out,
+                    progress=not quiet)
+    _print_front(res.frame, study, f"{res.path} ({len(res.frame)} trials, {res.n_new} new; storage {res.storage})")
+    if res.interrupted:
+        click.echo("interrupted: finished trials are kept; run the same command again to resume", err=True)
+        sys.exit(130)
+
+
+@main.command("sweep")
+@click.argument("study_file", type=click.Path(dir_okay=False))
+@click.option("--points", type=int, default=None, help="Grid points per continuous knob.")
+@click.option("--shard", default=None, help="I/N: evaluate this slice only (or SLURM_ARRAY_TASK_ID/COUNT).")
+@click.option("--out", default=None, help="Dataset directory (default: <output>-sweep/).")
+@click.option("--chunk-size", type=int, default=None, help="Rows per part file (bounds memory).")
+@click.option("--quiet", is_flag=True)
+def sweep_cmd(study_file, points, shard, out, chunk_size, quiet):
+    """Evaluate the exhaustive grid of a study's space into a Parquet dataset."""
+    from .study import load_study
+    from .sweep import DEFAULT_CHUNK, parse_shard, sweep
+    study = load_study(study_file)
+    res = sweep(study, points=points, shard=parse_shard(shard) if shard else None, out=out,
+                chunk_size=chunk_size or DEFAULT_CHUNK, progress=not quiet)
+    click.echo(f"{res.out_dir}: {res.rows_written} of {res.total_points} grid points in {len(res.parts)} part "
+               f"files (shard {res.shard[0]}/{res.shard[1]})")
+
+
+@main.command("pareto")
+@click.argument("path", type=click.Path(exists=True))
+@click.option("--objective", "objectives", multiple=True, metavar="METRIC:min|max",
+              help="Objectives (default: the study's). Repeat for each.")
+@click.option("--where", default=None, help="pandas query applied first, e.g. 'chips <= 2'.")
+@click.option("--top", type=int, default=None, help="Show the first N front rows.")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--csv", "as_csv", is_flag=True)
+def pareto_cmd(path, objectives, where, top, as_json, as_csv):
+    """The non-dominated front of a results file or sweep directory."""
+    from .analysis import front, load_results, objectives_of
+    from .report import front_table
+    df = load_results(path)
+    objs = objectives_of(df, list(objectives) or None)
+    fr = front(df, objs, where=where)
+    table = front_table(fr, objs, top=top)
+    if as_json:
+        click.echo(table.to_json(orient="records", indent=2))
+    elif as_csv:
+        click.echo(table.to_csv(index=False), nl=False)
+    else:
+        click.echo(f"{len(fr)} designs on the front of {len(df)} ({', '.join(f'{m} {d}' for m, d in objs)})")
+        click.echo(table.to_string(index=False))
+
+
+@main.command("report")
+@click.argument("path", type=click.Path(exists=True))
+@click.option("--out", default=None, help="Output directory (default: <path>-report/).")
+@click.option("--quiet", is_flag=True)
+def report_cmd(path, out, quiet):
+    """PNG figures and a self-contained HTML page for a results file or dataset."""
+    from .reporting import build_report
+    res = build_report(path, out=out, progress=not quiet)
+    click.echo(f"{res['html']} ({len(res['figures'])} figures)")
+
+
+def _print_front(df, study, header: str):
+    from .analysis import front
+    from .report import front_table
+    objs = [(o.metric, o.direction) for o in study.objectives]
+    fr = front(df, objs)
+    click.echo(header)
+    acc = study.acceptance.describe() if study.drafter.kind != "none" else "no drafter"
+    click.echo(f"front: {len(fr)} of {int(df['feasible'].sum())} feasible designs; draft {study.drafter.label}, "
+               f"{acc}")
+    cols = front_table(fr, objs, top=20)
+    click.echo(cols.to_string(index=False))
+
+
 def _entries(kind: str, as_json: bool):
     from .database import load_database
     from .specs import to_display

@@ -50,13 +50,15 @@ def allreduce_time_s(nbytes, chips, link_bw_bytes_s, link_latency_s):
 
 def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_bytes: float,
               act_bytes: float = 2.0, layers: int | None = None, lm_head: bool = True,
-              step_overhead: bool = True) -> StepCost:
+              step_overhead: bool = True, weight_bw_factor: float = 1.0) -> StepCost:
     """step(model, device, B, q, S): B sequences, q new tokens each, S tokens cached.
 
     Linear: F = 2*N_active*B*q (+ LM head at every position), bytes = weights touched.
     Attention: bytes = B*L*(S+q)*kv_per_token (read the cache, write the new tokens),
     F = 4*h*d_h*L * B*q*(S + (q+1)/2) (causal: the i-th new token sees S+i tokens).
-    Each part: max(F/(P*eta_c), bytes/(BW*eta_m)); parts add. Fixed: L*kernels*t_launch +
+    Each part: max(F/(P*eta_c), bytes/(BW*eta_m)); parts add; weight bytes stream at
+    BW*eta_m*``weight_bw_factor`` (transformer.WEIGHT_BW_FACTOR: the dequantisation cost of
+    weight-only int8/int4; 1.0 for bf16). Fixed: L*kernels*t_launch +
     t_step. Tensor parallel over t chips divides F and bytes and adds 2 all-reduces of
     B*q*d*b_act bytes per layer (MODEL.md section 2). ``hw`` is any object with the
     HardwareArrays attributes (1-D, or 2-D columns for k sweeps).
@@ -74,7 +76,7 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     flops_att = tf.attention_flops_per_token_per_ctx(m, L) * T * (S + 0.5 * (q + 1.0)) / t
     flop_s = hw.peak_flop_s * hw.compute_efficiency
     byte_s = hw.mem_bw_bytes_s * hw.mem_efficiency
-    lin_c, lin_m = flops_lin / flop_s, bytes_lin / byte_s
+    lin_c, lin_m = flops_lin / flop_s, bytes_lin / (byte_s * weight_bw_factor)
     att_c, att_m = flops_att / flop_s, bytes_att / byte_s
     fixed = L * hw.kernels_per_layer * hw.kernel_launch_s
     if step_overhead:

@@ -1,0 +1,158 @@
+"""Knob values (arrays, one row per design) -> hardware columns and a DesignBatch.
+
+The step between a study and the physics: categorical knobs become integer codes that
+index database and technology tables, chips are synthesised from technology knobs
+(MODEL.md section 5) or gathered from known parts (section 6), and the workload sizes
+and k ride along as arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .database import Database
+from .model.arrays import DesignBatch, HardwareArrays
+from .model.technology import synthesize_chip
+from .specs import DeviceSpec, RuntimeSpec
+from .study import StudySpec
+from .techdb import TechConstants
+
+_NAN = float("nan")
+
+
+@dataclass(frozen=True)
+class Designs:
+    """A DesignBatch plus the per-design hardware columns for results (display units)."""
+
+    batch: DesignBatch
+    hardware: dict[str, np.ndarray]
+
+
+def knob_arrays(study: StudySpec, params: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+    """Every knob (searched from ``params``, fixed from the study) as an array of length n."""
+    out = {}
+    for k in study.knobs:
+        if k.searched:
+            out[k.name] = np.asarray(params[k.name])
+        else:
+            out[k.name] = np.full(n, k.fixed, dtype=object if k.kind == "cat" else None)
+    return out
+
+
+def _codes(values, index_of) -> np.ndarray:
+    """Categorical names -> integer codes into a table, looking up each distinct name once."""
+    uniq, inverse = np.unique(np.asarray(values).astype(str), return_inverse=True)
+    return np.array([index_of(u) for u in uniq], dtype=np.int64)[inverse]
+
+
+def _device_table(devs: list[DeviceSpec], dtype: str) -> dict[str, np.ndarray]:
+    def col(fn):
+        return np.array([_NAN if fn(d) is None else fn(d) for d in devs], dtype=np.float64)
+    return {
+        "capacity_bytes": col(lambda d: d.capacity_bytes), "mem_bw_bytes_s": col(lambda d: d.mem_bw_bytes_s),
+        "peak_flop_s": col(lambda d: d.peak_flop_s(dtype)), "peak_bf16_flop_s": col(lambda d: d.peak_bf16_flop_s),
+        "mem_efficiency": col(lambda d: d.mem_efficiency), "compute_efficiency": col(lambda d: d.compute_efficiency),
+        "link_bw_bytes_s": col(lambda d: d.link_bw_bytes_s), "link_latency_s": col(lambda d: d.link_latency_s),
+        "die_area_mm2": col(lambda d: d.die_area_mm2), "cost_usd": col(lambda d: d.price_usd),
+        "power_w": col(lambda d: d.tdp_w),
+        "kernel_launch_s": col(lambda d: d.kernel_launch_s), "step_overhead_s": col(lambda d: d.step_overhead_s),
+    }
+
+
+def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db: Database,
+               tech: TechConstants, rt: RuntimeSpec) -> tuple[HardwareArrays, dict[str, np.ndarray]]:
+    """One chip group (target_chip_* or draft_chip_* knobs) -> HardwareArrays and SI columns."""
+    def get(key, default=None):
+        return knobs.get(prefix + key, default)
+
+    chips = np.asarray(get("chips", np.ones(n)), dtype=np.int64)
+    if prefix + "device" in knobs:
+        names = np.asarray(knobs[prefix + "device"]).astype(str)
+        uniq, code = np.unique(names, return_inverse=True)
+        table = _device_table([db.device(u) for u in uniq], dtype)
+        col = {k: v[code] for k, v in table.items()}
+        link_bw = np.asarray(get("link_bw_gb_s"), dtype=np.float64) * 1e9 if prefix + "link_bw_gb_s" in knobs \
+            else col["link_bw_bytes_s"]
+        launch = np.where(np.isnan(col["kernel_launch_s"]), rt.kernel_launch_s, col["kernel_launch_s"])
+        step = np.where(np.isnan(col["step_overhead_s"]), rt.step_overhead_s, col["step_overhead_s"])
+        cost_chip, power_chip = col["cost_usd"], col["power_w"]
+        area, peak_bf16 = col["die_area_mm2"], col["peak_bf16_flop_s"]
+        cap, bw, peak = col["capacity_bytes"], col["mem_bw_bytes_s"], col["peak_flop_s"]
+        eff_m, eff_c, lat = col["mem_efficiency"], col["compute_efficiency"], col["link_latency_s"]
+        buildable = np.ones(n, dtype=bool)
+    else:
+        node = _codes(get("process_node"), tech.node_index)
+        mem = _codes(get("memory"), tech.memory_index)
+        chip = synthesize_chip(tech, node_idx=node, peak_tflops=np.asarray(get("peak_tflops"), dtype=np.float64),
+                               memory_idx=mem, memory_stacks=np.asarray(get("memory_stacks"), dtype=np.float64),
+                               stack_height=np.asarray(get("stack_height"), dtype=np.float64),
+                               sram_mb=np.asarray(get("sram_mb"), dtype=np.float64),
+                               link_bw_gb_s=np.asarray(get("link_bw_gb_s"), dtype=np.float64))
+        cap, bw = chip.capacity_bytes, chip.mem_bw_bytes_s
+        peak_bf16 = chip.peak_bf16_flop_s
+        peak = chip.peak_fp8_flop_s if dtype in ("fp8", "int8") else chip.peak_bf16_flop_s
+        link_bw = chip.link_bw_bytes_s
+        eff_m = np.asarray(get("mem_efficiency"), dtype=np.float64)
+        eff_c = np.asarray(get("compute_efficiency"), dtype=np.float64)
+        lat = np.asarray(get("link_latency_us"), dtype=np.float64) * 1e-6
+        launch, step = np.full(n, rt.kernel_launch_s), np.full(n, rt.step_overhead_s)
+        cost_chip, power_chip, area = chip.cost_usd, chip.power_w, chip.die_area_mm2
+        buildable = chip.shoreline_ok & chip.stack_height_ok
+    hw = HardwareArrays(chips=chips, capacity_bytes=cap, mem_bw_bytes_s=bw, peak_flop_s=peak,
+                        mem_efficiency=eff_m, compute_efficiency=eff_c, link_bw_bytes_s=link_bw,
+                        link_latency_s=lat, kernel_launch_s=launch, kernels_per_layer=rt.kernels_per_layer,
+                        step_overhead_s=step, spec_overhead_s=rt.spec_overhead_s, ngram_draft_s=rt.ngram_draft_s,
+                        memory_reserve_fraction=rt.memory_reserve_fraction)
+    cols = {"capacity_bytes": cap, "mem_bw_bytes_s": bw, "peak_bf16_flop_s": peak_bf16, "die_area_mm2": area,
+            "chip_cost_usd": cost_chip, "chip_power_w": power_chip, "chips": chips, "buildable": buildable}
+    return hw, cols
+
+
+def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: Database,
+                  tech: TechConstants) -> Designs:
+    """Knob arrays -> DesignBatch and hardware result columns (display units)."""
+    kn = knob_arrays(study, params, n)
+    rt = db.runtime(study.runtime)
+    target, tc = chip_group("target_chip_", kn, n, study.dtype, db, tech, rt)
+    has_draft = "draft_chip_enabled" in kn
+    on = np.asarray(kn["draft_chip_enabled"], dtype=bool) if has_draft else np.zeros(n, dtype=bool)
+    if has_draft and (on.any() or study.knob("draft_chip_enabled").searched):
+        draft, dc = chip_group("draft_chip_", kn, n, study.dtype, db, tech, rt)
+    else:
+        draft, dc = target, None
+    k = np.asarray(kn["k"], dtype=np.int64) if "k" in kn else np.zeros(n, dtype=np.int64)
+    batch = DesignBatch(target=target, draft=draft, draft_on_chip=on,
+                        draft_link_bw_bytes_s=draft.link_bw_bytes_s, draft_link_latency_s=draft.link_latency_s,
+                        batch=kn["batch"], prompt_tokens=kn["prompt_tokens"], output_tokens=kn["output_tokens"], k=k)
+    chips = tc["chips"]
+    hwcols = {
+        "chips": chips,
+        "mem_bw_tb_s": tc["mem_bw_bytes_s"] / 1e12,
+        "memory_capacity_gb": tc["capacity_bytes"] / 1e9,
+        "peak_tflops": tc["peak_bf16_flop_s"] / 1e12,
+        "die_area_mm2": tc["die_area_mm2"],
+        "chip_cost_usd": tc["chip_cost_usd"],
+        "chip_power_w": tc["chip_power_w"],
+    }
+    if dc is not None:
+        hwcols.update({
+            "draft_chips": np.where(on, dc["chips"], 0),
+            "draft_mem_bw_tb_s": np.where(on, dc["mem_bw_bytes_s"] / 1e12, _NAN),
+            "draft_memory_capacity_gb": np.where(on, dc["capacity_bytes"] / 1e9, _NAN),
+            "draft_peak_tflops": np.where(on, dc["peak_bf16_flop_s"] / 1e12, _NAN),
+            "draft_die_area_mm2": np.where(on, dc["die_area_mm2"], _NAN),
+            "draft_chip_cost_usd": np.where(on, dc["chip_cost_usd"], _NAN),
+            "draft_chip_power_w": np.where(on, dc["chip_power_w"], _NAN),
+        })
+        d_cost = np.where(on, dc["chip_cost_usd"] * dc["chips"], 0.0)
+        d_power = np.where(on, dc["chip_power_w"] * dc["chips"], 0.0)
+        d_area = np.where(on, dc["die_area_mm2"] * dc["chips"], 0.0)
+    else:
+        d_cost = d_power = d_area = 0.0
+    hwcols["buildable"] = tc["buildable"] & (~on | dc["buildable"]) if dc is not None else tc["buildable"]
+    hwcols["cost_usd"] = tc["chip_cost_usd"] * chips + d_cost
+    hwcols["power_w"] = tc["chip_power_w"] * chips + d_power
+    hwcols["total_die_area_mm2"] = tc["die_area_mm2"] * chips + d_area
+    return Designs(batch=batch, hardware=hwcols)

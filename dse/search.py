@@ -1,0 +1,257 @@
+"""Optuna multi-objective search over a study's knobs, with batched ask/tell.
+
+One vectorised evaluation serves a whole batch (for NSGA-II/III, one population). Every
+trial gets its constraint values (memory fit first, then the study's) before it is told, and
+finite objective values even when the design does not fit (Optuna 5 turns NaN into FAIL).
+The sampler and its seed are always explicit and recorded. Re-running resumes: n_trials is
+the study's total. The Parquet file is rebuilt from every COMPLETE trial by re-evaluating
+their parameters (the model is deterministic), so it always matches the storage.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .database import Database, load_database
+from .designs import build_designs
+from .errors import DseError, SpecError
+from .frame import BASE_CONSTRAINTS, constraint_values, metric_table, results_frame
+from .model.evaluate import evaluate
+from .store import study_metadata, write_parquet
+from .study import SAMPLERS, StudySpec, load_study
+from .techdb import load_technology
+
+#: objective value given to Optuna where a metric is undefined (the design does not fit);
+#: the memory constraint already marks such trials infeasible
+PENALTY = 1e18
+
+
+@dataclass
+class RunResult:
+    frame: pd.DataFrame
+    path: Path
+    n_new: int
+    storage: str
+    interrupted: bool = False
+
+
+def workload_of(study: StudySpec):
+    from .specs import Workload
+    return Workload(target=study.target, drafter=study.drafter, acceptance=study.acceptance, dtype=study.dtype,
+                    kv_dtype=study.kv_dtype, temperature=study.temperature, overlap=study.overlap,
+                    tree_nodes=study.tree_nodes,
+                    k_max=min(study.k_max, study.drafter.heads) if study.drafter.kind == "medusa" else study.k_max)
+
+
+def evaluate_params(study: StudySpec, params: dict[str, np.ndarray], n: int, db: Database, tech):
+    """Knob arrays -> (Designs, Metrics): the one vectorised evaluation per batch."""
+    designs = build_designs(study, params, n, db, tech)
+    return designs, evaluate(designs.batch, workload_of(study))
+
+
+def distributions(study: StudySpec) -> dict:
+    import optuna.distributions as od
+    out = {}
+    for k in study.searched:
+        if k.choices:
+            out[k.name] = od.CategoricalDistribution(list(k.choices))
+        elif k.kind == "int":
+            out[k.name] = od.IntDistribution(int(k.low), int(k.high), log=k.log, step=int(k.step or 1))
+        else:
+            out[k.name] = od.FloatDistribution(k.low, k.high, log=k.log, step=k.step)
+    return out
+
+
+def make_sampler(name: str, seed: int, population: int, n_objectives: int):
+    """The sampler, always with its seed (Optuna 5's default multi-objective sampler is TPE).
+    NSGA-III and QMC are marked experimental by Optuna; that warning is silenced here."""
+    import optuna
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return _sampler(name, seed, population)
+
+
+def _sampler(name: str, seed: int, population: int):
+    import optuna
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(population_size=population, seed=seed)
+    if name == "nsga3":
+        return optuna.samplers.NSGAIIISampler(population_size=population, seed=seed)
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "qmc":
+        return optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True, seed=seed)
+    if name == "gp":
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise SpecError(None, "sampler", "gp", "needs PyTorch: pip install 'dse[gp]' (or pick nsga2, tpe, ...)") from None
+        return optuna.samplers.GPSampler(seed=seed)
+    raise SpecError(None, "sampler", name, f"expected one of {', '.join(SAMPLERS)}")
+
+
+def resolve_storage(study: StudySpec, storage: str | None, out: Path):
+    """None/null: a journal file beside the output; ':memory:'; a database URL; or a file path."""
+    import optuna
+    from optuna.storages.journal import JournalFileBackend
+    url = storage if storage is not None else study.storage
+    if url is None:
+        url = str(out.with_suffix(".journal"))
+    if url == ":memory:":
+        return None, url
+    if "://" in url:
+        return optuna.storages.RDBStorage(url), url
+    Path(url).parent.mkdir(parents=True, exist_ok=True)
+    return optuna.storages.JournalStorage(JournalFileBackend(url)), url
+
+
+def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sampler: str | None = None,
+              seed: int | None = None, storage: str | None = None, out: str | Path | None = None,
+              progress: bool = True, db: Database | None = None) -> RunResult:
+    """Create or resume the Optuna study, run it to ``n_trials`` in total, write Parquet."""
+    import optuna
+    from optuna.trial import TrialState
+    if not isinstance(study, StudySpec):
+        study = load_study(study, db=db)
+    db = db or load_database()
+    tech = load_technology(db.root)
+    if study.technology:
+        tech = tech.with_overrides(study.technology, where=study.path)
+    n_trials = study.n_trials if n_trials is None else n_trials
+    if n_trials < 1:
+        raise SpecError(None, "--n-trials", n_trials, "expected an integer >= 1")
+    sampler_name = sampler or study.sampler
+    seed = study.seed if seed is None else seed
+    out = Path(out or study.output)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    store, storage_url = resolve_storage(study, storage, out)
+    directions = [o.direction for o in study.objectives]
+    opt_sampler = make_sampler(sampler_name, seed, study.batch_size, len(directions))
+    ostudy = optuna.create_study(study_name=study.name, storage=store, directions=directions, sampler=opt_sampler,
+                                 load_if_exists=True)
+    if [d.name.lower() for d in ostudy.directions] != directions:
+        raise DseError(f"{storage_url}: study {study.name!r} exists with directions "
+                       f"{[d.name.lower() for d in ostudy.directions]}, the study file asks for {directions}; "
+                       "use another name or --storage")
+    runs = list(ostudy.user_attrs.get("dse_runs", []))
+    done = [t for t in ostudy.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    for t in ostudy.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
+        ostudy.tell(t.number, state=TrialState.FAIL)      # left by an interrupted run; never counted
+    first = len(ostudy.get_trials(deepcopy=False))
+    if not runs or runs[-1]["sampler"] != sampler_name or runs[-1]["seed"] != seed:
+        runs.append({"sampler": sampler_name, "seed": seed, "first_trial": first})
+        ostudy.set_user_attr("dse_runs", runs)
+    dists = distributions(study)
+    names = [k.name for k in study.searched]
+    remaining = max(0, n_trials - len(done))
+    told = 0
+    interrupted = False
+    bar = _Progress(n_trials, len(done), enabled=progress)
+    try:
+        while told < remaining:
+            b = min(study.batch_size, remaining - told)
+            trials = []
+            try:
+                for _ in range(b):
+                    trials.append(ostudy.ask(dists))
+                params = {nm: np.array([t.params[nm] for t in trials]) for nm in names}
+                designs, metrics = evaluate_params(study, params, b, db, tech)
+                cols = metric_table(designs, metrics)
+                cons = constraint_values(cols, study)
+                values = _finite_objectives(cols, study)
+            except KeyboardInterrupt:
+                for t in trials:
+                    ostudy.tell(t, state=TrialState.FAIL)
+                raise
+            pending = list(range(b))
+            try:
+                while pending:
+                    i = pending[0]
+                    _set_constraints(trials[i], cons[i], study)
+                    ostudy.tell(trials[i], values[i].tolist())
+                    pending.pop(0)
+            except KeyboardInterrupt:       # evaluated already: tell the rest, keep them all
+                for i in pending:
+                    _set_constraints(trials[i], cons[i], study)
+                    ostudy.tell(trials[i], values[i].tolist())
+                raise
+            told += b
+            bar.update(b)
+    except KeyboardInterrupt:
+        interrupted = True
+    bar.close()
+    df = study_frame(study, ostudy, db, tech, runs)
+    meta = study_metadata(study, db, tech, sampler=sampler_name, seed=seed, storage=storage_url, runs=runs)
+    write_parquet(df, out, meta)
+    return RunResult(frame=df, path=out, n_new=told, storage=storage_url, interrupted=interrupted)
+
+
+def _set_constraints(trial, values: np.ndarray, study: StudySpec) -> None:
+    """Every constraint on every trial before tell (a trial without them counts as feasible)."""
+    names = BASE_CONSTRAINTS + tuple(c.metric for c in study.constraints)
+    for name, v in zip(names, values, strict=True):
+        if name not in trial.constraints:
+            trial.set_constraint(name, float(v))
+
+
+def _finite_objectives(cols, study) -> np.ndarray:
+    vals = []
+    for o in study.objectives:
+        v = np.asarray(cols[o.metric], dtype=np.float64)
+        bad = PENALTY if o.direction == "minimize" else -PENALTY
+        vals.append(np.where(np.isfinite(v), v, bad))
+    return np.stack(vals, axis=1)
+
+
+def study_frame(study: StudySpec, ostudy, db, tech, runs) -> pd.DataFrame:
+    """Every COMPLETE trial, re-evaluated in one batch, as the results DataFrame."""
+    from optuna.trial import TrialState
+    trials = sorted(ostudy.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda t: t.number)
+    n = len(trials)
+    params = {k.name: np.array([t.params[k.name] for t in trials]) for k in study.searched}
+    designs, metrics = evaluate_params(study, params, n, db, tech)
+    numbers = np.array([t.number for t in trials], dtype=np.int64)
+    starts = [r["first_trial"] for r in runs]
+    which = np.searchsorted(np.array(starts), numbers, side="right") - 1
+    df = results_frame(study, designs, metrics, params, trial=numbers, sampler="", seed=None,
+                       datetime_start=[t.datetime_start for t in trials],
+                       datetime_complete=[t.datetime_complete for t in trials])
+    df["sampler"] = pd.array([runs[max(w, 0)]["sampler"] for w in which], dtype="string")
+    df["seed"] = pd.array([runs[max(w, 0)]["seed"] for w in which], dtype="Int64")
+    return df
+
+
+class _Progress:
+    """A one-line progress bar on stderr (silent with --quiet or when disabled)."""
+
+    def __init__(self, total: int, done: int, enabled: bool):
+        self.total, self.done, self.enabled = total, done, enabled
+        self._draw()
+
+    def _draw(self):
+        if not self.enabled:
+            return
+        width = 30
+        filled = int(width * self.done / max(self.total, 1))
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} trials")
+        sys.stderr.flush()
+
+    def update(self, n: int):
+        self.done += n
+        self._draw()
+
+    def close(self):
+        if self.enabled:
+            sys.stderr.write("\n")
+
+
+logging.getLogger("optuna").setLevel(logging.WARNING)

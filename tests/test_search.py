@@ -1,0 +1,111 @@
+"""dse run: Parquet schema and metadata, determinism, resume without loss or duplicates, Pareto flags."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from dse.search import run_study
+from dse.study import load_study
+
+QUICK = Path(__file__).parent.parent / "studies" / "quickstart.yaml"
+
+
+def small_study(tmp_path, n_trials=96, **search):
+    raw = yaml.safe_load(QUICK.read_text())
+    raw["search"].update(n_trials=n_trials, batch_size=32, **search)
+    raw["output"] = str(tmp_path / "q.parquet")
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    p = tmp_path / "quick.yaml"
+    p.write_text(yaml.safe_dump(raw))
+    return load_study(p)
+
+
+def test_parquet_schema_dtypes_and_metadata(tmp_path):
+    s = small_study(tmp_path)
+    res = run_study(s, storage=":memory:", progress=False)
+    df = pd.read_parquet(res.path)
+    assert len(df) == 96
+    assert df["trial"].dtype == np.int64 and df["fits"].dtype == bool
+    assert str(df["study"].dtype).startswith(("string", "str"))
+    assert df["params_target_chip_chips"].dtype == np.int64
+    assert df["params_target_chip_peak_tflops"].dtype == np.float64
+    assert str(df["datetime_start"].dtype) == "datetime64[us, UTC]"
+    assert str(df["pareto_rank"].dtype) == "Int64" and str(df["is_pareto"].dtype) == "boolean"
+    for col in ("spec_ms_per_token", "baseline_ms_per_token", "speedup", "k", "alpha", "tau", "cost_usd",
+                "power_w", "die_area_mm2", "mem_bw_tb_s", "memory_capacity_gb", "memory_shortfall_gb", "state",
+                "sampler", "seed", "draft_cost_ratio"):
+        assert col in df.columns
+    meta = json.loads(pq.read_schema(res.path).metadata[b"dse"])
+    assert meta["schema_version"] == 1 and meta["study"]["name"] == "quickstart"
+    assert meta["objectives"] == [{"metric": "spec_ms_per_token", "direction": "minimize"},
+                                  {"metric": "cost_usd", "direction": "minimize"}]
+    assert meta["sampler"] == "nsga2" and meta["seed"] == 0 and len(meta["tech_fingerprint"]) == 16
+    assert (df["sampler"] == "nsga2").all() and (df["seed"] == 0).all()
+    # designs that do not fit have a shortfall and no latency
+    nofit = df[~df["fits"]]
+    assert (nofit["memory_shortfall_gb"] > 0).all() and nofit["spec_ms_per_token"].isna().all()
+
+
+def test_same_seed_same_rows(tmp_path):
+    a = run_study(small_study(tmp_path / "a"), storage=":memory:", progress=False).frame
+    b = run_study(small_study(tmp_path / "b"), storage=":memory:", progress=False).frame
+    cols = [c for c in a.columns if not c.startswith("datetime")]
+    pd.testing.assert_frame_equal(a[cols], b[cols])
+
+
+def test_resume_continues_without_loss_or_duplicates(tmp_path):
+    s = small_study(tmp_path)
+    journal = str(tmp_path / "q.journal")
+    first = run_study(s, n_trials=64, storage=journal, progress=False)
+    assert len(first.frame) == 64
+    second = run_study(s, n_trials=128, storage=journal, progress=False)
+    assert second.n_new == 64 and len(second.frame) == 128
+    assert second.frame["trial"].is_unique
+    # the first 64 trials are unchanged
+    pd.testing.assert_series_equal(first.frame["params_target_chip_peak_tflops"],
+                                   second.frame["params_target_chip_peak_tflops"].iloc[:64])
+    again = run_study(s, n_trials=128, storage=journal, progress=False)
+    assert again.n_new == 0 and len(again.frame) == 128
+
+
+def test_interrupted_batch_keeps_finished_trials(tmp_path, monkeypatch):
+    import dse.search as search
+    s = small_study(tmp_path)
+    journal = str(tmp_path / "q.journal")
+    calls = {"n": 0}
+    real = search.evaluate_params
+
+    def flaky(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+    monkeypatch.setattr(search, "evaluate_params", flaky)
+    res = run_study(s, n_trials=128, storage=journal, progress=False)
+    assert res.interrupted and res.n_new == 64
+    monkeypatch.setattr(search, "evaluate_params", real)
+    res = run_study(s, n_trials=128, storage=journal, progress=False)
+    assert len(res.frame) == 128 and res.frame["trial"].is_unique
+
+
+def test_pareto_flags_match_brute_force(tmp_path):
+    df = run_study(small_study(tmp_path, n_trials=160), storage=":memory:", progress=False).frame
+    feas = df[df["feasible"]]
+    v = feas[["spec_ms_per_token", "cost_usd"]].to_numpy()
+    dominated = ((v[None, :, :] <= v[:, None, :]).all(-1) & (v[None, :, :] < v[:, None, :]).any(-1)).any(1)
+    np.testing.assert_array_equal(feas["is_pareto"].to_numpy(bool), ~dominated)
+    assert df.loc[~df["feasible"], "is_pareto"].isna().all()
+    assert (feas.loc[feas["is_pareto"], "pareto_rank"] == 0).all()
+    # every constraint holds on the front
+    assert (feas.loc[feas["is_pareto"], "power_w"] <= 1000).all()
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random", "qmc", "nsga3"])
+def test_other_samplers_run(tmp_path, sampler):
+    res = run_study(small_study(tmp_path, n_trials=40, sampler=sampler), storage=":memory:", progress=False)
+    assert len(res.frame) == 40 and (res.frame["sampler"] == sampler).all()
