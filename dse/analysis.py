@@ -396,3 +396,24 @@ def hypervolume_history(df: pd.DataFrame, objectives=None, reference=None, order
         "hypervolume": np.asarray(hvs, dtype=np.float64)})
     out.attrs["reference"] = dict(zip([m for m, _ in objs], ref.tolist(), strict=True))
     return out
+
+
+# --------------------------------------------------------------------------- known parts
+
+def known_parts(df_or_study, devices=("h100-sxm", "h200", "b200", "mi300x"), chips=(1, 2, 4, 8)) -> pd.DataFrame:
+    """Known devices on the study's workload, each at the fewest of ``chips`` that fit.
+
+    Args:
+        df_or_study: results (:func:`load_results`; the study is rebuilt from their metadata)
+            or a :class:`dse.study.StudySpec`.
+
+    Returns:
+        One row per device with the results' metric columns plus ``name`` ("h100-sxm x2"),
+        ``device`` and ``note``; see :func:`dse.reporting.known_parts`.
+    """
+    from dse import reporting
+    study = reporting.study_from_results(df_or_study) if isinstance(df_or_study, pd.DataFrame) else df_or_study
+    return reporting.known_parts(study, devices=devices, chips=chips)
+
+
+__all__ += ["known_parts"]

@@ -44,7 +44,7 @@ DRAFT_COLUMN = "params_draft_chip_enabled"
 
 # --------------------------------------------------------------------------- labels
 
-_UNITS = {"ms": "ms", "us": "µs", "s": "s", "usd": "USD", "w": "W", "mm2": "mm²",
+_UNITS = {"ms": "ms", "us": "µs", "s": "s", "usd": "USD", "kusd": "kUSD", "w": "W", "mm2": "mm²", "cm2": "cm²",
           "tb_s": "TB/s", "gb_s": "GB/s", "gb": "GB", "mb": "MB", "tflops": "TFLOP/s",
           "tops": "TOP/s", "pj": "pJ", "j": "J"}
 
@@ -70,9 +70,11 @@ def unit_of(column: str) -> str:
     name = column.removeprefix("params_")
     if name == "speedup" or name.endswith("_speedup"):
         return "×"
+    if name.endswith("arithmetic_intensity"):
+        return "FLOP/B"
     if "_per_" in name:
         left, right = name.rsplit("_per_", 1)
-        num = _suffix_unit(left) or left.rsplit("_", 1)[-1]
+        num = unit_of(left) or left.rsplit("_", 1)[-1]      # tokens_per_s_per_kusd: tokens/s/kUSD
         return f"{num}/{_UNITS.get(right, right)}"
     return _suffix_unit(name) or ""
 
@@ -277,6 +279,8 @@ def _history_data(df, objs) -> list[tuple[str, pd.DataFrame]] | None:
     """[(label, hypervolume_history)], one curve per sampler when several share the file."""
     if "trial" not in df.columns or not da._usable(df, objs)[1].any():
         return None
+    if "sampler" in df.columns and df["sampler"].eq("grid").all():   # a sweep: no trial order
+        return None
     ref = da.hypervolume_reference(df, objs)
     if "sampler" in df.columns and df["sampler"].nunique(dropna=True) > 1:
         return [(str(name), da.hypervolume_history(g, objs, reference=ref))
@@ -302,12 +306,38 @@ def _suptitle(fig, what: str, title: str) -> None:
     fig.suptitle("\n".join(lines), fontsize=9)
 
 
+#: a positive axis spanning more than this ratio is drawn on a log scale
+LOG_RATIO = 20.0
+
+
 def _auto_log(ax, which: str, *arrays) -> None:
     vals = np.concatenate([np.asarray(a, dtype=float).ravel() for a in arrays if np.size(a)]
                           or [np.empty(0)])
     vals = vals[np.isfinite(vals)]
-    if vals.size and vals.min() > 0 and vals.max() / vals.min() > 100:
+    if vals.size and vals.min() > 0 and vals.max() / vals.min() > LOG_RATIO:
         (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+        axis = ax.xaxis if which == "x" else ax.yaxis
+        axis.set_major_formatter(_plain_log_formatter())
+        axis.set_minor_formatter(_plain_log_formatter())
+
+
+def _tick(v: float) -> str:
+    """Compact tick text: 2000 -> '2000', 40000 -> '40k', 3e6 -> '3M', 0.05 -> '0.05'."""
+    for above, unit, suffix in ((1e9, 1e9, "G"), (1e6, 1e6, "M"), (1e4, 1e3, "k")):
+        if abs(v) >= above:
+            return f"{v / unit:g}{suffix}"
+    return f"{v:g}"
+
+
+def _plain_log_formatter():
+    """matplotlib's choice of which log ticks to label, with plain numbers instead of 10^x."""
+    from matplotlib.ticker import LogFormatterSciNotation
+
+    class PlainLog(LogFormatterSciNotation):
+        def __call__(self, x, pos=None):
+            return _tick(x) if super().__call__(x, pos) else ""
+
+    return PlainLog()
 
 
 def _arrow(d: str) -> str:
@@ -344,12 +374,27 @@ def _draw_pair(ax, d: PairData) -> None:
         dx, dy = offsets[n % 4]
         ax.annotate(label, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=7,
                     ha="left" if dx > 0 else "right")
-    _auto_log(ax, "x", d.feasible[:, 0], d.front[:, 0])
-    _auto_log(ax, "y", d.feasible[:, 1], d.front[:, 1])
+    known = np.array([(x, y) for _, x, y in d.known], dtype=float).reshape(-1, 2)
+    _auto_log(ax, "x", d.feasible[:, 0], d.front[:, 0], known[:, 0])
+    _auto_log(ax, "y", d.feasible[:, 1], d.front[:, 1], known[:, 1])
     ax.set_xlabel(f"{axis_label(d.x)}, {_arrow(d.dx)}")
     ax.set_ylabel(f"{axis_label(d.y)}, {_arrow(d.dy)}")
     ax.grid(True, lw=0.4, alpha=0.5)
     ax.legend(fontsize=7, loc="best", framealpha=0.85)
+
+
+def _known_caption(known: pd.DataFrame | None, objs) -> str:
+    """Which known parts are marked, and which lack an objective value and are not."""
+    if known is None or not len(known):
+        return ""
+    lab = _known_label_column(known)
+    names = known[lab].astype(str) if lab else pd.Series(known.index.astype(str), index=known.index)
+    cols = [m for m, _ in objs]
+    have = known.reindex(columns=cols).apply(pd.to_numeric, errors="coerce").notna()
+    missing = [f"{names[i]} (no {', '.join(c for c in cols if not have.at[i, c])})"
+               for i in known.index if not have.loc[i].all()]
+    text = " Open black markers: known parts on the same workload."
+    return text + (f" Not drawn where a value is missing: {'; '.join(missing)}." if missing else "")
 
 
 def _figure_fronts(pairs: list[PairData], title: str):
@@ -439,7 +484,9 @@ def _figure_history(curves, title: str):
                 markevery=max(1, len(h) // 12))
     ref = curves[0][1].attrs.get("reference", {})
     ax.set_xlabel("trial")
-    ax.set_ylabel("hypervolume of the feasible front")
+    units = [unit_of(k) for k in ref]
+    unit = f" ({' · '.join(units)})" if ref and all(units) else ""
+    ax.set_ylabel(f"hypervolume of the feasible front{unit}")
     ax.grid(True, lw=0.4, alpha=0.5)
     ax.legend(fontsize=7, loc="lower right",
               title="reference: " + ", ".join(f"{k} = {v:.4g}" for k, v in ref.items()),
@@ -523,6 +570,7 @@ def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None 
                  f"{ok.sum():,} feasible of {len(df):,} designs; {n_front} on the front "
                  f"(feasible and non-dominated over {len(objs)} objectives). Grey crosses are "
                  f"infeasible designs (those that do not fit have no latency and are not drawn)."
+                 + _known_caption(known_parts, objs)
                  + (f" Background points are a random sample of {MAX_SCATTER:,}." if sampled
                     else ""))
         if speedup_vs_batch is not None and len(speedup_vs_batch):
@@ -534,7 +582,8 @@ def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None 
             save(_figure_speedup(speedup_vs_batch, title), "speedup_vs_batch.png",
                  "Speedup against batch size",
                  "Speculative-decoding speedup over plain decoding against batch size for the "
-                 "designs given (dotted line: no speedup).")
+                 "designs given (dotted line: no speedup). A line ends where the design no "
+                 "longer fits in memory (the KV cache grows with the batch).")
         draft = _draft_data(df, objs)
         if draft is not None:
             say("figure: draft chip vs no draft chip")

@@ -1,0 +1,366 @@
+"""From a results file to a report: rebuild the study, evaluate what the figures compare against.
+
+The orchestration between :mod:`dse.analysis` (which reads results) and :mod:`dse.report`
+(which only draws): the study is rebuilt from the results' own metadata, so a report needs
+nothing but the Parquet file. Everything here re-evaluates designs with the same vectorised
+model the search used (:func:`dse.search.evaluate_params`), so the reference points and
+curves share the results' columns and units.
+
+- :func:`study_from_results`: the StudySpec behind a results frame.
+- :func:`known_parts`: real devices on the study's workload, each at the fewest chips that fit.
+- :func:`speedup_vs_batch`: speculative speedup against batch size for a few front designs.
+- :func:`importances`: PED-ANOVA importance of each searched knob, per objective.
+- :func:`build_report`: all of the above, then :func:`dse.report.write_report`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import analysis as da
+from .errors import DseError, SpecError
+from .study import Knob, StudySpec, load_study
+
+DEVICES = ("h100-sxm", "h200", "b200", "mi300x")
+CHIPS = (1, 2, 4, 8)
+BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+#: fewest feasible rows for importances (PED-ANOVA keeps the top 10%: at least 2 trials)
+MIN_IMPORTANCE_ROWS = 20
+_WORKLOAD_NAMES = ("batch", "prompt_tokens", "output_tokens")
+_SCALAR_WORKLOAD = ("target", "draft", "dtype", "kv_dtype", "temperature", "acceptance", "overlap",
+                    "tree_nodes", "runtime", "k_max")
+
+
+# --------------------------------------------------------------------------- the study
+
+def _knob_section(name: str) -> tuple[str, str]:
+    """A resolved knob name -> (study-file section, key): batch -> (workload, batch), ..."""
+    if name in _WORKLOAD_NAMES:
+        return "workload", name
+    if name == "k":
+        return "k", "k"
+    for section in ("target_chip", "draft_chip"):
+        if name.startswith(section + "_"):
+            return section, name.removeprefix(section + "_")
+    raise DseError(f"results metadata: knob {name!r} belongs to no study section")
+
+
+def study_mapping(resolved: dict) -> dict:
+    """``StudySpec.resolved()`` (as stored in results) -> the mapping of a study file."""
+    workload = resolved.get("workload") or {}
+    wl = {k: workload[k] for k in _SCALAR_WORKLOAD if k in workload}
+    space: dict = {}
+    for name, value in (resolved.get("knobs") or {}).items():
+        section, key = _knob_section(name)
+        if section == "workload":
+            wl[key] = value
+        elif section == "k":
+            if isinstance(value, (list, dict)):
+                space["k"] = value
+            else:
+                wl["k"] = value
+        else:
+            space.setdefault(section, {})[key] = value
+    out = {k: resolved[k] for k in ("name", "description", "objectives", "constraints", "search", "grid",
+                                    "output", "storage", "technology") if resolved.get(k) is not None}
+    return {**out, "workload": wl, "space": space}
+
+
+def study_from_mapping(mapping: dict, db=None) -> StudySpec:
+    """Validate a study-file mapping through :func:`dse.study.load_study` (via a temp file)."""
+    with tempfile.TemporaryDirectory(prefix="dse-study-") as tmp:
+        path = Path(tmp) / "study.yaml"
+        path.write_text(json.dumps(mapping, indent=1), encoding="utf-8")   # JSON is YAML
+        return load_study(path, db=db)
+
+
+def _same(a: dict, b: dict) -> bool:
+    def norm(d):
+        return json.loads(json.dumps({k: v for k, v in d.items() if k != "file"}, default=str))
+    return norm(a) == norm(b)
+
+
+def _from_file(resolved: dict, db) -> StudySpec | None:
+    """The original study file, if it still exists and still resolves to the same study."""
+    file = resolved.get("file")
+    if not file or not Path(file).is_file():
+        return None
+    try:
+        study = load_study(file, db=db)
+    except (SpecError, DseError):
+        return None
+    return study if study.name == resolved.get("name") and _same(study.resolved(), resolved) else None
+
+
+def study_from_results(df: pd.DataFrame, db=None) -> StudySpec:
+    """The StudySpec behind results: the study file if unchanged, else rebuilt from metadata."""
+    resolved = (df.attrs.get("dse") or {}).get("study")
+    if not isinstance(resolved, dict) or "knobs" not in resolved:
+        raise DseError("the results carry no study in attrs['dse']['study']; load them with "
+                       "dse.analysis.load_results")
+    study = _from_file(resolved, db)
+    if study is not None:
+        return study
+    try:
+        return study_from_mapping(study_mapping(resolved), db=db)
+    except SpecError as exc:
+        raise DseError(f"cannot rebuild the study {resolved.get('name')!r} from the results "
+                       f"metadata (and {resolved.get('file')!r} is missing or changed): {exc}") from exc
+
+
+def _context(study: StudySpec):
+    """(database, technology constants) as the search used them."""
+    from .database import load_database
+    from .techdb import load_technology
+    db = load_database()
+    tech = load_technology(db.root)
+    return db, tech.with_overrides(study.technology, where=study.path) if study.technology else tech
+
+
+def _evaluate(study: StudySpec, params: dict[str, np.ndarray], n: int) -> pd.DataFrame:
+    """Knob arrays -> a results frame (no Pareto flags)."""
+    from .frame import results_frame
+    from .search import evaluate_params
+    db, tech = _context(study)
+    designs, metrics = evaluate_params(study, params, n, db, tech)
+    return results_frame(study, designs, metrics, params, trial=np.arange(n), sampler="", seed=None,
+                         pareto=False)
+
+
+# --------------------------------------------------------------------------- known parts
+
+def _fixed_workload(study: StudySpec) -> tuple[list[Knob], list[str]]:
+    """The study's workload knobs and k, each fixed; notes for those the study searches."""
+    knobs, notes = [], []
+    for k in study.knobs:
+        if k.section not in ("workload", "k"):
+            continue
+        if k.searched and k.name == "k":
+            notes.append("k auto (searched in the study)")
+            continue
+        if k.searched:
+            value = k.choices[0] if k.choices else (int(k.low) if k.kind == "int" else k.low)
+            notes.append(f"{k.name} = {value} (searched in the study)")
+            k = Knob(k.name, k.section, k.key, k.kind, fixed=value)
+        knobs.append(k)
+    return knobs, notes
+
+
+def known_parts(study: StudySpec, devices=DEVICES, chips=CHIPS) -> pd.DataFrame:
+    """Each device on the study's workload at the fewest of ``chips`` that fit (else the most).
+
+    Columns: ``name`` ("h100-sxm x2"), ``device``, ``note``, then the results columns
+    (``params_target_chip_device``, ``params_target_chip_chips``, hardware, metrics, ``fits``,
+    ``feasible`` under the study's constraints). The draft runs on the target chips.
+    """
+    devices, chips = tuple(devices), tuple(sorted(int(c) for c in chips))
+    workload, notes = _fixed_workload(study)
+    knobs = (*workload, Knob("target_chip_device", "target_chip", "device", "cat", choices=devices),
+             Knob("target_chip_chips", "target_chip", "chips", "int", choices=chips))
+    kstudy = dataclasses.replace(study, knobs=knobs)
+    params = {"target_chip_device": np.repeat(np.array(devices, dtype=object), len(chips)),
+              "target_chip_chips": np.tile(np.array(chips, dtype=np.int64), len(devices))}
+    df = _evaluate(kstudy, params, len(devices) * len(chips))
+    keep = [_fewest_fitting(g) for _, g in df.groupby("params_target_chip_device", sort=False)]
+    out = df.loc[keep].reset_index(drop=True)
+    dev = out["params_target_chip_device"].astype(str)
+    out.insert(0, "note", pd.array(["; ".join(notes)] * len(out), dtype="string"))
+    out.insert(0, "device", pd.array(dev, dtype="string"))
+    out.insert(0, "name", pd.array(dev + " x" + out["chips"].astype(str), dtype="string"))
+    return out
+
+
+def _fewest_fitting(g: pd.DataFrame):
+    """Index of the row with the fewest chips that fits, else of the most chips."""
+    g = g.sort_values("chips", kind="stable")
+    fit = g.index[g["fits"].to_numpy(dtype=bool)]
+    return fit[0] if len(fit) else g.index[-1]
+
+
+# --------------------------------------------------------------------------- speedup vs batch
+
+def _pick_designs(study: StudySpec, front_df: pd.DataFrame, limit: int) -> list[tuple[object, str]]:
+    """(index, label) of up to ``limit`` rows: the best by each objective, then by the first."""
+    picks: dict = {}
+    for o in study.objectives:
+        col = pd.to_numeric(front_df[o.metric], errors="coerce")
+        if col.notna().any():
+            picks.setdefault(col.idxmin() if o.direction == "minimize" else col.idxmax(), f"best {o.metric}")
+    first = study.objectives[0]
+    for i in front_df.sort_values(first.metric, ascending=first.direction == "minimize", kind="stable").index:
+        picks.setdefault(i, "")
+
+    def label(i, role):
+        name = f"trial {front_df.at[i, 'trial']}" if "trial" in front_df.columns else f"design {i}"
+        return f"{name}: {role}" if role else name
+    return [(i, label(i, role)) for i, role in list(picks.items())[:limit]]
+
+
+def _distinct_curves(df: pd.DataFrame, n_batches: int, top: int) -> pd.DataFrame:
+    """The first ``top`` designs (blocks of ``n_batches`` rows) whose curves differ: knobs that
+    do not matter (a draft-chip device with the draft chip off) make identical designs."""
+    keep, seen = [], set()
+    for start in range(0, len(df), n_batches):
+        block = df.iloc[start:start + n_batches]
+        key = np.round(block[["spec_ms_per_token", "speedup"]].to_numpy(np.float64), 9).tobytes()
+        if key not in seen and len(keep) < top:
+            seen.add(key)
+            keep.append(block)
+    return pd.concat(keep, ignore_index=True)
+
+
+def _row_params(study: StudySpec, rows: pd.DataFrame, repeat: int, skip: str) -> dict[str, np.ndarray]:
+    """The searched knobs of ``rows`` (from params_* columns), each repeated ``repeat`` times."""
+    out = {}
+    for k in study.searched:
+        if k.name == skip:
+            continue
+        col = f"params_{k.name}"
+        if col not in rows.columns:
+            raise DseError(f"the front lacks column {col!r}; pass rows of the results")
+        vals = rows[col].to_numpy(dtype=object if k.kind == "cat" else None)
+        out[k.name] = np.repeat(vals, repeat)
+    return out
+
+
+def speedup_vs_batch(study: StudySpec, front_df: pd.DataFrame, batches=BATCHES, top: int = 4) -> pd.DataFrame:
+    """Speedup of up to ``top`` distinct front designs re-evaluated at each batch size.
+
+    Every other knob is the design's own; with ``k: auto`` k is re-chosen per batch.
+    Columns: ``design``, ``trial``, ``batch``, ``speedup``, ``spec_ms_per_token``, ``k``,
+    ``fits`` (metrics are NaN where the KV cache no longer fits).
+    """
+    cols = ["design", "trial", "batch", "speedup", "spec_ms_per_token", "k", "fits"]
+    picks = _pick_designs(study, front_df, 4 * top) if len(front_df) and top > 0 else []
+    if not picks:
+        return pd.DataFrame(columns=cols)
+    batches = tuple(int(b) for b in batches)
+    rows = front_df.loc[[i for i, _ in picks]]
+    params = _row_params(study, rows, len(batches), skip="batch")
+    params["batch"] = np.tile(np.array(batches, dtype=np.int64), len(picks))
+    knobs = tuple(k for k in study.knobs if k.name != "batch") + (
+        Knob("batch", "workload", "batch", "int", choices=batches),)
+    df = _evaluate(dataclasses.replace(study, knobs=knobs), params, len(picks) * len(batches))
+    df["design"] = np.repeat([label for _, label in picks], len(batches))
+    trials = rows["trial"].to_numpy() if "trial" in rows.columns else np.asarray(rows.index)
+    df["trial"] = np.repeat(trials, len(batches))
+    df["batch"] = params["batch"]
+    return _distinct_curves(df[cols], len(batches), top)
+
+
+# --------------------------------------------------------------------------- importances
+
+def _trial_params(study: StudySpec, row) -> dict:
+    """One row's params_* values in the types the Optuna distributions expect."""
+    out = {}
+    for k in study.searched:
+        v = row[f"params_{k.name}"]
+        if k.choices:
+            out[k.name] = {str(c): c for c in k.choices}[str(v)]
+        else:
+            out[k.name] = int(v) if k.kind == "int" else float(v)
+    return out
+
+
+def _optuna_study(df: pd.DataFrame, study: StudySpec):
+    """An in-memory Optuna study holding ``df``'s rows as COMPLETE trials."""
+    import optuna
+
+    from .search import distributions
+    dists = distributions(study)
+    metrics = [o.metric for o in study.objectives]
+    s = optuna.create_study(directions=[o.direction for o in study.objectives])
+    s.add_trials([optuna.trial.create_trial(params=_trial_params(study, row), distributions=dists,
+                                            values=[float(row[m]) for m in metrics])
+                  for _, row in df.iterrows()])
+    return s
+
+
+def _usable_rows(df: pd.DataFrame, study: StudySpec) -> pd.DataFrame:
+    """Feasible COMPLETE rows with finite objectives and every searched param present."""
+    metrics = [o.metric for o in study.objectives]
+    ok = da.feasible_mask(df) & np.isfinite(df[metrics].to_numpy(np.float64, na_value=np.nan)).all(axis=1)
+    if "state" in df.columns:
+        ok &= (df["state"] == "COMPLETE").fillna(False).to_numpy(dtype=bool)
+    pcols = [f"params_{k.name}" for k in study.searched]
+    ok &= df[pcols].notna().all(axis=1).to_numpy(dtype=bool)
+    return df[ok]
+
+
+def importances(df: pd.DataFrame, study: StudySpec, min_rows: int | None = None) -> dict:
+    """``{objective: {knob: importance}}`` by PED-ANOVA over the feasible rows (each sums to 1).
+
+    Empty when fewer than ``min_rows`` (default :data:`MIN_IMPORTANCE_ROWS`) feasible rows,
+    one searched knob, or Optuna fails (with a warning). Maximised objectives are negated
+    (PED-ANOVA assumes lower is better).
+    """
+    import optuna
+    from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
+    rows = _usable_rows(df, study)
+    if len(study.searched) < 2 or len(rows) < (MIN_IMPORTANCE_ROWS if min_rows is None else min_rows):
+        return {}
+    out, verbosity = {}, optuna.logging.get_verbosity()
+    try:
+        optuna.logging.set_verbosity(optuna.logging.WARNING)    # no "A new study created" line
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            s = _optuna_study(rows, study)
+            for i, o in enumerate(study.objectives):
+                sign = 1.0 if o.direction == "minimize" else -1.0
+                imp = get_param_importances(s, evaluator=PedAnovaImportanceEvaluator(), normalize=True,
+                                            target=lambda t, i=i, sign=sign: sign * t.values[i])
+                out[o.metric] = {k: float(v) for k, v in imp.items()}
+    except (optuna.exceptions.OptunaError, ValueError, KeyError, ArithmeticError) as exc:
+        warnings.warn(f"parameter importances skipped: {exc}", stacklevel=2)
+        return {}
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+    return out
+
+
+# --------------------------------------------------------------------------- the report
+
+def _say(enabled: bool):
+    def say(msg: str) -> None:
+        if enabled:
+            sys.stderr.write(f"[report] {msg}\n")
+            sys.stderr.flush()
+    return say
+
+
+def default_out(path) -> Path:
+    """``results/q.parquet`` -> ``results/q-report``; a directory ``d`` -> ``d-report``."""
+    p = Path(path)
+    base = p.with_suffix("") if p.is_file() and p.suffix == ".parquet" else p
+    return base.with_name(base.name + "-report")
+
+
+def build_report(path, out=None, progress: bool = True) -> dict:
+    """Load results, rebuild the study, compute known parts, speedup vs batch and importances,
+    and write the figures and ``index.html``; returns ``{"html": str, "figures": [str]}``."""
+    from .report import write_report
+    say = _say(progress)
+    say(f"loading {path}")
+    df = da.load_results(path)
+    study = study_from_results(df)
+    objs = [(o.metric, o.direction) for o in study.objectives]
+    say("evaluating known parts")
+    known = known_parts(study)
+    svb = None
+    if study.drafter.kind != "none":
+        say("speedup against batch size for the front")
+        svb = speedup_vs_batch(study, da.front(df, objs))
+    grid = (df.attrs.get("dse") or {}).get("sampler") == "grid"
+    if not grid:
+        say("parameter importances")
+    imps = {} if grid else importances(df, study)
+    return write_report(df, out or default_out(path), known_parts=known, speedup_vs_batch=svb,
+                        importances=imps, progress=say, objectives=objs)

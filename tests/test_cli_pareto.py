@@ -1,0 +1,58 @@
+"""dse pareto: the front from --json equals a brute-force non-dominated filter (2, 3, 4 objectives)."""
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import dse.analysis as da
+from dse.cli import main
+
+QUICK = Path(__file__).parent.parent / "studies" / "quickstart.yaml"
+OBJECTIVES = [("spec_ms_per_token", "min"), ("cost_usd", "min"), ("power_w", "min"), ("die_area_mm2", "max")]
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sw") / "d"
+    r = CliRunner().invoke(main, ["sweep", str(QUICK), "--points", "3", "--out", str(out), "--quiet"])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def brute_front(df, objs):
+    feas = df[df["feasible"]]
+    v = np.stack([feas[m].to_numpy(float) * (1 if d == "min" else -1) for m, d in objs], axis=1)
+    dominated = ((v[None, :, :] <= v[:, None, :]).all(-1) & (v[None, :, :] < v[:, None, :]).any(-1)).any(1)
+    return set(feas["trial"].to_numpy()[~dominated].tolist())
+
+
+@pytest.mark.parametrize("m", [2, 3, 4])
+def test_pareto_json_equals_brute_force(sweep_dir, m):
+    objs = OBJECTIVES[:m]
+    args = ["pareto", str(sweep_dir), "--json"]
+    for metric, d in objs:
+        args += ["--objective", f"{metric}:{d}"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    got = {row["trial"] for row in json.loads(r.output)}
+    df = da.load_results(sweep_dir)
+    assert got == brute_front(df, objs)
+
+
+def test_pareto_table_csv_where_top(sweep_dir):
+    r = CliRunner().invoke(main, ["pareto", str(sweep_dir)])
+    assert r.exit_code == 0 and "front" in r.output and "tau" in r.output and "alpha" in r.output
+    r = CliRunner().invoke(main, ["pareto", str(sweep_dir), "--csv", "--top", "3", "--where", "chips <= 2"])
+    assert r.exit_code == 0
+    table = pd.read_csv(io.StringIO(r.output))
+    assert len(table) <= 3
+
+
+def test_pareto_bad_objective_exit_2(sweep_dir):
+    r = CliRunner().invoke(main, ["pareto", str(sweep_dir), "--objective", "latency:min"])
+    assert r.exit_code == 2 and "latency" in r.output
