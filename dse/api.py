@@ -252,10 +252,11 @@ def anchor_to_baseline(design: DesignBatch, w: Workload, baseline_s: float):
     """Scale the target runtime's fixed costs (kernel launch, step, spec overhead) so the
     autoregressive step equals a measured ``baseline_s``: T = T_var + s*T_fixed, s = (X - T_var)/T_fixed."""
     from .model.roofline import step_cost
-    from .model.transformer import KV_BYTES, WEIGHT_BYTES
+    from .model.transformer import KV_BYTES, WEIGHT_BW_FACTOR, WEIGHT_BYTES
     hw = design.target
     S = design.prompt_tokens + 0.5 * design.output_tokens
-    kw = dict(batch=design.batch, q=1.0, context=S, weight_bytes=WEIGHT_BYTES[w.dtype], kv_bytes=KV_BYTES[w.kv_dtype])
+    kw = dict(batch=design.batch, q=1.0, context=S, weight_bytes=WEIGHT_BYTES[w.dtype], kv_bytes=KV_BYTES[w.kv_dtype],
+              weight_bw_factor=WEIGHT_BW_FACTOR[w.dtype])
     full = step_cost(w.target, hw, **kw)
     fixed = hw.kernels_per_layer * hw.kernel_launch_s * w.target.num_layers + hw.step_overhead_s
     var = full.time_s - fixed

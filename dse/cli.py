@@ -266,3 +266,12 @@ def _show(kind: str, name: str, as_json: bool):
         click.echo(f"{key:<{width}}  {value}{mark}{src}")
     if raw.get("notes"):
         click.echo(f"\nnotes: {raw['notes']}")
+
+
+@main.command("validate")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (rows, summary, fitted values).")
+def validate_cmd(as_json):
+    """Predicted vs measured for every row of hardware_db/measurements (docs/calibration.md)."""
+    from . import calibration
+    rep = calibration.report()
+    click.echo(json.dumps(rep, indent=2) if as_json else calibration.format_report(rep))

@@ -190,7 +190,8 @@ def evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     P = batch.prompt_tokens.astype(np.float64)
     G = batch.output_tokens.astype(np.float64)
     S = P + 0.5 * G          # mean context during generation (exact for terms linear in S)
-    kw = dict(weight_bytes=wb, kv_bytes=kvb)
+    wf = tf.WEIGHT_BW_FACTOR[w.dtype]
+    kw = dict(weight_bytes=wb, kv_bytes=kvb, weight_bw_factor=wf)
 
     base = step_cost(tgt, T, batch=B, q=1.0, context=S, **kw)
     prefill = step_cost(tgt, T, batch=B, q=P, context=0.0, **kw)
@@ -256,14 +257,14 @@ def evaluate(batch: DesignBatch, w: Workload) -> Metrics:
         if d.kind == "eagle":    # fc(2d -> d) on the concatenated feature and token embedding
             fc = 2.0 * tgt.hidden_size ** 2
             t_step = t_step + np.maximum(2 * fc * Bc * q_draft / (Tc.peak_flop_s * Tc.compute_efficiency),
-                                         fc * wb / (Tc.mem_bw_bytes_s * Tc.mem_efficiency)) / Tc.chips
+                                         fc * wb / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * wf)) / Tc.chips
         t_draft = kf * t_step
         draft_ai, draft_bound = one_step.arithmetic_intensity, one_step.bound
     elif d.kind == "medusa":
         # one pass of k heads (each d*d + d*V) on the last hidden state, inside the verify step
         per_head = tgt.hidden_size ** 2 + tgt.hidden_size * tgt.vocab_size
         nbytes, flops = kf * per_head * wb / Tc.chips, 2.0 * Bc * kf * per_head / Tc.chips
-        t_m = nbytes / (Tc.mem_bw_bytes_s * Tc.mem_efficiency)
+        t_m = nbytes / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * wf)
         t_c = flops / (Tc.peak_flop_s * Tc.compute_efficiency)
         fixed_m = Tc.kernels_per_layer * Tc.kernel_launch_s
         t_draft = np.maximum(t_m, t_c) + fixed_m

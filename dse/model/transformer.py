@@ -14,6 +14,15 @@ from ..specs import ModelSpec
 WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5 + 2.0 / 128}
 #: bytes per KV-cache element
 KV_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5 + 2.0 / 128}
+#: Effective weight-streaming bandwidth of a decode GEMV with weights of this dtype, as a
+#: fraction of the bf16 rate (1.0 = streams at the device's mem_efficiency). int8 and int4 mean
+#: weight-only quantisation (W8A16, W4A16): the kernel dequantises every weight before the
+#: multiply, so it moves fewer bytes but not proportionally faster. shared/reference/hardware.md
+#: section 3: weight-only int8/int4 decode reaches 42-65% of peak bandwidth vs 66-73% for bf16.
+#: The values are fitted on gpt-fast's single-A100 Llama-2 rows (docs/calibration.md,
+#: `dse validate`); they describe those kernels, and other int4 kernels may differ. fp8 is
+#: taken as native W8A8 (no dequantisation): 1.0, an estimate without a measurement.
+WEIGHT_BW_FACTOR = {"bf16": 1.0, "fp16": 1.0, "fp8": 1.0, "int8": 0.84, "int4": 0.59}
 
 
 def attention_params(m: ModelSpec) -> int:

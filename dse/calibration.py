@@ -1,0 +1,526 @@
+"""Validation against public measurements, and the fit behind the defaults (`dse validate`).
+
+Every row of ``hardware_db/measurements/*.csv`` becomes one :class:`Case`: the
+:func:`dse.api.evaluate_design` arguments that represent it, the measured number and its role:
+
+- ``fit``: used to choose a default (which one: :data:`FIT_PARAMETERS`);
+- ``held-out``: used for no fitted value, so its error tests the model;
+- ``input``: a measurement that sets a default directly (the STREAM-like bandwidth row);
+- ``not modelled``: the model cannot represent the row; :attr:`Case.note` says why.
+
+No row is dropped. :func:`compare` predicts every modelled row through ``evaluate_design`` with
+the database as it is; :func:`fit` re-derives the fitted defaults from the fit rows, so anyone can
+check that the database holds what the data give (docs/calibration.md explains the choices).
+
+Example:
+    >>> from dse import calibration
+    >>> rows = calibration.compare()
+    >>> s = calibration.summary(rows)
+    >>> s["decode"]["all"]["median_abs_error"] <= 0.15
+    True
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import re
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .database import Database, load_database
+
+#: short name -> file in hardware_db/measurements/
+FILES = {"decode": "decode_measurements_public.csv", "specdec": "specdec_measurements_public.csv",
+         "extra": "decode_measurements_extra.csv"}
+
+#: what each fitted default is fitted on (the row predicates are in :func:`_role`)
+FIT_PARAMETERS = {
+    "fixed+dequant": ("runtimes/graphs.yaml kernel_launch_us, step_overhead_us; "
+                      "dse/model/transformer.py WEIGHT_BW_FACTOR int8, int4",
+                      "the 5 single-GPU gpt-fast A100 rows (Llama-2-7B bf16/int8/int4, Llama-2-70B int8/int4)"),
+    "link": ("devices/a100-80gb.yaml link_latency_us",
+             "the 3 gpt-fast A100 Llama-2-7B bf16 tensor-parallel rows (TP 2, 4, 8)"),
+    "eager": ("runtimes/eager.yaml kernel_launch_us",
+              "the Hugging Face transformers eager row (decode_measurements_extra.csv)"),
+    "input": ("devices/a100-80gb.yaml mem_efficiency",
+              "the STREAM-like row: 1700 GB/s of 2039 GB/s on the same A100s"),
+}
+
+#: CSV hardware text -> (device, --set overrides, mapping note)
+_ONE_GCD = {"mem_bw_tb_s": 1.6, "memory_capacity_gb": 64, "peak_tflops_bf16": 191.5, "peak_tops_int8": 191.5}
+HARDWARE = {
+    "A100-SXM4-80GB (power-limited 330 W)": ("a100-80gb", {}, ""),
+    "MI250X (one GCD)": ("mi250x", _ONE_GCD, "one GCD = half the MI250X package (1.6 TB/s, 64 GB)"),
+    "TPU v4": ("tpu-v4", {}, ""),
+    "1x TPU-v4": ("tpu-v4", {}, ""),
+    "TPU v4 (16 chips [M])": ("tpu-v4", {}, ""),
+    "1x A100": ("a100-80gb", {}, "A100 variant not stated: a100-80gb"),
+    "A100-80GB-PCIe": ("a100-80gb", {}, "PCIe card modelled as the a100-80gb (SXM) entry"),
+}
+#: CSV model text -> database model
+MODELS = {
+    "Llama-2-7B": "llama-2-7b", "Llama-2-70B": "llama-2-70b", "LLaMA2-Chat 13B": "llama-2-13b",
+    "Chinchilla-70B": "chinchilla-70b", "Chinchilla 70B": "chinchilla-70b",
+    "Chinchilla-draft-4B": "chinchilla-draft-4b", "T5-XXL (11B)": "t5-xxl",
+}
+DRAFTS = {"T5-small": "t5-small", "T5-base": "t5-base", "T5-large": "t5-large", "draft model 4B": "chinchilla-draft-4b"}
+#: CSV precision text -> weight dtype ('not stated' is bf16: T5X's default dtype, t5_1_1/base.gin)
+PRECISION = {
+    "bf16": "bf16", "bf16 (assumed)": "bf16", "fp16": "fp16", "FP16": "fp16",
+    "int8": "int8", "int8 weight-only": "int8", "int4 g32": "int4", "int4 g32 weight-only": "int4",
+    "INT4 weights (g32)": "int4", "not stated in sources read": "bf16",
+}
+_RUNTIME_BY_FRAMEWORK = (("transformers", "eager"),)   # else the device's default runtime
+#: decode-file metric text -> kind of comparison
+DECODE_METRICS = {"decode tok/s": "decode_ms", "autoregressive sampling": "decode_ms", "draft sampling": "decode_ms",
+                  "decode ms/token": "decode_ms", "effective ms/token": "spec_ms",
+                  "empirical peak HBM BW": "bandwidth_gb_s"}
+
+
+class _NotModelled(Exception):
+    """A row the model cannot represent; the message is the reason shown in the table."""
+
+
+def _lookup(table: dict[str, Any], key: str, what: str):
+    if key not in table:
+        raise _NotModelled(f"no mapping for {what} {key!r} in dse/calibration.py")
+    return table[key]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measurement row and how `dse` represents it."""
+
+    id: str                      # '<file short name>:<1-based data row>'
+    label: str                   # what was measured, in a few words
+    metric: str                  # decode_ms | spec_ms | speedup | bandwidth_gb_s | '' (not modelled)
+    measured: float | None
+    role: str                    # fit | held-out | input | not modelled
+    fit_group: str = ""          # key of FIT_PARAMETERS for fit/input rows
+    design: dict[str, Any] = field(default_factory=dict)   # evaluate_design keyword arguments
+    note: str = ""               # mapping assumptions, or why the row is not modelled
+    source: str = ""
+
+
+def measurements_dir(db: Database | None = None) -> Path:
+    return (db or load_database()).root / "measurements"
+
+
+def read_rows(db: Database | None = None) -> list[tuple[str, dict[str, str]]]:
+    """(row id, CSV row) for every data row of every measurement file, in file order."""
+    out = []
+    folder = measurements_dir(db)
+    for short, name in FILES.items():
+        with open(folder / name, newline="") as fh:
+            for i, row in enumerate(csv.DictReader(fh), start=1):
+                out.append((f"{short}:{i}", row))
+    return out
+
+
+def _num(text: str) -> float | None:
+    """The leading number of a CSV cell ('30.1 [D from 33.2 tok/s]' -> 30.1, '~200' -> 200), or None."""
+    m = re.match(r"\s*~?\s*([0-9]*\.?[0-9]+)", text or "")
+    return float(m.group(1)) if m else None
+
+
+def _kv(dtype: str) -> str:
+    """gpt-fast and EAGLE keep a 16-bit KV cache with quantised weights."""
+    return dtype if dtype in ("bf16", "fp16") else "bf16"
+
+
+def _runtime(framework: str) -> str | None:
+    for key, rt in _RUNTIME_BY_FRAMEWORK:
+        if key in framework:
+            return rt
+    return None
+
+
+def _design(hw_text: str, model: str, dtype: str, chips: int, *, prompt: int, output: int,
+            framework: str = "") -> tuple[dict[str, Any], str]:
+    hw, set_fields, note = _lookup(HARDWARE, hw_text, "hardware")
+    d = dict(hw=hw, target=model, chips=chips, dtype=dtype, kv_dtype=_kv(dtype), prompt=prompt, output=output)
+    if set_fields:
+        d["set_fields"] = dict(set_fields)
+    rt = _runtime(framework)
+    if rt:
+        d["runtime"] = rt
+    return d, note
+
+
+def _chips(hw_text: str) -> int:
+    """Chips named in a specdec hardware cell: '1x TPU-v4' -> 1, 'TPU v4 (16 chips [M])' -> 16."""
+    m = re.search(r"(\d+) chips", hw_text) or re.match(r"\s*(\d+)x", hw_text)
+    return int(m.group(1)) if m else 1
+
+
+def _lengths(row: dict[str, str]) -> tuple[int, int, str]:
+    """(prompt, output) tokens: the row's when numeric ('~200' -> 200), else 128/128, said so."""
+    p, o = _num(row.get("input_len", "")), _num(row.get("output_len", ""))
+    if p is not None and o is not None:
+        return int(p), int(o), ""
+    return 128, 128, "prompt/output lengths not numeric in the row: 128/128"
+
+
+def _decode_case(rid: str, row: dict[str, str], ar_ms: dict[str, float]) -> Case:
+    """A row of decode_measurements_public.csv (or the extra file, same columns)."""
+    src, model_text = row["source"], row["model"]
+    kind = _lookup(DECODE_METRICS, row["metric"], "metric")
+    if kind == "bandwidth_gb_s":
+        hw = _lookup(HARDWARE, row["hardware"], "hardware")[0]
+        return Case(rid, "", kind, float(row["value"]), "input", "input", dict(hw=hw),
+                    f"sets {hw} mem_efficiency = measured / peak; shown: peak BW x mem_efficiency", src)
+    if not row["num_chips"].isdigit():
+        raise _NotModelled("chip count unspecified and no acceptance rate or tau published for this run")
+    chips, dtype = int(row["num_chips"]), _lookup(PRECISION, row["precision"], "precision")
+    prompt, output, len_note = _lengths(row)
+    if kind == "spec_ms":       # Chen et al. speculative sampling: '<target> + 4B draft'
+        k = int(re.search(r"K=(\d+)", row["framework"]).group(1))
+        t_ms, d_ms = ar_ms["Chinchilla-70B"], ar_ms["Chinchilla-draft-4B"]
+        measured = float(row["ms_per_token"])
+        tau = (k * d_ms + t_ms) / measured
+        design, hw_note = _design(row["hardware"], "chinchilla-70b", dtype, chips, prompt=prompt, output=output)
+        design.update(draft="chinchilla-draft-4b", k=k, tau=round(tau, 4))
+        note = (f"tau = (K*{d_ms:g} + {t_ms:g}) / {measured:g} = {tau:.3f} from the paper's own step times "
+                "(draft time unverified): tests T_draft + T_verify, not acceptance")
+        return Case(rid, "", "spec_ms", measured, "held-out", design=design,
+                    note="; ".join(x for x in (note, hw_note, len_note) if x), source=src)
+    design, hw_note = _design(row["hardware"], _lookup(MODELS, model_text, "model"), dtype, chips, prompt=prompt,
+                              output=output, framework=row["framework"])
+    return Case(rid, "", "decode_ms", float(row["ms_per_token"]), "", design=design,
+                note="; ".join(x for x in (hw_note, len_note) if x), source=src)
+
+
+def _specdec_case(rid: str, row: dict[str, str]) -> Case:
+    """A row of specdec_measurements_public.csv."""
+    src, target = row["source"], row["target_model"]
+    dtype = _lookup(PRECISION, row["precision"], "precision")
+    model = _lookup(MODELS, target, "model")
+    if "EAGLE" in row["draft_method"]:   # the measured gpt-fast baseline is a decode row; the tree's tau is not given
+        design, hw_note = _design(row["hardware"], model, dtype, _chips(row["hardware"]), prompt=128, output=128)
+        return Case(rid, "", "decode_ms", _num(row["target_ms_per_token"]), "held-out", design=design,
+                    note="; ".join(x for x in ("compares the gpt-fast baseline (target ms/token); EAGLE's "
+                                               "speedup not modelled: tau of its default tree not in the row",
+                                               "chat fine-tune has the base model's shapes", hw_note,
+                                               "MT-bench lengths not in the row: 128/128") if x),
+                    source=src)
+    k = int(re.search(r"(\d+)", row["k_or_tree"]).group(1))
+    draft = next((v for key, v in DRAFTS.items() if key in row["draft_method"]), None)
+    if draft is None:
+        raise _NotModelled(f"no mapping for draft {row['draft_method']!r} in dse/calibration.py")
+    speedup = float(row["measured_speedup"])
+    if target.startswith("T5"):
+        design, hw_note = _design(row["hardware"], model, dtype, _chips(row["hardware"]), prompt=0, output=128)
+        design.update(draft=draft, k=k, alpha=float(row["acceptance_rate_alpha"]))
+        note = "; ".join(x for x in (
+            "encoder-decoder modelled as its decoder stack (encoder, cross-attention not modelled); "
+            "prompt in the encoder: decoder cache starts empty (prompt 0, output 128); "
+            "dtype not stated: bf16 (T5X default)", hw_note) if x)
+        return Case(rid, "", "speedup", speedup, "held-out", design=design, note=note, source=src)
+    # Chen et al.: tau from the paper's step times, as in the decode file's rows
+    t_ms, d_ms = float(row["target_ms_per_token"]), _num(row["draft_ms_per_token"])
+    tau = speedup * (k * d_ms + t_ms) / t_ms
+    design, hw_note = _design(row["hardware"], model, dtype, _chips(row["hardware"]), prompt=128, output=128)
+    design.update(draft=draft, k=k, tau=round(tau, 4))
+    note = "; ".join(x for x in (
+        f"tau = speedup*(K*{d_ms:g} + {t_ms:g})/{t_ms:g} = {tau:.3f} from the paper's step times "
+        f"(draft time unverified): tests T_draft + T_verify, not acceptance; {design['chips']} chips [M]",
+        hw_note, "lengths not in the row: 128/128") if x)
+    return Case(rid, "", "speedup", speedup, "held-out", design=design, note=note, source=src)
+
+
+def _label(rid: str, row: dict[str, str]) -> str:
+    if rid.startswith("specdec:"):
+        return (f"{row['hardware']} {row['target_model']} + {row['draft_method']} {row['k_or_tree']} "
+                f"({row['dataset_task']})")
+    return f"{row['hardware']} x{row['num_chips']} {row['model']} {row['precision']} ({row['framework']})"
+
+
+def _role(case: Case, row: dict[str, str]) -> Case:
+    """Fill in fit / held-out for decode rows (the fit subsets of FIT_PARAMETERS)."""
+    if case.role:
+        return case
+    gpt_fast_a100 = (row.get("hardware", "").startswith("A100-SXM4") and row.get("framework", "").startswith("gpt-fast"))
+    d = case.design
+    group = ""
+    if case.id.startswith("decode:") and gpt_fast_a100 and d["chips"] == 1:
+        group = "fixed+dequant"
+    elif (case.id.startswith("decode:") and gpt_fast_a100 and d["target"] == "llama-2-7b" and d["dtype"] == "bf16"):
+        group = "link"
+    elif case.id.startswith("extra:") and d.get("runtime") == "eager":
+        group = "eager"
+    return Case(case.id, case.label, case.metric, case.measured, "fit" if group else "held-out", group,
+                case.design, case.note, case.source)
+
+
+def cases(db: Database | None = None) -> list[Case]:
+    """Every measurement row as a Case, in file order."""
+    rows = read_rows(db)
+    ar_ms = {r["model"]: float(r["ms_per_token"]) for rid, r in rows
+             if rid.startswith("decode:") and r["model"] in ("Chinchilla-70B", "Chinchilla-draft-4B")}
+    out = []
+    for rid, row in rows:
+        label, source = _label(rid, row), row.get("source", "")
+        try:
+            case = _specdec_case(rid, row) if rid.startswith("specdec:") else _decode_case(rid, row, ar_ms)
+        except _NotModelled as why:
+            measured = _num(row.get("ms_per_token") or row.get("measured_speedup") or "")
+            out.append(Case(rid, label, "", measured, "not modelled", note=str(why), source=source))
+            continue
+        out.append(_role(Case(rid, label, case.metric, case.measured, case.role, case.fit_group, case.design,
+                              case.note, case.source), row))
+    return out
+
+
+def predict(case: Case, db: Database | None = None) -> float | None:
+    """The model's value for a case's metric (display units: ms, x, GB/s); None if not modelled."""
+    from .api import evaluate_design
+    db = db or load_database()
+    if not case.metric:
+        return None
+    if case.metric == "bandwidth_gb_s":
+        dev = db.device(case.design["hw"])
+        return dev.mem_bw_bytes_s * dev.mem_efficiency / 1e9
+    r = evaluate_design(db=db, **case.design)
+    if not r["fits"]:
+        return None
+    key = {"decode_ms": "baseline_ms_per_token", "spec_ms": "spec_ms_per_token", "speedup": "speedup"}[case.metric]
+    return r[key]
+
+
+def compare(rows: list[Case] | None = None, db: Database | None = None) -> list[dict[str, Any]]:
+    """Predicted vs measured for every case: one dict per row, errors relative ((p - m) / m)."""
+    db = db or load_database()
+    out = []
+    for c in (rows if rows is not None else cases(db)):
+        p = predict(c, db)
+        err = None if p is None or not c.measured else (p - c.measured) / c.measured
+        note = c.note if p is not None or not c.metric else "; ".join(x for x in (c.note, "does not fit in memory") if x)
+        out.append(dict(id=c.id, role=c.role if c.metric else "not modelled", fit_group=c.fit_group,
+                        metric=c.metric or None, label=c.label, measured=c.measured, predicted=p, rel_error=err,
+                        note=note, source=c.source, design=c.design))
+    return out
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median absolute relative error per metric family and role (fit, held-out, all)."""
+    def stats(sel):
+        errs = [abs(r["rel_error"]) for r in sel if r["rel_error"] is not None]
+        return dict(n=len(errs), median_abs_error=statistics.median(errs) if errs else None,
+                    max_abs_error=max(errs) if errs else None)
+
+    fam = {"decode": ("decode_ms",), "speculative": ("spec_ms", "speedup")}
+    out: dict[str, Any] = {}
+    for name, metrics in fam.items():
+        sel = [r for r in rows if r["metric"] in metrics]
+        out[name] = {"fit": stats([r for r in sel if r["role"] == "fit"]),
+                     "held-out": stats([r for r in sel if r["role"] == "held-out"]),
+                     "all": stats(sel)}
+    out["not_modelled"] = [r["id"] for r in rows if r["role"] == "not modelled"]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The fit: re-derive the fitted defaults from their rows (FIT_PARAMETERS)
+# ---------------------------------------------------------------------------------------------
+
+def _decode_step_s(design: dict[str, Any], db: Database, overrides: dict[str, float],
+                   weight_bw_factor: float) -> float:
+    """The autoregressive step of `evaluate` (MODEL.md section 2) with fields overridden and the
+    weight-streaming factor given: the same functions `dse eval` uses, one row."""
+    from .api import apply_overrides, hardware_arrays
+    from .model import transformer as tf
+    from .model.roofline import step_cost
+    dev = db.device(design["hw"])
+    rt = db.runtime(design.get("runtime") or dev.default_runtime)
+    dev, rt = apply_overrides(dev, rt, {**design.get("set_fields", {}), **overrides})
+    hw = hardware_arrays(dev, rt, design.get("chips", 1), design["dtype"])
+    S = design["prompt"] + 0.5 * design["output"]
+    cost = step_cost(db.model(design["target"]), hw, batch=1.0, q=1.0, context=S,
+                     weight_bytes=tf.WEIGHT_BYTES[design["dtype"]], kv_bytes=tf.KV_BYTES[design["kv_dtype"]],
+                     weight_bw_factor=weight_bw_factor)
+    return float(cost.time_s[0])
+
+
+def _nnls(A: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """min ||A x - b|| with x >= 0, by trying every support (fine for a handful of unknowns)."""
+    n = A.shape[1]
+    best, best_x = np.inf, np.zeros(n)
+    for support in itertools.product((False, True), repeat=n):
+        idx = np.flatnonzero(support)
+        if idx.size == 0:
+            continue
+        sol = np.linalg.lstsq(A[:, idx], b, rcond=None)[0]
+        if (sol < 0).any():
+            continue
+        x = np.zeros(n)
+        x[idx] = sol
+        r = float(np.sum((A @ x - b) ** 2))
+        if r < best:
+            best, best_x = r, x
+    return best_x
+
+
+def fit(db: Database | None = None) -> dict[str, float]:
+    """The fitted defaults, re-derived from their rows (relative least squares, values >= 0).
+
+    Returns display-unit values keyed as ``'<entry>.<field>'`` (e.g. ``'graphs.kernel_launch_us'``,
+    ``'WEIGHT_BW_FACTOR.int4'``). Stage 1 fits the per-kernel and per-step fixed costs of the
+    graphs runtime and the int8/int4 weight-streaming factors on the single-GPU rows, with
+    mem_efficiency from the database; stage 2 fits the A100 link latency on the Llama-2-7B
+    tensor-parallel rows, given stage 1; the eager stage fits eager's per-kernel cost on its row.
+    The time is linear in every unknown (in 1/factor for the weight term), so each row's
+    coefficients come from evaluating the step at unit values of the unknowns.
+    """
+    db = db or load_database()
+    cs = [c for c in cases(db) if c.role in ("fit", "input")]
+    out: dict[str, float] = {}
+    stream = next(c for c in cs if c.fit_group == "input")
+    out["a100-80gb.mem_efficiency"] = stream.measured * 1e9 / db.device(stream.design["hw"]).mem_bw_bytes_s
+
+    # stage 1: t = t0 + tl*a + ts*b + W*g_dtype (g = 1/factor; bf16 rows have g = 1)
+    zero = {"kernel_launch_us": 0.0, "step_overhead_us": 0.0}
+    rows, rhs = [], []
+    for c in (c for c in cs if c.fit_group == "fixed+dequant"):
+        d = c.design
+        base = _decode_step_s(d, db, zero, 1.0)
+        a = _decode_step_s(d, db, {**zero, "kernel_launch_us": 1.0}, 1.0) - base
+        b = _decode_step_s(d, db, {**zero, "step_overhead_us": 1.0}, 1.0) - base
+        W = 2.0 * (base - _decode_step_s(d, db, zero, 2.0))
+        g = [W if d["dtype"] == "int8" else 0.0, W if d["dtype"] == "int4" else 0.0]
+        t0 = base - (W if d["dtype"] in ("int8", "int4") else 0.0)
+        m = c.measured * 1e-3
+        rows.append(np.array([a, b, *g]) / m)
+        rhs.append(1.0 - t0 / m)
+    tl, ts, g8, g4 = _nnls(np.array(rows), np.array(rhs))
+    out.update({"graphs.kernel_launch_us": tl, "graphs.step_overhead_us": ts,
+                "WEIGHT_BW_FACTOR.int8": 1.0 / g8, "WEIGHT_BW_FACTOR.int4": 1.0 / g4})
+
+    # stage 2: the link latency, given stage 1 (as stored: rounded)
+    fixed = {"kernel_launch_us": round(tl, 1), "step_overhead_us": round(ts, 0)}
+    rows, rhs = [], []
+    for c in (c for c in cs if c.fit_group == "link"):
+        base = _decode_step_s(c.design, db, {**fixed, "link_latency_us": 0.0}, 1.0)
+        dl = _decode_step_s(c.design, db, {**fixed, "link_latency_us": 1.0}, 1.0) - base
+        m = c.measured * 1e-3
+        rows.append([dl / m])
+        rhs.append(1.0 - base / m)
+    out["a100-80gb.link_latency_us"] = float(_nnls(np.array(rows), np.array(rhs))[0])
+
+    # eager: per-kernel cost on its row(s), kernels_per_layer and step_overhead_us as stored
+    rows, rhs = [], []
+    for c in (c for c in cs if c.fit_group == "eager"):
+        f = _factor(c.design["dtype"])
+        base = _decode_step_s(c.design, db, {"kernel_launch_us": 0.0}, f)
+        a = _decode_step_s(c.design, db, {"kernel_launch_us": 1.0}, f) - base
+        m = c.measured * 1e-3
+        rows.append([a / m])
+        rhs.append(1.0 - base / m)
+    out["eager.kernel_launch_us"] = float(_nnls(np.array(rows), np.array(rhs))[0])
+    return out
+
+
+def _factor(dtype: str) -> float:
+    from .model.transformer import WEIGHT_BW_FACTOR
+    return WEIGHT_BW_FACTOR[dtype]
+
+
+def stored_values(db: Database | None = None) -> dict[str, float]:
+    """The database's current values of the fitted defaults, keyed like :func:`fit`."""
+    from .model.transformer import WEIGHT_BW_FACTOR
+    db = db or load_database()
+    a100, graphs, eager = db.device("a100-80gb"), db.runtime("graphs"), db.runtime("eager")
+    return {"a100-80gb.mem_efficiency": a100.mem_efficiency,
+            "graphs.kernel_launch_us": graphs.kernel_launch_s * 1e6,
+            "graphs.step_overhead_us": graphs.step_overhead_s * 1e6,
+            "WEIGHT_BW_FACTOR.int8": WEIGHT_BW_FACTOR["int8"], "WEIGHT_BW_FACTOR.int4": WEIGHT_BW_FACTOR["int4"],
+            "a100-80gb.link_latency_us": a100.link_latency_s * 1e6,
+            "eager.kernel_launch_us": eager.kernel_launch_s * 1e6}
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------------
+
+_UNITS = {"decode_ms": "ms/token", "spec_ms": "ms/token", "speedup": "x", "bandwidth_gb_s": "GB/s"}
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.1f}%"
+
+
+def _val(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def report(rows: list[dict[str, Any]] | None = None, db: Database | None = None) -> dict[str, Any]:
+    """Everything `dse validate --json` prints: rows, summary, fit parameters (refit and stored)."""
+    db = db or load_database()
+    rows = compare(db=db) if rows is None else rows
+    return {"rows": rows, "summary": summary(rows),
+            "fit_parameters": {k: {"sets": v[0], "fitted_on": v[1]} for k, v in FIT_PARAMETERS.items()},
+            "refit": fit(db), "stored": stored_values(db)}
+
+
+def format_report(rep: dict[str, Any]) -> str:
+    """The text of `dse validate`: the table, the medians, the fit, and the notes per row."""
+    rows = rep["rows"]
+    head = ["id", "role", "metric", "measured", "predicted", "error", "row"]
+    cells = [[r["id"], r["role"] + (f" ({r['fit_group']})" if r["role"] == "fit" else ""),
+              f"{r['metric']} [{_UNITS[r['metric']]}]" if r["metric"] else "-",
+              _val(r["measured"]), _val(r["predicted"]), _pct(r["rel_error"]), r["label"]] for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
+    right = {3, 4, 5}
+
+    def line(vals):
+        return "  ".join(v.rjust(w) if i in right else v.ljust(w)
+                         for i, (v, w) in enumerate(zip(vals, widths))).rstrip()
+
+    out = [line(head), line(["-" * w for w in widths])] + [line(c) for c in cells]
+    s = rep["summary"]
+    out.append("")
+    out.append("median |error| (n rows):")
+    for fam, title in (("decode", "decode latency"), ("speculative", "speculative (spec ms/token, speedup)")):
+        parts = [f"{role} {_pct(s[fam][role]['median_abs_error']).lstrip('+')} (n={s[fam][role]['n']})"
+                 for role in ("fit", "held-out", "all")]
+        out.append(f"  {title}: " + ", ".join(parts))
+    out.append(f"  not modelled: {len(s['not_modelled'])} rows ({', '.join(s['not_modelled'])})")
+    out.append("")
+    out.append("fitted defaults (refit from the fit rows / stored in the database):")
+    for key in rep["refit"]:
+        out.append(f"  {key} = {rep['refit'][key]:.4g} / {rep['stored'][key]:.4g}")
+    for k, (sets, on) in FIT_PARAMETERS.items():
+        out.append(f"  [{k}] {sets} <- {on}")
+    out.append("")
+    out.append("notes:")
+    for r in rows:
+        if r["note"]:
+            out.append(f"  {r['id']}: {r['note']}")
+    return "\n".join(out)
+
+
+_BEGIN, _END = "<!-- BEGIN dse validate -->", "<!-- END dse validate -->"
+
+
+def update_doc(path: str | Path, text: str) -> None:
+    """Replace the block between the dse-validate markers of a Markdown file with ``text``."""
+    p = Path(path)
+    doc = p.read_text()
+    i, j = doc.index(_BEGIN) + len(_BEGIN), doc.index(_END)
+    p.write_text(doc[:i] + "\n```text\n" + text + "\n```\n" + doc[j:])
+
+
+def doc_block(path: str | Path) -> str:
+    """The text between the dse-validate markers of a Markdown file (without the code fence)."""
+    doc = Path(path).read_text()
+    block = doc[doc.index(_BEGIN) + len(_BEGIN):doc.index(_END)].strip()
+    return block.removeprefix("```text").removesuffix("```").strip("\n")
+
+
+if __name__ == "__main__":   # python -m dse.calibration docs/calibration.md: refresh the doc's table
+    update_doc(sys.argv[1], format_report(report()))
