@@ -304,13 +304,25 @@ def evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     k = pick(np.broadcast_to(kc, (n, kc.shape[1])))
     tau, p_all, t_iter, exposed = pick(tau), pick(p_all), pick(t_iter), pick(exposed)
     t_draft, t_link, t_verify = pick(t_draft), pick(t_link), pick(verify.time_s)
+    verify_ai, verify_bound = pick(verify.arithmetic_intensity), pick(verify.bound)
+    draft_ai, draft_bound = pick(draft_ai), pick(draft_bound)
+    # k = auto may also choose k = 0: speculation off where no k beats plain decoding (a
+    # server would switch it off there); the row then reports the baseline with tau = 1.
+    off = ~fixed & (t_iter / tau >= base.time_s)
+    if off.any():
+        k, tau, p_all = np.where(off, 0, k), np.where(off, 1.0, tau), np.where(off, 1.0, p_all)
+        t_iter, t_verify = np.where(off, base.time_s, t_iter), np.where(off, base.time_s, t_verify)
+        exposed, t_draft, t_link = (np.where(off, 0.0, x) for x in (exposed, t_draft, t_link))
+        verify_ai = np.where(off, base.arithmetic_intensity, verify_ai)
+        verify_bound = np.where(off, base.bound, verify_bound)
+        draft_ai, draft_bound = np.where(off, 0.0, draft_ai), np.where(off, OVERHEAD, draft_bound)
     spec = t_iter / tau
     if w.acceptance.kind == "alpha":
         alpha = np.full(n, w.acceptance.alpha)
-    else:  # the i.i.d. alpha that gives the same tau at this k
-        alpha = specdec.implied_alpha(tau, k) if not w.tree_nodes else np.full(n, np.nan)
-    if w.tree_nodes and w.acceptance.kind == "alpha":
-        alpha = np.full(n, w.acceptance.alpha)
+    elif w.tree_nodes:      # a tree's tau maps to no single chain alpha
+        alpha = np.full(n, np.nan)
+    else:                   # the i.i.d. alpha that gives the same tau at this k
+        alpha = specdec.implied_alpha(tau, k)
 
     pre_d = np.zeros(n)
     if d.kind == "model":
@@ -321,12 +333,12 @@ def evaluate(batch: DesignBatch, w: Workload) -> Metrics:
         baseline_s_per_token=base.time_s, spec_s_per_token=spec,
         speedup=base.time_s / spec, k=k, alpha=alpha, tau=tau, p_all_accepted=p_all,
         draft_s_per_iter=t_draft, verify_s_per_iter=t_verify, link_s_per_iter=t_link, iter_s=t_iter,
-        draft_cost_ratio=t_draft / (k * base.time_s),
+        draft_cost_ratio=np.where(k > 0, t_draft / (np.maximum(k, 1) * base.time_s), 0.0),
         speedup_bound=tau / (1.0 + exposed / base.time_s),
         baseline_arithmetic_intensity=base.arithmetic_intensity,
-        verify_arithmetic_intensity=pick(verify.arithmetic_intensity),
-        draft_arithmetic_intensity=pick(draft_ai), baseline_bound=base.bound,
-        verify_bound=pick(verify.bound), draft_bound=pick(draft_bound),
+        verify_arithmetic_intensity=verify_ai,
+        draft_arithmetic_intensity=draft_ai, baseline_bound=base.bound,
+        verify_bound=verify_bound, draft_bound=draft_bound,
         tokens_per_s=B / spec, baseline_tokens_per_s=B / base.time_s,
         ttft_s=ttft, request_latency_s=ttft + G * spec)
     return _finish(metrics, fits, req_t, cap_t, short, req_d, cap_d)

@@ -143,3 +143,11 @@ def test_tree_verify_counts_nodes():
     tree = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="eagle", alpha=0.7, k=4, tree_nodes=16)
     assert tree["tau"] > chain["tau"]
     assert tree["verify_arithmetic_intensity"] > chain["verify_arithmetic_intensity"]
+
+
+def test_k_auto_switches_speculation_off_when_it_loses():
+    # batch 1024: every k loses to plain decoding (test above), so auto picks k = 0
+    r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=0.8, batch=1024,
+                        prompt=128, output=128)
+    assert r["k"] == 0 and r["speedup"] == 1.0 and r["tau"] == 1.0
+    assert r["spec_ms_per_token"] == r["baseline_ms_per_token"] and r["draft_ms_per_iter"] == 0
