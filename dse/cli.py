@@ -155,17 +155,25 @@ def report_cmd(path, out, quiet):
     click.echo(f"{res['html']} ({len(res['figures'])} figures)")
 
 
-def _print_front(df, study, header: str):
+def _print_front(df, study, header: str, rows: int = 12):
+    """The front, one line per distinct design, spread evenly along the first objective."""
+    import numpy as np
+
     from .analysis import front
     from .report import front_table
     objs = [(o.metric, o.direction) for o in study.objectives]
     fr = front(df, objs)
+    knobs = [c for c in fr.columns if c.startswith("params_")]
+    distinct = fr.drop_duplicates(subset=knobs + [m for m, _ in objs])
+    pick = np.unique(np.linspace(0, len(distinct) - 1, min(rows, len(distinct))).round().astype(int))
+    table = front_table(distinct.iloc[pick], objs)
+    table.columns = [c.removeprefix("params_").replace("target_chip_", "").replace("draft_chip_", "draft.")
+                     for c in table.columns]
     click.echo(header)
     acc = study.acceptance.describe() if study.drafter.kind != "none" else "no drafter"
-    click.echo(f"front: {len(fr)} of {int(df['feasible'].sum())} feasible designs; draft {study.drafter.label}, "
-               f"{acc}")
-    cols = front_table(fr, objs, top=20)
-    click.echo(cols.to_string(index=False))
+    click.echo(f"front: {len(fr)} of {int(df['feasible'].sum())} feasible trials ({len(distinct)} distinct designs); "
+               f"draft {study.drafter.label}, {acc}; showing {len(table)}")
+    click.echo(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
 
 
 def _entries(kind: str, as_json: bool):

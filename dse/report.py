@@ -394,6 +394,9 @@ def _known_caption(known: pd.DataFrame | None, objs) -> str:
     missing = [f"{names[i]} (no {', '.join(c for c in cols if not have.at[i, c])})"
                for i in known.index if not have.loc[i].all()]
     text = " Open black markers: known parts on the same workload."
+    if any(c.endswith("cost_usd") for c in cols):
+        text += (" Cost is not like-for-like: synthesised designs carry a manufacturing cost (silicon,"
+                 " memory, packaging; hardware_db/technology), known parts a street-price estimate.")
     return text + (f" Not drawn where a value is missing: {'; '.join(missing)}." if missing else "")
 
 

@@ -10,6 +10,7 @@ their parameters (the model is deterministic), so it always matches the storage.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import sys
 import warnings
@@ -143,22 +144,25 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
                        f"{[d.name.lower() for d in ostudy.directions]}, the study file asks for {directions}; "
                        "use another name or --storage")
     runs = list(ostudy.user_attrs.get("dse_runs", []))
-    done = [t for t in ostudy.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
-    for t in ostudy.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
-        ostudy.tell(t.number, state=TrialState.FAIL)      # left by an interrupted run; never counted
+    fail_stale_trials(ostudy)
+    done = ostudy.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     first = len(ostudy.get_trials(deepcopy=False))
     if not runs or runs[-1]["sampler"] != sampler_name or runs[-1]["seed"] != seed:
         runs.append({"sampler": sampler_name, "seed": seed, "first_trial": first})
         ostudy.set_user_attr("dse_runs", runs)
     dists = distributions(study)
     names = [k.name for k in study.searched]
-    remaining = max(0, n_trials - len(done))
     told = 0
     interrupted = False
     bar = _Progress(n_trials, len(done), enabled=progress)
     try:
-        while told < remaining:
-            b = min(study.batch_size, remaining - told)
+        while True:
+            # recount each batch: other workers may share this storage, so together they stop
+            # at n_trials complete (overshooting by at most one batch per other worker)
+            taken = len(ostudy.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+            b = min(study.batch_size, n_trials - taken)
+            if b <= 0:
+                break
             trials = []
             try:
                 for _ in range(b):
@@ -193,6 +197,18 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
     meta = study_metadata(study, db, tech, sampler=sampler_name, seed=seed, storage=storage_url, runs=runs)
     write_parquet(df, out, meta)
     return RunResult(frame=df, path=out, n_new=told, storage=storage_url, interrupted=interrupted)
+
+
+def fail_stale_trials(ostudy, older_than_s: float = 300.0) -> None:
+    """FAIL trials left RUNNING by an interrupted worker (ask/tell records no heartbeat; a
+    batch here takes milliseconds, so a trial running for minutes has no worker). Fresh
+    RUNNING trials belong to live workers on the same storage and are left alone."""
+    from optuna.trial import TrialState
+    now = datetime.datetime.now()
+    for t in ostudy.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
+        start = t.datetime_start
+        if start is None or (now - start).total_seconds() > older_than_s:
+            ostudy.tell(t.number, state=TrialState.FAIL)
 
 
 def _set_constraints(trial, values: np.ndarray, study: StudySpec) -> None:

@@ -109,3 +109,19 @@ def test_pareto_flags_match_brute_force(tmp_path):
 def test_other_samplers_run(tmp_path, sampler):
     res = run_study(small_study(tmp_path, n_trials=40, sampler=sampler), storage=":memory:", progress=False)
     assert len(res.frame) == 40 and (res.frame["sampler"] == sampler).all()
+
+
+def test_two_workers_share_one_journal(tmp_path):
+    """Two processes on one journal file: all trials kept once, the study reaches its total."""
+    import subprocess
+    import sys
+    s = small_study(tmp_path, n_trials=256)
+    journal = tmp_path / "shared.journal"
+    code = ("import sys; from dse.search import run_study; from dse.study import load_study; "
+            f"run_study(load_study({s.path!r}), storage={str(journal)!r}, out=sys.argv[1], progress=False)")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / f"w{i}.parquet")]) for i in range(2)]
+    assert all(p.wait(timeout=300) == 0 for p in procs)
+    last = run_study(s, storage=str(journal), progress=False)       # a third call only rewrites Parquet
+    assert last.n_new == 0
+    df = last.frame
+    assert df["trial"].is_unique and 256 <= len(df) <= 256 + 32
