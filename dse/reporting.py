@@ -118,11 +118,9 @@ def study_from_results(df: pd.DataFrame, db=None) -> StudySpec:
 
 def _context(study: StudySpec):
     """(database, technology constants) as the search used them."""
-    from .database import load_database
-    from .techdb import load_technology
-    db = load_database()
-    tech = load_technology(db.root)
-    return db, tech.with_overrides(study.technology, where=study.path) if study.technology else tech
+    from .study import open_study
+    _, db, tech = open_study(study)
+    return db, tech
 
 
 def _evaluate(study: StudySpec, params: dict[str, np.ndarray], n: int) -> pd.DataFrame:

@@ -20,14 +20,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .database import Database, load_database
+from .database import Database
 from .designs import build_designs
 from .errors import DseError, SpecError
 from .frame import BASE_CONSTRAINTS, constraint_values, metric_table, results_frame
 from .model.evaluate import evaluate
 from .store import study_metadata, write_parquet
-from .study import SAMPLERS, StudySpec, load_study
-from .techdb import load_technology
+from .study import SAMPLERS, StudySpec, open_study
 
 #: objective value given to Optuna where a metric is undefined (the design does not fit);
 #: the memory constraint already marks such trials infeasible
@@ -121,12 +120,7 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
     """Create or resume the Optuna study, run it to ``n_trials`` in total, write Parquet."""
     import optuna
     from optuna.trial import TrialState
-    if not isinstance(study, StudySpec):
-        study = load_study(study, db=db)
-    db = db or load_database()
-    tech = load_technology(db.root)
-    if study.technology:
-        tech = tech.with_overrides(study.technology, where=study.path)
+    study, db, tech = open_study(study, db)
     n_trials = study.n_trials if n_trials is None else n_trials
     if n_trials < 1:
         raise SpecError(None, "--n-trials", n_trials, "expected an integer >= 1")

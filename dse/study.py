@@ -131,6 +131,7 @@ class StudySpec:
     storage: str | None
     technology: dict = field(default_factory=dict)
     raw: dict = field(default_factory=dict)
+    tech: Any = None        # the resolved TechConstants (database constants + overrides)
 
     def knob(self, name: str) -> Knob | None:
         return next((k for k in self.knobs if k.name == name), None)
@@ -537,4 +538,12 @@ def load_study(path: str | Path, db: Database | None = None) -> StudySpec:
                      tree_nodes=int(tree_nodes), k_max=int(k_max), runtime=runtime, knobs=tuple(knobs),
                      objectives=tuple(objectives), constraints=tuple(constraints), sampler=search["sampler"],
                      n_trials=int(search["n_trials"]), batch_size=int(search["batch_size"]), seed=int(search["seed"]),
-                     grid_points=int(points), output=output, storage=storage, technology=tech_raw, raw=raw)
+                     grid_points=int(points), output=output, storage=storage, technology=tech_raw, raw=raw,
+                     tech=tech)
+
+
+def open_study(study: StudySpec | str | Path, db: Database | None = None):
+    """(StudySpec, Database, TechConstants) from a spec or a study file path."""
+    if not isinstance(study, StudySpec):
+        study = load_study(study, db=db)
+    return study, db or load_database(), study.tech

@@ -20,13 +20,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .database import Database, load_database
+from .database import Database
 from .errors import SpecError
 from .frame import objective_matrix
 from .pareto import pareto_mask, pareto_ranks
 from .store import study_metadata, write_parquet
-from .study import Knob, StudySpec, load_study
-from .techdb import load_technology
+from .study import Knob, StudySpec, open_study
 
 DEFAULT_CHUNK = 131_072
 
@@ -92,12 +91,7 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
     """Evaluate this shard's chunks of the grid and write one part file per chunk."""
     from .frame import results_frame
     from .search import evaluate_params
-    if not isinstance(study, StudySpec):
-        study = load_study(study, db=db)
-    db = db or load_database()
-    tech = load_technology(db.root)
-    if study.technology:
-        tech = tech.with_overrides(study.technology, where=study.path)
+    study, db, tech = open_study(study, db)
     points = study.grid_points if points is None else points
     if points < 2:
         raise SpecError(None, "--points", points, "expected an integer >= 2")
