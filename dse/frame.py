@@ -142,6 +142,7 @@ def add_pareto_flags(df: pd.DataFrame, study) -> pd.DataFrame:
 
 def _utc(values, n: int):
     """Timestamps as datetime64[us, UTC] (now, when not given)."""
-    if values is None:
-        values = [pd.Timestamp.now(tz="UTC")] * n
+    if values is None:   # one timestamp for the whole chunk: build it as an array, not a list
+        now = pd.Timestamp.now(tz="UTC").tz_localize(None).as_unit("us").to_datetime64()
+        return pd.Series(np.full(n, now)).dt.tz_localize("UTC").array
     return pd.to_datetime(pd.Series(list(values), dtype=object), utc=True).astype("datetime64[us, UTC]").array

@@ -1,0 +1,223 @@
+"""Time the model: one design through the API, a million designs in one call, and `dse eval`.
+
+Run:  python benchmarks/bench_eval.py [--calls 200] [--rows 1000000] [--repeats 5] [--cli-runs 5]
+
+(a) evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=0.8, k=4)
+    after warm-up, median of --calls calls: target <= 1 ms. Also (no target) the same call with a
+    loaded Database passed in, and the raw dse.model.evaluate on length-1 arrays.
+(b) dse.model.evaluate on --rows random designs (bandwidth, FLOP/s, batch, prompt, output drawn
+    as in tests/model/test_evaluate_vector.py) in one call, on one core: the first (cold) call,
+    then the median of --repeats further calls. Target at fixed k = 4: median >= 1,000,000
+    design points per second. k = auto (k_max 8) is reported without a target, and so is the
+    same number of rows cut into sweep-sized chunks of 131,072.
+(c) `dse eval --hw h100-sxm --target llama-3.1-70b --dtype fp8 --draft llama-3.2-1b --alpha 0.8
+    --json` as a subprocess, median wall time of --cli-runs runs after one untimed run: target
+    < 1 s; and `python -X importtime` on the same command must show no optuna, pandas or
+    matplotlib import.
+Exits 1 if a target is missed.
+"""
+
+from __future__ import annotations
+
+import os
+
+# one core for every numeric library: set before numpy is imported
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = "1"
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import shutil  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dse.api import evaluate_design, hardware_arrays, make_acceptance, parse_drafter  # noqa: E402
+from dse.database import load_database  # noqa: E402
+from dse.model import DesignBatch, evaluate  # noqa: E402
+from dse.specs import Workload  # noqa: E402
+
+API_KW = dict(hw="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=0.8, k=4)
+CLI_ARGS = ["eval", "--hw", "h100-sxm", "--target", "llama-3.1-70b", "--dtype", "fp8", "--draft", "llama-3.2-1b",
+            "--alpha", "0.8", "--json"]
+HEAVY = ("optuna", "pandas", "matplotlib")
+SWEEP_CHUNK = 131_072        # dse.sweep.DEFAULT_CHUNK
+
+
+def random_batch(db, n: int, k: int, rng: np.random.Generator) -> DesignBatch:
+    """n H100-shaped designs with random bandwidth, FLOP/s, batch, prompt and output; k fixed (0 = auto)."""
+    dev, rt = db.device("h100-sxm"), db.runtime("graphs")
+    hw = hardware_arrays(dev, rt, np.ones(n, dtype=int), "bf16")
+    hw = type(hw)(**{**{f: getattr(hw, f) for f in hw.__slots__},
+                     "mem_bw_bytes_s": rng.uniform(1e12, 8e12, n), "peak_flop_s": rng.uniform(1e14, 2e15, n)})
+    return DesignBatch(target=hw, draft=hw, draft_on_chip=np.zeros(n, bool), draft_link_bw_bytes_s=0.0,
+                       draft_link_latency_s=0.0, batch=rng.integers(1, 256, n),
+                       prompt_tokens=rng.integers(1, 4096, n), output_tokens=rng.integers(1, 1024, n),
+                       k=np.full(n, k, dtype=np.int64))
+
+
+def workload(db) -> Workload:
+    tgt = db.model("llama-3.1-8b")
+    return Workload(target=tgt, drafter=parse_drafter("llama-3.2-1b", tgt, db), acceptance=make_acceptance(0.8),
+                    k_max=8)
+
+
+def time_calls(fn, calls: int, warmup: int) -> np.ndarray:
+    for _ in range(warmup):
+        fn()
+    out = np.empty(calls)
+    for i in range(calls):
+        t = time.perf_counter()
+        fn()
+        out[i] = time.perf_counter() - t
+    return out
+
+
+def thread_info() -> str:
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "threadpoolctl not installed: thread-pool report skipped"
+    pools = threadpool_info()
+    if not pools:
+        return "threadpoolctl: no native thread pools loaded"
+    return "threadpoolctl: " + "; ".join(f"{p.get('internal_api')} {p.get('num_threads')} thread(s)" for p in pools)
+
+
+def dse_command() -> list[str]:
+    script = Path(sys.executable).with_name("dse")
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("dse")
+    if found:
+        return [found]
+    return [sys.executable, "-c", "import sys; from dse.cli import main; sys.exit(main())"]
+
+
+def heavy_imports(importtime_stderr: str) -> tuple[list[str], list[tuple[float, str]]]:
+    """Heavy packages imported, and (cumulative ms, name) of every top-level import."""
+    bad, top = set(), []
+    for line in importtime_stderr.splitlines():
+        if not line.startswith("import time:") or "|" not in line:
+            continue
+        _, cum, name = line.split("|", 2)
+        if not cum.strip().isdigit():
+            continue                      # the header line
+        mod = name.strip()
+        if mod.split(".")[0] in HEAVY:
+            bad.add(mod.split(".")[0])
+        if not name.startswith("  "):      # importtime indents nested imports by two spaces per level
+            top.append((int(cum) / 1e3, mod))
+    return sorted(bad), sorted(top, reverse=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--cli-runs", type=int, default=5)
+    args = ap.parse_args(argv)
+    results = []          # (check, measured text, target text, ok)
+
+    # ---- (a) one design ----
+    db = load_database()
+    w = workload(db)
+    api = time_calls(lambda: evaluate_design(**API_KW), args.calls, warmup=20)
+    api_db = time_calls(lambda: evaluate_design(**API_KW, db=db), args.calls, warmup=20)
+    one = random_batch(db, 1, 4, np.random.default_rng(1))
+    raw = time_calls(lambda: evaluate(one, w), args.calls, warmup=20)
+    print(f"(a) one design, {args.calls} calls after 20 warm-up calls (ms)")
+    print(f"{'call':<52}{'median':>8}{'p10':>8}{'p90':>8}")
+    for name, t in (("evaluate_design(...)  [loads the database each call]", api),
+                    ("evaluate_design(..., db=db)", api_db),
+                    ("dse.model.evaluate, length-1 arrays, k=4", raw)):
+        p10, med, p90 = np.percentile(t, [10, 50, 90]) * 1e3
+        print(f"{name:<52}{med:>8.3f}{p10:>8.3f}{p90:>8.3f}")
+    med_api = float(np.median(api)) * 1e3
+    results.append(("evaluate_design median", f"{med_api:.3f} ms", "<= 1 ms", med_api <= 1.0))
+
+    # ---- (b) a million designs in one call, one core ----
+    print()
+    print(f"(b) dse.model.evaluate on {args.rows:,} designs in one call, one core")
+    print(f"    OMP/OPENBLAS/MKL_NUM_THREADS = 1; {thread_info()}")
+    rng = np.random.default_rng(0)
+    print(f"{'k':<28}{'build s':>9}{'cold s':>9}{'median s':>10}{'min s':>8}{'median pts/s':>15}")
+    tput = {}
+    for label, k in (("fixed k=4", 4), ("auto (k_max 8)", 0)):
+        t = time.perf_counter()
+        big = random_batch(db, args.rows, k, rng)
+        t_build = time.perf_counter() - t
+        t = time.perf_counter()
+        evaluate(big, w)
+        cold = time.perf_counter() - t
+        reps = time_calls(lambda b=big: evaluate(b, w), args.repeats, warmup=0)
+        med = float(np.median(reps))
+        tput[k] = args.rows / med
+        print(f"{label:<28}{t_build:>9.3f}{cold:>9.3f}{med:>10.3f}{reps.min():>8.3f}{tput[k]:>15,.0f}")
+        del big
+    n_chunks = -(-args.rows // SWEEP_CHUNK)
+    chunks = [random_batch(db, min(SWEEP_CHUNK, args.rows - i * SWEEP_CHUNK), 4, rng) for i in range(n_chunks)]
+    for c in chunks[:1]:
+        evaluate(c, w)
+    reps = []
+    for _ in range(args.repeats):
+        t = time.perf_counter()
+        for c in chunks:
+            evaluate(c, w)
+        reps.append(time.perf_counter() - t)
+    med = statistics.median(reps)
+    print(f"{f'fixed k=4, {n_chunks} x {SWEEP_CHUNK:,} rows':<28}{'':>9}{'':>9}{med:>10.3f}{min(reps):>8.3f}"
+          f"{args.rows / med:>15,.0f}")
+    print("    cold = the first call (fresh memory pages); median/min over the next "
+          f"{args.repeats} calls; targets use the median")
+    del chunks
+    results.append(("evaluate throughput, fixed k", f"{tput[4]:,.0f} pts/s", ">= 1,000,000 pts/s", tput[4] >= 1e6))
+
+    # ---- (c) `dse eval` from the shell ----
+    print()
+    cmd = dse_command() + CLI_ARGS
+    print(f"(c) {' '.join(['dse'] + CLI_ARGS)}")
+    print(f"    as a subprocess ({cmd[0]}): one untimed run, then {args.cli_runs} timed runs")
+    first = subprocess.run(cmd, capture_output=True, text=True)
+    if first.returncode != 0:
+        print(first.stderr, file=sys.stderr)
+        print("FAIL: dse eval exited with", first.returncode, file=sys.stderr)
+        return 1
+    record = json.loads(first.stdout)
+    walls = []
+    for _ in range(args.cli_runs):
+        t = time.perf_counter()
+        subprocess.run(cmd, capture_output=True, text=True, check=True)
+        walls.append(time.perf_counter() - t)
+    wall = statistics.median(walls)
+    print(f"    fits={record['fits']} k={record['k']} spec_ms_per_token={record['spec_ms_per_token']:.3f}")
+    print(f"    wall s: median {wall:.3f}, min {min(walls):.3f}, max {max(walls):.3f}")
+    results.append(("dse eval wall time (median)", f"{wall:.3f} s", "< 1 s", wall < 1.0))
+    script = cmd[1:] if cmd[0] == sys.executable else cmd       # run the console script under this python
+    imp = subprocess.run([sys.executable, "-X", "importtime"] + script, capture_output=True, text=True)
+    bad, top = heavy_imports(imp.stderr)
+    print("    python -X importtime, largest top-level imports (cumulative ms): "
+          + ", ".join(f"{name} {ms:.0f}" for ms, name in top[:5]))
+    print(f"    optuna / pandas / matplotlib imported: {', '.join(bad) if bad else 'none'}")
+    results.append(("dse eval imports no optuna/pandas/matplotlib", ", ".join(bad) or "none", "none",
+                    imp.returncode == 0 and not bad))
+
+    print()
+    print(f"{'target':<46}{'measured':>20}  {'wanted':<20}result")
+    for name, got, want, ok in results:
+        print(f"{name:<46}{got:>20}  {want:<20}{'PASS' if ok else 'FAIL'}")
+    if not all(ok for *_, ok in results):
+        print("FAIL: a target was missed", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
