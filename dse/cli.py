@@ -16,7 +16,7 @@ from .errors import DseError
 
 
 class _Group(click.Group):
-    """Turn DseError into `error: ...` and exit 2 (1 for runtime failures)."""
+    """Turn DseError into `error: ...` and exit 2; an unreadable/unwritable file exits 1."""
 
     def invoke(self, ctx):
         try:
@@ -26,6 +26,11 @@ class _Group(click.Group):
                 raise
             click.echo(f"error: {exc}", err=True)
             sys.exit(getattr(exc, "exit_code", 2))
+        except OSError as exc:      # a file or storage that cannot be read or written
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            click.echo(f"error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
+            sys.exit(1)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
