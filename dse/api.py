@@ -150,7 +150,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     for name, value in (("--dtype", dtype), ("--kv-dtype", kv_dtype or dtype)):
         if value not in DTYPES:
             raise SpecError(None, name, value, f"expected one of {', '.join(DTYPES)}")
-    if not (isinstance(temperature, (int, float)) and temperature >= 0):
+    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
         raise SpecError(None, "--temperature", temperature, "expected a number >= 0")
     dev = db.device(hw, where="--hw: ")
     rt = db.runtime(runtime or dev.default_runtime, where="--runtime: ")

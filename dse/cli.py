@@ -16,7 +16,7 @@ from .errors import DseError
 
 
 class _Group(click.Group):
-    """Turn DseError into `error: ...` and exit 2; an unreadable/unwritable file exits 1."""
+    """Turn DseError and unreadable/unwritable paths into `error: ...` and exit 2."""
 
     def invoke(self, ctx):
         try:
@@ -26,11 +26,14 @@ class _Group(click.Group):
                 raise
             click.echo(f"error: {exc}", err=True)
             sys.exit(getattr(exc, "exit_code", 2))
-        except OSError as exc:      # a file or storage that cannot be read or written
+        except BrokenPipeError:     # `dse pareto ... | head`
+            sys.stderr.close()
+            sys.exit(0)
+        except OSError as exc:      # a path given that cannot be read or written: bad input
             if ctx.obj and ctx.obj.get("debug"):
                 raise
             click.echo(f"error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
-            sys.exit(1)
+            sys.exit(2)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -129,7 +132,7 @@ def sweep_cmd(study_file, points, shard, out, chunk_size, quiet):
 @click.option("--objective", "objectives", multiple=True, metavar="METRIC:min|max",
               help="Objectives (default: the study's). Repeat for each.")
 @click.option("--where", default=None, help="pandas query applied first, e.g. 'chips <= 2'.")
-@click.option("--top", type=int, default=None, help="Show the first N front rows.")
+@click.option("--top", type=click.IntRange(min=1), default=None, help="Show the first N front rows.")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--csv", "as_csv", is_flag=True)
 def pareto_cmd(path, objectives, where, top, as_json, as_csv):

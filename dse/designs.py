@@ -92,7 +92,7 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
                                link_bw_gb_s=np.asarray(get("link_bw_gb_s"), dtype=np.float64))
         cap, bw = chip.capacity_bytes, chip.mem_bw_bytes_s
         peak_bf16 = chip.peak_bf16_flop_s
-        peak = chip.peak_fp8_flop_s if dtype in ("fp8", "int8") else chip.peak_bf16_flop_s
+        peak = chip.peak_fp8_flop_s if dtype == "fp8" else chip.peak_bf16_flop_s
         link_bw = chip.link_bw_bytes_s
         eff_m = np.asarray(get("mem_efficiency"), dtype=np.float64)
         eff_c = np.asarray(get("compute_efficiency"), dtype=np.float64)
@@ -106,7 +106,10 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
                         step_overhead_s=step, spec_overhead_s=rt.spec_overhead_s, ngram_draft_s=rt.ngram_draft_s,
                         memory_reserve_fraction=rt.memory_reserve_fraction)
     cols = {"capacity_bytes": cap, "mem_bw_bytes_s": bw, "peak_bf16_flop_s": peak_bf16, "die_area_mm2": area,
-            "chip_cost_usd": cost_chip, "chip_power_w": power_chip, "chips": chips, "buildable": buildable}
+            "chip_cost_usd": cost_chip, "chip_power_w": power_chip, "chips": chips,
+            # a group needs memory bandwidth, and a link when it spans chips
+            "buildable": buildable & (bw > 0) & ((chips == 1) | (link_bw > 0)),
+            "link_bw_bytes_s": link_bw}
     return hw, cols
 
 
@@ -124,7 +127,8 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
         draft, dc = target, None
     k = np.asarray(kn["k"], dtype=np.int64) if "k" in kn else np.zeros(n, dtype=np.int64)
     batch = DesignBatch(target=target, draft=draft, draft_on_chip=on,
-                        draft_link_bw_bytes_s=draft.link_bw_bytes_s, draft_link_latency_s=draft.link_latency_s,
+                        draft_link_bw_bytes_s=np.minimum(draft.link_bw_bytes_s, target.link_bw_bytes_s),
+                        draft_link_latency_s=draft.link_latency_s,
                         batch=kn["batch"], prompt_tokens=kn["prompt_tokens"], output_tokens=kn["output_tokens"], k=k)
     chips = tc["chips"]
     hwcols = {
@@ -151,7 +155,11 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
         d_area = np.where(on, dc["die_area_mm2"] * dc["chips"], 0.0)
     else:
         d_cost = d_power = d_area = 0.0
-    hwcols["buildable"] = tc["buildable"] & (~on | dc["buildable"]) if dc is not None else tc["buildable"]
+    if dc is not None:      # a draft chip must also reach the target
+        draft_ok = dc["buildable"] & (np.minimum(dc["link_bw_bytes_s"], tc["link_bw_bytes_s"]) > 0)
+        hwcols["buildable"] = tc["buildable"] & (~on | draft_ok)
+    else:
+        hwcols["buildable"] = tc["buildable"]
     hwcols["cost_usd"] = tc["chip_cost_usd"] * chips + d_cost
     hwcols["power_w"] = tc["chip_power_w"] * chips + d_power
     hwcols["total_die_area_mm2"] = tc["die_area_mm2"] * chips + d_area

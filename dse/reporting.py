@@ -348,8 +348,12 @@ def build_report(path, out=None, progress: bool = True) -> dict:
     say = _say(progress)
     say(f"loading {path}")
     df = da.load_results(path)
+    if not len(df):
+        raise DseError(f"{path}: no rows to report")
     study = study_from_results(df)
     objs = [(o.metric, o.direction) for o in study.objectives]
+    if not da.feasible_mask(df).any():
+        say("no feasible design: the front figure shows infeasible designs only")
     say("evaluating known parts")
     known = known_parts(study)
     svb = None

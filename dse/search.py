@@ -109,7 +109,12 @@ def resolve_storage(study: StudySpec, storage: str | None, out: Path):
     if url == ":memory:":
         return None, url
     if "://" in url:
-        return optuna.storages.RDBStorage(url), url
+        try:
+            return optuna.storages.RDBStorage(url), url
+        except Exception as exc:  # SQLAlchemy: bad URL, missing driver, unreachable server
+            raise SpecError(None, "--storage", url, f"cannot open this database: {str(exc).splitlines()[0]}"
+                            " (expected sqlite:///FILE or postgresql+psycopg://USER@HOST/DB with psycopg "
+                            "installed)") from None
     Path(url).parent.mkdir(parents=True, exist_ok=True)
     return optuna.storages.JournalStorage(JournalFileBackend(url)), url
 
@@ -127,6 +132,8 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
     sampler_name = sampler or study.sampler
     seed = study.seed if seed is None else seed
     out = Path(out or study.output)
+    if out.is_dir():
+        raise SpecError(None, "--out", str(out), "is a directory; expected a Parquet file path")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     store, storage_url = resolve_storage(study, storage, out)
     directions = [o.direction for o in study.objectives]
@@ -137,6 +144,14 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
         raise DseError(f"{storage_url}: study {study.name!r} exists with directions "
                        f"{[d.name.lower() for d in ostudy.directions]}, the study file asks for {directions}; "
                        "use another name or --storage")
+    space_key = space_fingerprint(study)
+    stored = ostudy.user_attrs.get("dse_space")
+    if stored is None:
+        ostudy.set_user_attr("dse_space", space_key)
+    elif stored != space_key:
+        raise DseError(f"{storage_url}: study {study.name!r} was run with another workload or space "
+                       f"(fingerprint {stored}, this file gives {space_key}); resuming would mix designs. "
+                       "Rename the study, or give another --storage / --out")
     runs = list(ostudy.user_attrs.get("dse_runs", []))
     fail_stale_trials(ostudy)
     done = ostudy.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
@@ -191,6 +206,16 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
     meta = study_metadata(study, db, tech, sampler=sampler_name, seed=seed, storage=storage_url, runs=runs)
     write_parquet(df, out, meta)
     return RunResult(frame=df, path=out, n_new=told, storage=storage_url, interrupted=interrupted)
+
+
+def space_fingerprint(study: StudySpec) -> str:
+    """Hash of what makes trials comparable: workload, knobs, objectives, constraints and
+    technology overrides (not the search budget, sampler or output)."""
+    import hashlib
+    import json
+    r = study.resolved()
+    key = {k: r[k] for k in ("workload", "knobs", "objectives", "constraints", "technology")}
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def fail_stale_trials(ostudy, older_than_s: float = 300.0) -> None:

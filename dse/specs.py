@@ -175,7 +175,7 @@ class DeviceSpec:
     peak_fp8_flop_s: float | None = num("peak_tflops_fp8", "tflops", 0, 1e6, lo_open=True, default=None,
                                         desc="dense FP8; absent = no native FP8 (runs at the BF16 rate)")
     peak_int8_op_s: float | None = num("peak_tops_int8", "tops", 0, 1e6, lo_open=True, default=None,
-                                       desc="dense INT8; absent = FP8 rate, else BF16")
+                                       desc="dense INT8 (informational: int8 weights are weight-only)")
     peak_fp4_flop_s: float | None = num("peak_tflops_fp4", "tflops", 0, 1e7, lo_open=True, default=None,
                                         desc="dense FP4 (informational; int4 weights compute in BF16)")
     sram_bytes: float = num("sram_mb", "mb", 0, 1e8, default=0.0, desc="on-chip SRAM (L2/cache/scratch)")
@@ -197,14 +197,13 @@ class DeviceSpec:
     default_runtime: str = text("default_runtime", default="graphs")
 
     def peak_flop_s(self, dtype: str) -> float:
-        """Dense FLOP/s for a weight dtype: fp8 -> FP8 rate, int8 -> INT8, int4 -> BF16 (W4A16)."""
+        """Dense FLOP/s the matmuls run at for a weight dtype: fp8 is W8A8 (FP8 rate); int8 and
+        int4 are weight-only (W8A16, W4A16: dequantised to BF16, so the BF16 rate)."""
         bf16 = self.peak_bf16_flop_s
         if dtype == "fp16":
             return self.peak_fp16_flop_s or bf16
         if dtype == "fp8":
             return self.peak_fp8_flop_s or bf16
-        if dtype == "int8":
-            return self.peak_int8_op_s or self.peak_fp8_flop_s or bf16
         return bf16
 
 

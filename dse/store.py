@@ -61,6 +61,9 @@ def write_parquet(df: pd.DataFrame, path: str | os.PathLike, metadata: dict) -> 
     os.close(fd)
     try:
         pq.write_table(table, tmp, compression="zstd")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)        # mkstemp makes 0600; results are for sharing
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

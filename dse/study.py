@@ -267,6 +267,56 @@ def _parse_knob(err: _Errors, section: str, key: str, raw: Any, d: KnobDef, choi
     return None
 
 
+def _knob_max(k: Knob | None):
+    if k is None:
+        return None
+    if not k.searched:
+        return k.fixed
+    return max(k.choices) if k.choices else k.high
+
+
+def _knob_min(k: Knob | None):
+    if k is None:
+        return None
+    if not k.searched:
+        return k.fixed
+    return min(k.choices) if k.choices else k.low
+
+
+def _cross_checks(p: str, knobs: list[Knob], drafter, acc, tree_nodes: int, overlap: bool) -> list[SpecError]:
+    """k against the acceptance vector, tau, Medusa heads and tree size; overlap and the
+    draft-chip link need a draft chip."""
+    out = []
+    by = {k.name: k for k in knobs}
+    k_hi = _knob_max(by.get("k"))
+    where = "space.k" if by.get("k") is not None and by["k"].searched else "workload.k"
+    if drafter is None or acc is None:
+        return out
+    if k_hi is not None and acc.kind == "per_position" and k_hi > len(acc.per_position):
+        out.append(SpecError(p, where, k_hi, f"expected at most {len(acc.per_position)} (one rate per drafted "
+                             "position in workload.acceptance.per_position)"))
+    if k_hi is not None and acc.kind == "tau" and acc.tau > _knob_min(by["k"]) + 1:
+        out.append(SpecError(p, "workload.acceptance.tau", acc.tau, f"expected a number in [1, k+1 = "
+                             f"{_knob_min(by['k']) + 1}]"))
+    if drafter.kind == "medusa" and k_hi is not None and k_hi > drafter.heads:
+        out.append(SpecError(p, where, k_hi, f"expected at most {drafter.heads} (one token per Medusa head)"))
+    if tree_nodes:
+        if drafter.kind not in ("model", "early-exit", "eagle"):
+            out.append(SpecError(p, "workload.tree_nodes", tree_nodes, "trees need a model, early-exit or eagle drafter"))
+        elif k_hi is not None and tree_nodes < k_hi:
+            out.append(SpecError(p, "workload.tree_nodes", tree_nodes, f"expected >= k = {k_hi} (one node per level)"))
+    enabled = by.get("draft_chip_enabled")
+    can_have_chip = enabled is not None and (enabled.searched or enabled.fixed is True)
+    if overlap and not can_have_chip:
+        out.append(SpecError(p, "workload.overlap", True, "overlapped drafting needs a draft chip "
+                             "(space.draft_chip.enabled)"))
+    link = by.get("draft_chip_link_bw_gb_s")
+    if can_have_chip and link is not None and _knob_min(link) <= 0:
+        out.append(SpecError(p, "space.draft_chip.link_bw_gb_s", _knob_min(link),
+                             "expected > 0 (the draft chip reaches the target over this link)"))
+    return out
+
+
 def known_metrics() -> list[str]:
     """Metric names a study may optimise or constrain: dse eval's keys plus derived columns."""
     from .frame import NUMERIC_METRICS
@@ -463,6 +513,9 @@ def load_study(path: str | Path, db: Database | None = None) -> StudySpec:
         err.add("workload.acceptance.tau", acc.tau, "tau is measured at one k: set workload.k to an integer")
     if drafter is not None and drafter.kind == "none" and any(k.name == "k" for k in knobs):
         err.add("workload.k", wl.get("k", space.get("k")), "k needs a drafter (workload.draft)")
+
+    # ---- cross-checks between the workload and k (the same rules as dse eval) ----
+    err.items.extend(_cross_checks(p, knobs, drafter, acc, int(tree_nodes), overlap))
 
     # ---- objectives and constraints ----
     metrics = set(known_metrics())

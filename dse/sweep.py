@@ -100,7 +100,8 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
     if not 0 <= si < sn:
         raise SpecError(None, "shard", f"{si}/{sn}", "expected 0 <= I < N")
     out_dir = Path(out) if out else Path(study.output).with_suffix("").with_name(Path(study.output).stem + "-sweep")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if not isinstance(chunk_size, int) or chunk_size < 1:
+        raise SpecError(None, "--chunk-size", chunk_size, "expected an integer >= 1")
     axes = grid_axes(study, points)
     shape = tuple(v.size for _, v in axes)
     total = int(np.prod(shape, dtype=np.int64))
@@ -110,6 +111,8 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
                           grid={"points": points, "shape": list(shape), "total": total,
                                 "axes": {k.name: np.asarray(v).tolist() for k, v in axes},
                                 "shard": [si, sn], "chunk_size": chunk_size})
+    _check_existing(out_dir, meta)
+    out_dir.mkdir(parents=True, exist_ok=True)
     prefix = f"part-{si:05d}-of-{sn:05d}-"
     parts, objs, feas = [], [], []
     for j, c in enumerate(mine):
@@ -131,12 +134,29 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
     if progress and mine:
         sys.stderr.write("\n")
     for stale in out_dir.glob(f"{prefix}*.parquet"):
-        if stale not in parts:
+        if parts and stale not in parts:
             stale.unlink()
     if parts:
         _write_pareto_flags(parts, np.concatenate(objs), np.concatenate(feas), study)
     return SweepResult(out_dir=out_dir, total_points=total, rows_written=sum(o.shape[0] for o in objs),
                        parts=parts, shard=(si, sn))
+
+
+def _check_existing(out_dir: Path, meta: dict) -> None:
+    """Refuse a directory that holds parts of another grid, study or shard count: mixing them
+    would duplicate or misnumber rows. The same grid and shard count may be re-run."""
+    from .store import read_metadata
+    existing = sorted(out_dir.glob("part-*.parquet")) if out_dir.is_dir() else []
+    if not existing:
+        return
+    old = read_metadata(existing[0])
+    same = (old.get("study", {}).get("name") == meta["study"]["name"]
+            and {k: v for k, v in (old.get("grid") or {}).items() if k != "shard"}
+            == {k: v for k, v in meta["grid"].items() if k != "shard"}
+            and (old.get("grid") or {}).get("shard", [0, 0])[1] == meta["grid"]["shard"][1])
+    if not same:
+        raise SpecError(None, "--out", str(out_dir), "holds parts of another study, grid (points, axes, "
+                        "chunk size) or shard count; use a new directory or delete it")
 
 
 def _write_pareto_flags(parts: list[Path], values: np.ndarray, feasible: np.ndarray, study: StudySpec) -> None:

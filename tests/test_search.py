@@ -125,3 +125,30 @@ def test_two_workers_share_one_journal(tmp_path):
     assert last.n_new == 0
     df = last.frame
     assert df["trial"].is_unique and 256 <= len(df) <= 256 + 32
+
+
+def test_resume_with_a_changed_space_is_refused(tmp_path):
+    from dse.errors import DseError
+    s = small_study(tmp_path)
+    journal = str(tmp_path / "q.journal")
+    run_study(s, n_trials=32, storage=journal, progress=False)
+    raw = yaml.safe_load(Path(s.path).read_text())
+    raw["space"]["target_chip"]["chips"] = 8
+    Path(s.path).write_text(yaml.safe_dump(raw))
+    with pytest.raises(DseError, match="another workload or space"):
+        run_study(load_study(s.path), n_trials=64, storage=journal, progress=False)
+
+
+def test_designs_without_a_link_or_bandwidth_are_infeasible(tmp_path):
+    raw = yaml.safe_load(QUICK.read_text())
+    raw["space"] = {"target_chip": {"device": ["m3-ultra"], "chips": [1, 2]}}    # m3-ultra: no scale-up link
+    raw["workload"].update(target="llama-3.1-8b", dtype="bf16", kv_dtype="bf16")
+    raw["search"].update(n_trials=8, batch_size=8, sampler="random")
+    raw["constraints"] = []
+    p = tmp_path / "m.yaml"
+    p.write_text(yaml.safe_dump(raw))
+    df = run_study(load_study(p), storage=":memory:", out=tmp_path / "m.parquet", progress=False).frame
+    two = df[df["params_target_chip_chips"] == 2]
+    assert len(two) and (~two["feasible"]).all() and (~two["buildable"]).all()
+    one = df[df["params_target_chip_chips"] == 1]
+    assert one["feasible"].all() and np.isfinite(one["spec_ms_per_token"]).all()

@@ -74,3 +74,21 @@ def test_technology_override_is_validated(tmp_path):
     with pytest.raises((SpecError, SpecErrors)) as e:
         load_study(p)
     assert "usd_per_gb" in str(e.value)
+
+
+@pytest.mark.parametrize("mutate,field", [
+    (lambda r: (r["workload"].update(acceptance={"per_position": [0.9, 0.8]}), r["space"].update(k={"low": 1, "high": 8})),
+     "space.k"),
+    (lambda r: r["workload"].update(acceptance={"tau": 5}, k=2), "workload.acceptance.tau"),
+    (lambda r: r["workload"].update(draft="medusa:2", k=5), "workload.k"),
+    (lambda r: r["workload"].update(tree_nodes=2, k=4), "workload.tree_nodes"),
+    (lambda r: r["workload"].update(draft="ngram", tree_nodes=8), "workload.tree_nodes"),
+    (lambda r: r["workload"].update(overlap=True), "workload.overlap"),
+    (lambda r: r["space"].update(draft_chip={"enabled": True, "peak_tflops": 50, "link_bw_gb_s": 0}),
+     "space.draft_chip.link_bw_gb_s"),
+])
+def test_workload_cross_checks_match_dse_eval(tmp_path, mutate, field):
+    p = _write(tmp_path, mutate)
+    with pytest.raises((SpecError, SpecErrors)) as e:
+        load_study(p)
+    assert field in str(e.value) and str(p) in str(e.value)

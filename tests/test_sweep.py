@@ -74,3 +74,16 @@ def test_every_shipped_study_runs_a_tiny_budget(tmp_path):
         r = CliRunner().invoke(main, ["run", str(p), "--storage", ":memory:", "--quiet"])
         assert r.exit_code == 0, (path, r.output)
         assert len(pd.read_parquet(raw["output"])) == 20
+
+
+def test_sweep_refuses_a_directory_with_another_grid(tmp_path, study):
+    from dse.errors import SpecError
+    out = tmp_path / "sw"
+    sweep(study, points=3, shard=(0, 3), out=out, chunk_size=500, progress=False)
+    with pytest.raises(SpecError, match="another study, grid"):
+        sweep(study, points=3, out=out, chunk_size=500, progress=False)           # other shard count
+    with pytest.raises(SpecError, match="another study, grid"):
+        sweep(study, points=2, shard=(1, 3), out=out, chunk_size=500, progress=False)
+    with pytest.raises(SpecError, match="chunk-size"):
+        sweep(study, points=3, shard=(1, 3), out=out, chunk_size=-5, progress=False)
+    assert len(list(out.glob("part-*.parquet"))) > 0

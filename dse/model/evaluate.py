@@ -152,6 +152,8 @@ def _k_range(w: Workload) -> int:
         k_max = min(k_max, d.heads)
     if acc.kind == "per_position":
         k_max = min(k_max, len(acc.per_position))
+    if w.tree_nodes:
+        k_max = min(k_max, w.tree_nodes)
     return max(1, k_max)
 
 
@@ -181,7 +183,16 @@ def _tau_table(w: Workload, K: int):
 
 
 def evaluate(batch: DesignBatch, w: Workload) -> Metrics:
-    """Evaluate every design of ``batch`` under workload ``w`` (vectorised; no per-design loop)."""
+    """Evaluate every design of ``batch`` under workload ``w`` (vectorised; no per-design loop).
+
+    A design without bandwidth or link gets infinite times (no warning); the study marks it
+    not buildable.
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _evaluate(batch, w)
+
+
+def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     tgt, d = w.target, w.drafter
     wb, kvb = tf.WEIGHT_BYTES[w.dtype], tf.KV_BYTES[w.kv_dtype]
     n = batch.n
@@ -194,7 +205,7 @@ def evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     kw = dict(weight_bytes=wb, kv_bytes=kvb, weight_bw_factor=wf)
 
     base = step_cost(tgt, T, batch=B, q=1.0, context=S, **kw)
-    prefill = step_cost(tgt, T, batch=B, q=P, context=0.0, **kw)
+    prefill = step_cost(tgt, T, batch=B, q=P, context=0.0, lm_head_last_only=True, **kw)
 
     on_chip = batch.draft_on_chip & d.can_use_draft_chip
     D = _select(on_chip, batch.draft, T)     # the group the drafter runs on
@@ -322,13 +333,14 @@ def evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     elif w.tree_nodes:      # a tree's tau maps to no single chain alpha
         alpha = np.full(n, np.nan)
     else:                   # the i.i.d. alpha that gives the same tau at this k
-        alpha = specdec.implied_alpha(tau, k)
+        alpha = np.where(k > 0, specdec.implied_alpha(tau, k), np.nan)
 
     pre_d = np.zeros(n)
     if d.kind == "model":
-        pre_d = step_cost(d.model, D, batch=B, q=P, context=0.0, **kw).time_s
+        pre_d = step_cost(d.model, D, batch=B, q=P, context=0.0, lm_head_last_only=True, **kw).time_s
     ttft = np.where(on_chip, np.maximum(prefill.time_s, pre_d + batch.draft_link_latency_s),
                     prefill.time_s + pre_d)
+    ttft = np.where(off, prefill.time_s, ttft)       # speculation off: no draft prefill either
     metrics = dict(
         baseline_s_per_token=base.time_s, spec_s_per_token=spec,
         speedup=base.time_s / spec, k=k, alpha=alpha, tau=tau, p_all_accepted=p_all,

@@ -50,10 +50,12 @@ def allreduce_time_s(nbytes, chips, link_bw_bytes_s, link_latency_s):
 
 def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_bytes: float,
               act_bytes: float = 2.0, layers: int | None = None, lm_head: bool = True,
+              lm_head_last_only: bool = False,
               step_overhead: bool = True, weight_bw_factor: float = 1.0) -> StepCost:
     """step(model, device, B, q, S): B sequences, q new tokens each, S tokens cached.
 
-    Linear: F = 2*N_active*B*q (+ LM head at every position), bytes = weights touched.
+    Linear: F = 2*N_active*B*q (+ LM head at every position, or at the last one only for a
+    prefill, ``lm_head_last_only``), bytes = weights touched.
     Attention: bytes = B*L*(S+q)*kv_per_token (read the cache, write the new tokens),
     F = 4*h*d_h*L * B*q*(S + (q+1)/2) (causal: the i-th new token sees S+i tokens).
     Each part: max(F/(P*eta_c), bytes/(BW*eta_m)); parts add; weight bytes stream at
@@ -70,7 +72,9 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     t = hw.chips
     T = B * q
     bytes_lin = tf.weight_params_touched(m, T, L, lm_head) * weight_bytes / t
-    flops_lin = tf.linear_flops_per_token(m, L, lm_head) * T / t
+    flops_lin = tf.linear_flops_per_token(m, L, lm_head and not lm_head_last_only) * T / t
+    if lm_head and lm_head_last_only:      # prefill: logits of the last prompt position only
+        flops_lin = flops_lin + 2.0 * tf.lm_head_params(m) * B / t
     kv_tok = L * tf.kv_elems_per_token_per_layer(m) * kv_bytes
     bytes_att = B * (S + q) * kv_tok / t
     flops_att = tf.attention_flops_per_token_per_ctx(m, L) * T * (S + 0.5 * (q + 1.0)) / t

@@ -136,6 +136,13 @@ def kv_cache_bytes(m: ModelSpec, batch, tokens, kv_bytes: float, layers: int | N
 
 
 def attention_flops_per_token_per_ctx(m: ModelSpec, layers: int | None = None) -> float:
-    """Attention FLOPs per (query token x cached token): 4*h*d_h*L (QK^T and PV)."""
+    """Attention FLOPs per (query token x cached token): 4*h*d_h*L (QK^T and PV).
+
+    MLA (DeepSeek-V2/V3) attends in the latent space with absorbed projections, as its
+    decode kernels do: QK^T over r_kv + d_rope and PV over r_kv per head,
+    2*h*(2*r_kv + d_rope)*L (arXiv 2405.04434 section 2.1.3).
+    """
     L = m.num_layers if layers is None else layers
+    if m.kv_lora_rank:
+        return 2.0 * m.num_attention_heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim) * L
     return 4.0 * m.num_attention_heads * m.head_dim * L

@@ -36,10 +36,24 @@ def test_fixed_costs_add_per_layer_and_step(ideal):
 
 def test_prefill_is_compute_bound_ttft_by_hand(ideal):
     # 2048-token prefill of Llama-3.1-8B at ideal H100 bf16 (989.4 TFLOP/s):
-    # linear 2*(6,979,321,856 + 525,336,576)*2048 FLOP; attention 4*32*128*32*2048*(2049/2)
+    # layers 2*6,979,321,856*2048 FLOP; LM head at the last position only 2*525,336,576;
+    # attention 4*32*128*32 * 2048*(2049/2) (causal)
     r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", prompt=2048, output=1, set_fields=ideal)
-    flops = 2 * (6_979_321_856 + 525_336_576) * 2048 + 4 * 32 * 128 * 32 * 2048 * 2049 / 2
+    flops = 2 * 6_979_321_856 * 2048 + 2 * 525_336_576 + 4 * 32 * 128 * 32 * 2048 * 2049 / 2
     assert r["ttft_ms"] == pytest.approx(flops / 989.4e12 * 1e3, rel=1e-6)
+
+
+def test_int8_is_weight_only_and_computes_at_bf16_rate():
+    # W8A16: half the bytes of bf16 but the same matmul rate, so a compute-bound prefill costs the same
+    bf16 = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", prompt=4096, output=1)
+    int8 = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", prompt=4096, output=1, dtype="int8")
+    assert int8["ttft_ms"] == pytest.approx(bf16["ttft_ms"], rel=0.01)
+
+
+def test_mla_attention_flops_by_hand(db):
+    from dse.model.transformer import attention_flops_per_token_per_ctx
+    # DeepSeek-V3 absorbed MLA: 2*h*(2*r_kv + d_rope) per layer = 2*128*(1024+64) = 278,528
+    assert attention_flops_per_token_per_ctx(db.model("deepseek-v3"), layers=1) == 278_528
 
 
 def test_more_bandwidth_never_slower():

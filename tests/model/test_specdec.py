@@ -27,13 +27,23 @@ def test_implied_alpha_inverts_tau():
 
 
 @pytest.mark.parametrize("alpha,k", [(0.6, 2), (0.8, 4), (0.9, 6), (0.95, 8)])
-def test_leviathan_theorem_with_ideal_hardware(ideal, alpha, k):
+def test_leviathan_theorem_with_ideal_hardware(ideal, db, alpha, k):
     # Zero overheads, efficiency 1, ample compute (1e6 TFLOP/s), memory-bound steps: speedup equals
     # Leviathan et al. 2023 Theorem 3.8, (1 - a^(k+1)) / ((1 - a)(k*c + 1)), within 0.5%.
+    # c is worked out here from bytes, not read from the model: with memory-bound steps on one
+    # device, c = bytes of a draft step / bytes of a target step. Prompt 16, output 16 -> mean
+    # context S = 24; a decode step reads S and writes 1 token of KV (bf16).
+    from dse.model.transformer import kv_elems_per_token_per_layer, lm_head_params, non_embedding_params
+
+    def step_bytes(m):
+        weights = (non_embedding_params(m) + lm_head_params(m)) * 2
+        return weights + 25 * m.num_layers * kv_elems_per_token_per_layer(m) * 2
+
+    c = step_bytes(db.model("llama-3.2-1b")) / step_bytes(db.model("llama-3.1-8b"))
+    assert c == pytest.approx(0.1653, abs=1e-3)        # 2.47 GB / 15.01 GB
     r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=alpha, k=k,
                         prompt=16, output=16, set_fields={**ideal, "peak_tflops_bf16": 1e6})
     assert r["baseline_bound"] == r["verify_bound"] == r["draft_bound"] == "memory"
-    c = r["draft_cost_ratio"]
     leviathan = (1 - alpha ** (k + 1)) / ((1 - alpha) * (k * c + 1))
     assert r["speedup"] == pytest.approx(leviathan, rel=0.005)
 
@@ -59,6 +69,9 @@ def test_speedup_never_exceeds_bound_when_verify_at_least_baseline():
         if r["fits"] and r["verify_ms_per_iter"] >= r["baseline_ms_per_token"]:
             checked += 1
             assert r["speedup"] <= r["speedup_bound"] * (1 + 1e-12)
+            # and the bound is Leviathan's tau / (1 + k*c) (no overlap here)
+            if r["k"]:
+                assert r["speedup_bound"] == pytest.approx(r["tau"] / (1 + r["k"] * r["draft_cost_ratio"]))
     assert checked > 30
 
 
