@@ -28,6 +28,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+from _targets import report  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -236,14 +237,7 @@ def main(argv=None) -> int:
         print(f"    SLOW: the sweep took {r['wall_s'] / 60:.1f} min (> {SLOW_S / 60:.0f} min); see the phases above")
     results.append((f"sweep peak RSS, {r['rows']:,} rows", f"{rss / 1e9:.2f} GB", "<= 2 GB", rss <= RSS_LIMIT_BYTES))
 
-    print()
-    print(f"{'target':<46}{'measured':>12}  {'wanted':<10}result")
-    for name, got, want, ok in results:
-        print(f"{name:<46}{got:>12}  {want:<10}{'PASS' if ok else 'FAIL'}")
-    if not all(ok for *_, ok in results):
-        print("FAIL: a target was missed", file=sys.stderr)
-        return 1
-    return 0
+    return report(results, width=12)
 
 
 if __name__ == "__main__":
