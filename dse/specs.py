@@ -59,11 +59,15 @@ def allowed_text(info: FieldInfo) -> str:
         return "expected true or false"
     if info.kind == "str":
         return f"expected a string{': ' + info.desc if info.desc else ''}"
-    what = "an integer" if info.kind == "int" else "a number"
-    lo = "(" if info.lo_open else "["
-    hi = "inf)" if math.isinf(info.hi) else f"{info.hi:g}]"
-    unit = f" {info.unit.replace('_', '/')}" if info.unit else ""
-    return f"expected {what} in {lo}{info.lo:g}, {hi}{unit}"
+    return range_text(info.kind == "int", info.lo, info.hi, info.lo_open, info.unit.replace("_", "/"))
+
+
+def range_text(integer: bool, lo: float, hi: float, lo_open: bool = False, unit: str = "") -> str:
+    """'expected an integer in [1, 16]' / 'expected a number in (0, inf) GB'."""
+    what = "an integer" if integer else "a number"
+    left = "(" if lo_open else "["
+    right = "inf)" if math.isinf(hi) else f"{hi:g}]"
+    return f"expected {what} in {left}{lo:g}, {right}{' ' + unit if unit else ''}"
 
 
 def spec_fields(cls) -> dict[str, tuple[dataclasses.Field, FieldInfo]]:

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .errors import MISSING, SpecError, raise_collected
+from .specs import range_text
 from .units import FACTOR
 from .yamlio import load_yaml
 
@@ -63,11 +64,7 @@ class Field(NamedTuple):
             return f"expected one of {', '.join(self.choices)}"
         if self.kind == "heights":
             return f"expected a non-empty list of integers in [1, {self.hi:g}]"
-        what = "an integer" if self.kind == "int" else "a number"
-        lo = "(" if self.lo_open else "["
-        hi = "inf)" if math.isinf(self.hi) else f"{self.hi:g}]"
-        unit = f" {self.unit}" if self.unit else ""
-        return f"expected {what} in {lo}{self.lo:g}, {hi}{unit}"
+        return range_text(self.kind == "int", self.lo, self.hi, self.lo_open, self.unit)
 
 
 _INF = math.inf
