@@ -27,6 +27,13 @@ OBJECTIVES = [{"metric": "spec_ms_per_token", "direction": "minimize"},
               {"metric": "tokens_per_s", "direction": "maximize"}]
 
 
+
+def timed(fn, *args):
+    """(fn(*args), seconds it took)."""
+    t = time.perf_counter()
+    out = fn(*args)
+    return out, time.perf_counter() - t
+
 def make_part(rng: np.random.Generator, start: int, n: int, meta: bytes) -> pa.Table:
     """A synthetic sweep chunk with trade-offs between latency, cost and throughput."""
     bw = rng.uniform(1.0, 8.0, n)
@@ -81,21 +88,11 @@ def main(argv=None) -> int:
         t_write = time.perf_counter() - t
 
         times = {}
-        t = time.perf_counter()
-        df = da.load_results(root)
-        times["load_results"] = time.perf_counter() - t
-        t = time.perf_counter()
-        f = da.front(df)
-        times["front"] = time.perf_counter() - t
-        t = time.perf_counter()
-        r = da.ranks(df)
-        times["ranks"] = time.perf_counter() - t
-        t = time.perf_counter()
-        hv = da.hypervolume(df)
-        times["hypervolume"] = time.perf_counter() - t
-        t = time.perf_counter()
-        hist = da.hypervolume_history(df)
-        t_hist = time.perf_counter() - t
+        df, times["load_results"] = timed(da.load_results, root)
+        f, times["front"] = timed(da.front, df)
+        r, times["ranks"] = timed(da.ranks, df)
+        hv, times["hypervolume"] = timed(da.hypervolume, df)
+        hist, t_hist = timed(da.hypervolume_history, df)
 
     total = sum(times.values())
     n_ok = int(da.feasible_mask(df).sum())

@@ -258,8 +258,10 @@ def anchor_to_baseline(design: DesignBatch, w: Workload, baseline_s: float):
     kw = dict(batch=design.batch, q=1.0, context=S, weight_bytes=WEIGHT_BYTES[w.dtype], kv_bytes=KV_BYTES[w.kv_dtype],
               weight_bw_factor=WEIGHT_BW_FACTOR[w.dtype])
     full = step_cost(w.target, hw, **kw)
-    fixed = hw.kernels_per_layer * hw.kernel_launch_s * w.target.num_layers + hw.step_overhead_s
-    var = full.time_s - fixed
+    no_fixed = dataclasses.replace(hw, kernel_launch_s=np.zeros_like(hw.kernel_launch_s),
+                                   step_overhead_s=np.zeros_like(hw.step_overhead_s))
+    var = step_cost(w.target, no_fixed, **kw).time_s      # roofline + all-reduces
+    fixed = full.time_s - var
     if float(var[0]) >= baseline_s or float(fixed[0]) <= 0:
         raise SpecError(None, "--baseline-ms", baseline_s * 1e3,
                         f"expected more than {float(var[0]) * 1e3:.3f} ms, the model's time without fixed costs "

@@ -184,7 +184,7 @@ def _print_front(df, study, header: str, rows: int = 12):
     click.echo(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
 
 
-def _entries(kind: str, as_json: bool):
+def _entries(kind: str):
     from .database import load_database
     from .specs import to_display
     db = load_database()
@@ -205,7 +205,7 @@ def hw_group():
 def hw_list(as_json):
     """List accelerators (name, memory, bandwidth, BF16 TFLOP/s)."""
     from .report_text import table
-    rows = _entries("device", as_json)
+    rows = _entries("device")
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -236,7 +236,7 @@ def models_list(as_json):
     from .report_text import table
     db = load_database()
     rows = []
-    for r in _entries("model", as_json):
+    for r in _entries("model"):
         r["params_computed_b"] = round(total_params(db.model(r["name"])) / 1e9, 3)
         rows.append(r)
     if as_json:

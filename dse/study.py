@@ -267,20 +267,13 @@ def _parse_knob(err: _Errors, section: str, key: str, raw: Any, d: KnobDef, choi
     return None
 
 
-def _knob_max(k: Knob | None):
+def _knob_bounds(k: Knob | None) -> tuple:
+    """(smallest, largest) value a knob can take; (None, None) for a knob that is absent."""
     if k is None:
-        return None
+        return None, None
     if not k.searched:
-        return k.fixed
-    return max(k.choices) if k.choices else k.high
-
-
-def _knob_min(k: Knob | None):
-    if k is None:
-        return None
-    if not k.searched:
-        return k.fixed
-    return min(k.choices) if k.choices else k.low
+        return k.fixed, k.fixed
+    return (min(k.choices), max(k.choices)) if k.choices else (k.low, k.high)
 
 
 def _cross_checks(p: str, knobs: list[Knob], drafter, acc, tree_nodes: int, overlap: bool) -> list[SpecError]:
@@ -288,16 +281,15 @@ def _cross_checks(p: str, knobs: list[Knob], drafter, acc, tree_nodes: int, over
     draft-chip link need a draft chip."""
     out = []
     by = {k.name: k for k in knobs}
-    k_hi = _knob_max(by.get("k"))
+    k_lo, k_hi = _knob_bounds(by.get("k"))
     where = "space.k" if by.get("k") is not None and by["k"].searched else "workload.k"
     if drafter is None or acc is None:
         return out
     if k_hi is not None and acc.kind == "per_position" and k_hi > len(acc.per_position):
         out.append(SpecError(p, where, k_hi, f"expected at most {len(acc.per_position)} (one rate per drafted "
                              "position in workload.acceptance.per_position)"))
-    if k_hi is not None and acc.kind == "tau" and acc.tau > _knob_min(by["k"]) + 1:
-        out.append(SpecError(p, "workload.acceptance.tau", acc.tau, f"expected a number in [1, k+1 = "
-                             f"{_knob_min(by['k']) + 1}]"))
+    if k_lo is not None and acc.kind == "tau" and acc.tau > k_lo + 1:
+        out.append(SpecError(p, "workload.acceptance.tau", acc.tau, f"expected a number in [1, k+1 = {k_lo + 1}]"))
     if drafter.kind == "medusa" and k_hi is not None and k_hi > drafter.heads:
         out.append(SpecError(p, where, k_hi, f"expected at most {drafter.heads} (one token per Medusa head)"))
     if tree_nodes:
@@ -311,8 +303,9 @@ def _cross_checks(p: str, knobs: list[Knob], drafter, acc, tree_nodes: int, over
         out.append(SpecError(p, "workload.overlap", True, "overlapped drafting needs a draft chip "
                              "(space.draft_chip.enabled)"))
     link = by.get("draft_chip_link_bw_gb_s")
-    if can_have_chip and link is not None and _knob_min(link) <= 0:
-        out.append(SpecError(p, "space.draft_chip.link_bw_gb_s", _knob_min(link),
+    link_lo = _knob_bounds(link)[0]
+    if can_have_chip and link_lo is not None and link_lo <= 0:
+        out.append(SpecError(p, "space.draft_chip.link_bw_gb_s", link_lo,
                              "expected > 0 (the draft chip reaches the target over this link)"))
     return out
 

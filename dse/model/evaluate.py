@@ -18,7 +18,7 @@ from ..specs import ModelSpec, Workload
 from . import specdec
 from . import transformer as tf
 from .arrays import DesignBatch, HardwareArrays
-from .roofline import BOUND_NAMES, OVERHEAD, step_cost
+from .roofline import BOUND_NAMES, OVERHEAD, StepCost, step_cost
 
 TOKEN_ID_BYTES = 4.0     # int32 token ids over the draft-chip link
 PROB_BYTES = 2.0         # fp16 draft probabilities (sent only when sampling, T > 0)
@@ -277,11 +277,11 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
         nbytes, flops = kf * per_head * wb / Tc.chips, 2.0 * Bc * kf * per_head / Tc.chips
         t_m = nbytes / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * wf)
         t_c = flops / (Tc.peak_flop_s * Tc.compute_efficiency)
-        fixed_m = Tc.kernels_per_layer * Tc.kernel_launch_s
-        t_draft = np.maximum(t_m, t_c) + fixed_m
-        draft_ai = flops / nbytes
-        draft_bound = np.argmax(np.stack(np.broadcast_arrays(np.where(t_m >= t_c, t_m, 0),
-                                                             np.where(t_m >= t_c, 0, t_c), fixed_m)), 0)
+        mem_bound = t_m >= t_c
+        heads = StepCost(np.maximum(t_m, t_c) + Tc.kernels_per_layer * Tc.kernel_launch_s, flops, nbytes,
+                         np.where(mem_bound, t_m, 0.0), np.where(mem_bound, 0.0, t_c),
+                         Tc.kernels_per_layer * Tc.kernel_launch_s)
+        t_draft, draft_ai, draft_bound = heads.time_s, heads.arithmetic_intensity, heads.bound
     else:  # ngram: no weights, no HBM traffic; a fixed cost per iteration
         t_draft = np.broadcast_to(Tc.ngram_draft_s, np.broadcast_shapes(Tc.ngram_draft_s.shape, kc.shape))
         draft_ai = np.zeros_like(t_draft)
