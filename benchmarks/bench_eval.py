@@ -40,10 +40,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _targets import report  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
-from dse.api import evaluate_design, hardware_arrays, make_acceptance, parse_drafter  # noqa: E402
-from dse.database import load_database  # noqa: E402
+from dse.api import evaluate_design, hardware_arrays  # noqa: E402
+from dse.catalog.database import load_database  # noqa: E402
 from dse.model import DesignBatch, evaluate  # noqa: E402
-from dse.specs import Workload  # noqa: E402
+from dse.workload import (  # noqa: E402
+    Workload,  # noqa: E402
+    make_acceptance,
+    parse_drafter,
+)
 
 API_KW = dict(hw="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=0.8, k=4)
 CLI_ARGS = ["eval", "--hw", "h100-sxm", "--target", "llama-3.1-70b", "--dtype", "fp8", "--draft", "llama-3.2-1b",

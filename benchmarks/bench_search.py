@@ -3,7 +3,7 @@
 Run:  python benchmarks/bench_search.py [--trials 2000] [--big-rows 10000000] [--quick]
 
 (a) run_study(quickstart, n_trials=2000) with the default journal-file storage and with
-    ':memory:'; the time inside dse.search.evaluate_params (build_designs + evaluate, wrapped
+    ':memory:'; the time inside dse.search.evaluate_study (build_designs + evaluate, wrapped
     with a timer; this includes the final re-evaluation of every trial for the Parquet file) as
     a share of the run's wall time. Target: < 5% for both storages. Optuna is imported and one
     64-trial in-memory run is done first, untimed.
@@ -82,13 +82,12 @@ def points_for(study, rows: int) -> tuple[int, int]:
 
 def sweep_timers():
     """Timers on every phase of dse.sweep.sweep (all looked up through module attributes)."""
-    import dse.frame
-    import dse.search
+    import dse.results.frame
     import dse.sweep
     tm = Timers()
-    tm.wrap(dse.search, "evaluate_params", "evaluate (build_designs + evaluate)")
-    tm.wrap(dse.frame, "_utc", "  of which timestamp columns (_utc)")
-    tm.wrap(dse.frame, "results_frame", "results_frame (pandas DataFrame)")
+    tm.wrap(dse.sweep, "evaluate_study", "evaluate (build_designs + evaluate)")
+    tm.wrap(dse.results.frame, "_utc", "  of which timestamp columns (_utc)")
+    tm.wrap(dse.sweep, "results_frame", "results_frame (pandas DataFrame)")
     tm.wrap(dse.sweep, "write_parquet", "write part files (write_parquet)")
     tm.wrap(dse.sweep, "pareto_mask", "  of which pareto_mask (moocore)")
     tm.wrap(dse.sweep, "pareto_ranks", "  of which pareto_ranks (moocore)")
@@ -147,7 +146,7 @@ def bench_nsga2(n_trials: int) -> list[tuple]:
     from dse.study import load_study
     study = load_study(STUDY)
     tm = Timers()
-    tm.wrap(ds, "evaluate_params", "eval")
+    tm.wrap(ds, "evaluate_study", "eval")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         ds.run_study(study, n_trials=64, storage=":memory:", out=Path(tmp) / "warm.parquet", progress=False)
@@ -207,7 +206,7 @@ def main(argv=None) -> int:
         share = 100 * ev / wall
         print(f"    {label:<24}{n:>7,}{wall:>9.2f}{ev:>9.3f}{calls:>7}{share:>7.2f}%{n / wall:>10,.0f}")
         results.append((f"NSGA-II eval share, {label}", f"{share:.2f}%", "< 5%", share < 5.0))
-    print("    eval = dse.search.evaluate_params (build_designs + evaluate), incl. the final re-evaluation")
+    print("    eval = dse.search.evaluate_study (build_designs + evaluate), incl. the final re-evaluation")
 
     # ---- (b) grid sweep throughput ----
     p, total = points_for(study, args.rows)

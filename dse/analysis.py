@@ -17,143 +17,24 @@ Example (a results directory from ``dse run``)::
     da.hypervolume(df)                                       # default reference
     hist = da.hypervolume_history(df)                        # one row per checkpoint
     da.compare_fronts(df[df.params_draft_chip_enabled], df[~df.params_draft_chip_enabled])
+
+Known parts on a study's workload: :func:`dse.report.known_parts`.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import warnings
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.dataset as pads
-import pyarrow.parquet as pq
 
-from dse import pareto
-from dse.errors import DseError
+from . import pareto
+from .errors import DseError
+from .results.store import load_results
 
 __all__ = ["load_results", "objectives_of", "feasible_mask", "front", "ranks", "hypervolume",
-           "hypervolume_reference", "compare_fronts", "hypervolume_history"]
+           "hypervolume_reference", "compare_fronts", "hypervolume_history", "usable_values", "directions", "front_table"]
 
-SCHEMA_VERSION = 1
-_META_KEY = b"dse"
-_SHORT = {"min": "minimize", "minimize": "minimize", "minimise": "minimize",
-          "max": "maximize", "maximize": "maximize", "maximise": "maximize"}
-
-
-# --------------------------------------------------------------------------- loading
-
-def _part_files(root: Path) -> list[Path]:
-    """``*.parquet`` files under ``root``, skipping files and folders named ``_*`` or ``.*``."""
-    found = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(("_", ".")))
-        found += [Path(dirpath, f) for f in sorted(filenames)
-                  if f.endswith(".parquet") and not f.startswith(("_", "."))]
-    return found
-
-
-def _read_meta(path: Path) -> tuple[pa.Schema, dict]:
-    try:
-        schema = pq.read_schema(path)
-    except (pa.ArrowException, OSError) as e:
-        raise DseError(f"{path}: not a readable Parquet file ({e})") from e
-    raw = (schema.metadata or {}).get(_META_KEY)
-    if raw is None:
-        raise DseError(f"{path}: Parquet file without the b'dse' metadata key; not dse results "
-                       f"(write them with `dse run` or `dse sweep`)")
-    try:
-        meta = json.loads(raw)
-    except ValueError as e:
-        raise DseError(f"{path}: the b'dse' metadata is not valid JSON ({e})") from e
-    if not isinstance(meta, dict):
-        raise DseError(f"{path}: the b'dse' metadata is not a JSON object")
-    version = meta.get("schema_version")
-    try:
-        newer = version is not None and int(version) > SCHEMA_VERSION
-    except (TypeError, ValueError):
-        newer = True
-    if newer:
-        raise DseError(f"{path}: results schema_version = {version!r}: this dse reads "
-                       f"schema_version <= {SCHEMA_VERSION}; upgrade dse")
-    return schema, meta
-
-
-def _study_name(meta: dict):
-    study = meta.get("study")
-    return study.get("name") if isinstance(study, dict) else None
-
-
-def _restore_nullable(df: pd.DataFrame, schema: pa.Schema) -> pd.DataFrame:
-    """Without pandas metadata, null bools load as object and null ints as float: fix both."""
-    for field in schema:
-        if field.name not in df.columns:
-            continue
-        col = df[field.name]
-        if pa.types.is_boolean(field.type) and col.dtype == object:
-            df[field.name] = col.astype("boolean")
-        elif pa.types.is_integer(field.type) and pd.api.types.is_float_dtype(col.dtype):
-            df[field.name] = col.astype("Int64")
-    return df
-
-
-def load_results(path, columns: Sequence[str] | None = None) -> pd.DataFrame:
-    """Read dse results (one Parquet file or a dataset directory) into a DataFrame.
-
-    Args:
-        path: a ``.parquet`` file, or a directory searched recursively for ``*.parquet``
-            part files; names starting with ``_`` or ``.`` (temp files) are skipped.
-        columns: read only these columns (default: all).
-
-    Returns:
-        The rows of all part files, with ``df.attrs["dse"]`` set to the parsed ``b"dse"``
-        metadata of the first file (in sorted path order).
-
-    Raises:
-        DseError: the path does not exist, holds no part files, a file is not Parquet or lacks
-            the ``b"dse"`` metadata, part files belong to different studies, or a requested
-            column does not exist.
-    """
-    root = Path(path)
-    if not root.exists():
-        raise DseError(f"{root}: results path does not exist")
-    files = _part_files(root) if root.is_dir() else [root]
-    if not files:
-        raise DseError(f"{root}: no *.parquet part files in this directory "
-                       f"(files named _* or .* are temporary and skipped)")
-    schemas, metas = zip(*(_read_meta(f) for f in files), strict=True)
-    meta = metas[0]
-    names = {_study_name(m) for m in metas}
-    if len(names) > 1:
-        raise DseError(f"{root}: part files belong to different studies "
-                       f"({', '.join(sorted(map(str, names)))}); load each study on its own")
-    fingerprints = {json.dumps(m.get("tech_fingerprint"), sort_keys=True) for m in metas}
-    if len(fingerprints) > 1:
-        warnings.warn(f"{root}: part files were written with different technology constants "
-                      f"(tech_fingerprint differs); their costs may not be comparable",
-                      stacklevel=2)
-    try:
-        schema = pa.unify_schemas(list(schemas), promote_options="permissive")
-    except pa.ArrowException as e:
-        raise DseError(f"{root}: part files have incompatible columns ({e})") from e
-    if columns is not None:
-        columns = list(columns)
-        missing = [c for c in columns if c not in schema.names]
-        if missing:
-            raise DseError(f"{root}: no column(s) {', '.join(map(repr, missing))}; "
-                           f"available: {', '.join(schema.names)}")
-    try:
-        table = pads.dataset([str(f) for f in files], schema=schema,
-                             format="parquet").to_table(columns=columns)
-    except pa.ArrowException as e:
-        raise DseError(f"{root}: cannot read the results ({e})") from e
-    df = _restore_nullable(table.to_pandas(), schema)
-    df.attrs["dse"] = meta
-    return df
 
 
 # --------------------------------------------------------------------------- objectives
@@ -211,14 +92,14 @@ def objectives_of(df: pd.DataFrame, objectives=None) -> list[tuple[str, str]]:
             raise DseError(f"objective {metric!r}: give a direction, e.g. '{metric}:min' "
                            f"or '{metric}:max'")
         key = str(direction).strip().lower()
-        if key not in _SHORT:
+        if key not in pareto.DIRECTIONS:
             raise DseError(f"objective {metric!r}: direction {direction!r}: expected one of "
                            f"min, max, minimize, maximize")
         if metric not in numeric:
             what = "is not numeric" if metric in df.columns else "is not a column"
             raise DseError(f"objective {metric!r} {what} of the results; numeric columns: "
                            f"{', '.join(numeric) or '(none)'}")
-        out.append((metric, _SHORT[key]))
+        out.append((metric, pareto.DIRECTIONS[key]))
     if not out:
         raise DseError("no objectives given")
     return out
@@ -236,11 +117,13 @@ def _values(df: pd.DataFrame, objs) -> np.ndarray:
     return df[[m for m, _ in objs]].to_numpy(dtype=np.float64, na_value=np.nan)
 
 
-def _dirs(objs) -> list[str]:
+def directions(objs) -> list[str]:
+    """The directions of resolved objectives, in order."""
     return [d for _, d in objs]
 
 
-def _usable(df: pd.DataFrame, objs) -> tuple[np.ndarray, np.ndarray]:
+def usable_values(df: pd.DataFrame, objs) -> tuple[np.ndarray, np.ndarray]:
+    """(objective values (n, m), mask of feasible rows with finite objectives)."""
     vals = _values(df, objs)
     return vals, feasible_mask(df) & np.isfinite(vals).all(axis=1)
 
@@ -267,8 +150,8 @@ def front(df: pd.DataFrame, objectives=None, where: str | None = None) -> pd.Dat
             df = df.query(where)
         except Exception as e:  # query raises many types; report them uniformly
             raise DseError(f"where = {where!r}: {e}") from e
-    vals, ok = _usable(df, objs)
-    mask = pareto.pareto_mask(vals, _dirs(objs), feasible=ok)
+    vals, ok = usable_values(df, objs)
+    mask = pareto.pareto_mask(vals, directions(objs), feasible=ok)
     out = df[mask]
     return out.sort_values([m for m, _ in objs], ascending=[d == "minimize" for _, d in objs],
                            kind="stable")
@@ -277,8 +160,8 @@ def front(df: pd.DataFrame, objectives=None, where: str | None = None) -> pd.Dat
 def ranks(df: pd.DataFrame, objectives=None) -> pd.Series:
     """Non-dominated sorting rank per row (Int64; 0 = front, NA = infeasible or NaN)."""
     objs = objectives_of(df, objectives)
-    vals, ok = _usable(df, objs)
-    r = pareto.pareto_ranks(vals, _dirs(objs), feasible=ok)
+    vals, ok = usable_values(df, objs)
+    r = pareto.pareto_ranks(vals, directions(objs), feasible=ok)
     arr = pd.array(r, dtype="Int64")
     arr[r < 0] = pd.NA
     return pd.Series(arr, index=df.index, name="pareto_rank")
@@ -300,13 +183,13 @@ def _ref_array(reference, objs) -> np.ndarray:
 def _default_ref(frames, objs) -> np.ndarray:
     parts = []
     for d in frames:
-        vals, ok = _usable(d, objs)
+        vals, ok = usable_values(d, objs)
         parts.append(vals[ok])
     pts = np.concatenate(parts) if parts else np.empty((0, len(objs)))
     if pts.shape[0] == 0:
         raise DseError("no feasible designs to derive a hypervolume reference from; pass "
                        "reference= explicitly")
-    return pareto.default_reference(pts, _dirs(objs))
+    return pareto.default_reference(pts, directions(objs))
 
 
 def hypervolume_reference(df: pd.DataFrame, objectives=None) -> dict[str, float]:
@@ -325,8 +208,8 @@ def hypervolume(df: pd.DataFrame, objectives=None, reference=None) -> float:
     """
     objs = objectives_of(df, objectives)
     ref = _default_ref([df], objs) if reference is None else _ref_array(reference, objs)
-    vals, ok = _usable(df, objs)
-    return pareto.hypervolume(vals[ok], _dirs(objs), ref)
+    vals, ok = usable_values(df, objs)
+    return pareto.hypervolume(vals[ok], directions(objs), ref)
 
 
 def compare_fronts(a: pd.DataFrame, b: pd.DataFrame, objectives=None, reference=None) -> dict:
@@ -339,9 +222,9 @@ def compare_fronts(a: pd.DataFrame, b: pd.DataFrame, objectives=None, reference=
     """
     objs = objectives_of(a if objectives is not None or _study_objectives(a) else b, objectives)
     ref = _default_ref([a, b], objs) if reference is None else _ref_array(reference, objs)
-    dirs = _dirs(objs)
-    va, oka = _usable(a, objs)
-    vb, okb = _usable(b, objs)
+    dirs = directions(objs)
+    va, oka = usable_values(a, objs)
+    vb, okb = usable_values(b, objs)
     hv_a = pareto.hypervolume(va[oka], dirs, ref)
     hv_b = pareto.hypervolume(vb[okb], dirs, ref)
     hv_u = pareto.hypervolume(np.concatenate([va[oka], vb[okb]]), dirs, ref)
@@ -372,9 +255,9 @@ def hypervolume_history(df: pd.DataFrame, objectives=None, reference=None, order
         raise DseError(f"order = {order!r} is not a column of the results")
     ref = _default_ref([df], objs) if reference is None else _ref_array(reference, objs)
     idx = df[order].argsort(kind="stable").to_numpy()
-    vals, ok = _usable(df, objs)
+    vals, ok = usable_values(df, objs)
     vals, ok = vals[idx], ok[idx]
-    dirs = _dirs(objs)
+    dirs = directions(objs)
     n = len(df)
     stops = np.unique(np.linspace(1, n, min(n, max(1, max_points))).round().astype(np.int64))
     n_ok = np.cumsum(ok)
@@ -398,22 +281,21 @@ def hypervolume_history(df: pd.DataFrame, objectives=None, reference=None, order
     return out
 
 
-# --------------------------------------------------------------------------- known parts
-
-def known_parts(df_or_study, devices=("h100-sxm", "h200", "b200", "mi300x"), chips=(1, 2, 4, 8)) -> pd.DataFrame:
-    """Known devices on the study's workload, each at the fewest of ``chips`` that fit.
-
-    Args:
-        df_or_study: results (:func:`load_results`; the study is rebuilt from their metadata)
-            or a :class:`dse.study.StudySpec`.
-
-    Returns:
-        One row per device with the results' metric columns plus ``name`` ("h100-sxm x2"),
-        ``device`` and ``note``; see :func:`dse.reporting.known_parts`.
-    """
-    from dse import reporting
-    study = reporting.study_from_results(df_or_study) if isinstance(df_or_study, pd.DataFrame) else df_or_study
-    return reporting.known_parts(study, devices=devices, chips=chips)
+#: the speculative accounting shown beside a front: a speedup never without alpha, tau, k and c
+SPEC_COLUMNS = ("alpha", "tau", "k", "draft_cost_ratio", "speedup")
 
 
-__all__ += ["known_parts"]
+def front_table(df: pd.DataFrame, objectives=None, top: int | None = None) -> pd.DataFrame:
+    """The front, best first by the first objective: objectives, then the speculative
+    accounting present among ``alpha, tau, k, draft_cost_ratio, speedup``, then ``trial``
+    and every ``params_*`` knob. ``top`` keeps only the first rows."""
+    objs = objectives_of(df, objectives)
+    f = front(df, objs)
+    cols = [m for m, _ in objs]
+    cols += [c for c in SPEC_COLUMNS if c in f.columns and c not in cols]
+    cols += [c for c in ("trial",) if c in f.columns]
+    cols += [c for c in f.columns if c.startswith("params_") and c not in cols]
+    out = f[cols]
+    if top is not None:
+        out = out.head(top)
+    return out.reset_index(drop=True)

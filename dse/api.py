@@ -11,89 +11,16 @@ from typing import Any
 
 import numpy as np
 
-from .database import Database, load_database
-from .errors import SpecError
+from .catalog.database import Database, load_database
+from .catalog.fields import Range, as_number, one_of, unknown_key
+from .catalog.specs import DTYPES, DeviceSpec, RuntimeSpec, override, spec_fields
+from .errors import SpecError, raise_collected
 from .model.arrays import DesignBatch, HardwareArrays
 from .model.evaluate import Metrics, evaluate
-from .specs import (
-    DTYPES,
-    AcceptanceSpec,
-    DeviceSpec,
-    DrafterSpec,
-    ModelSpec,
-    RuntimeSpec,
-    Workload,
-    override,
-    spec_fields,
-)
+from .workload import AcceptanceSpec, Workload, check_workload, make_acceptance, parse_drafter, parse_k
 
 #: `--set` fields that belong to the runtime rather than the device
 RUNTIME_FIELDS = ("kernels_per_layer", "spec_overhead_us", "ngram_draft_us", "memory_reserve_fraction")
-
-
-def parse_drafter(spec: str, target: ModelSpec, db: Database, where: str = "--draft") -> DrafterSpec:
-    """'none' | 'ngram' | 'eagle' | 'medusa:H' | 'early-exit:L' | a model name or file."""
-    s = str(spec).strip()
-    low = s.lower()
-    if low in ("none", "ngram", "eagle"):
-        return DrafterSpec(kind=low, label=low)
-    head, _, arg = low.partition(":")
-    if head in ("medusa", "early-exit"):
-        hi = 64 if head == "medusa" else target.num_layers - 1
-        try:
-            val = int(arg)
-        except ValueError:
-            val = None
-        if val is None or not 1 <= val <= hi:
-            raise SpecError(None, where, s, f"expected {head}:N with N an integer in [1, {hi}]"
-                            + (f" (target has {target.num_layers} layers)" if head == "early-exit" else ""))
-        if head == "medusa":
-            return DrafterSpec(kind="medusa", label=low, heads=val)
-        return DrafterSpec(kind="early-exit", label=low, exit_layer=val)
-    model = db.model(s, where=f"{where}: ")
-    if model.kind != "decoder":
-        raise SpecError(None, where, s, f"{model.name} is a {model.kind}; use --draft "
-                        f"{'eagle' if model.kind == 'eagle-head' else 'medusa:H'} to draft with it")
-    return DrafterSpec(kind="model", label=model.name, model=model)
-
-
-def make_acceptance(alpha=None, per_position=None, tau=None, *, where: str = "") -> AcceptanceSpec:
-    """Exactly one of alpha in [0, 1], per-position rates in [0, 1], or tau >= 1."""
-    given = [x is not None for x in (alpha, per_position, tau)]
-    names = f"{where}alpha / {where}acceptance / {where}tau"
-    if sum(given) != 1:
-        raise SpecError(None, names, None if not any(given) else "several",
-                        "give exactly one: alpha (i.i.d. conditional acceptance rate), "
-                        "per-position rates, or tau (mean tokens per target pass)")
-    if alpha is not None:
-        a = _number(alpha, f"{where}alpha")
-        if not 0.0 <= a <= 1.0:
-            raise SpecError(None, f"{where}alpha", alpha, "expected a number in [0, 1]")
-        return AcceptanceSpec(kind="alpha", alpha=a)
-    if per_position is not None:
-        if isinstance(per_position, str):
-            per_position = [p for p in per_position.split(",") if p.strip()]
-        rates = tuple(_number(x, f"{where}acceptance") for x in per_position)
-        if not rates or any(not 0.0 <= r <= 1.0 for r in rates):
-            raise SpecError(None, f"{where}acceptance", list(per_position),
-                            "expected a non-empty list of rates, each in [0, 1]")
-        return AcceptanceSpec(kind="per_position", per_position=rates)
-    t = _number(tau, f"{where}tau")
-    if not t >= 1.0:
-        raise SpecError(None, f"{where}tau", tau, "expected a number >= 1 (it counts the bonus token)")
-    return AcceptanceSpec(kind="tau", tau=t)
-
-
-def _number(x, field: str) -> float:
-    try:
-        if isinstance(x, bool):
-            raise ValueError
-        v = float(x)
-    except (TypeError, ValueError):
-        raise SpecError(None, field, x, "expected a number") from None
-    if not math.isfinite(v):
-        raise SpecError(None, field, x, "expected a finite number")
-    return v
 
 
 def hardware_arrays(dev: DeviceSpec, rt: RuntimeSpec, chips, dtype: str) -> HardwareArrays:
@@ -119,11 +46,11 @@ def apply_overrides(dev: DeviceSpec, rt: RuntimeSpec, assignments: dict[str, Any
     d_set, r_set = {}, {}
     for key, value in assignments.items():
         if key in dev_fields and dev_fields[key][1].kind in ("float", "int"):
-            d_set[key] = _number(value, f"--set {key}")
+            d_set[key] = as_number(value, f"--set {key}")
         elif key in rt_fields and rt_fields[key][1].kind in ("float", "int"):
-            r_set[key] = _number(value, f"--set {key}")
+            r_set[key] = as_number(value, f"--set {key}")
         else:
-            raise SpecError(None, f"--set {key}", value, f"unknown field; allowed: {', '.join(numeric)}")
+            raise unknown_key(None, f"--set {key}", key, numeric, what="field", value=value)
     return override(dev, d_set, "--set") if d_set else dev, override(rt, r_set, "--set") if r_set else rt
 
 
@@ -145,13 +72,13 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     db = db or load_database()
     for name, value, lo in (("--chips", chips, 1), ("--draft-chips", draft_chips, 1), ("--batch", batch, 1),
                             ("--prompt", prompt, 0), ("--output", output, 1), ("--tree-nodes", tree_nodes, 0)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-            raise SpecError(None, name, value, f"expected an integer >= {lo}")
+        if isinstance(value, np.integer):
+            value = int(value)
+        Range(integer=True, lo=lo).check(value, None, name)
     for name, value in (("--dtype", dtype), ("--kv-dtype", kv_dtype or dtype)):
         if value not in DTYPES:
-            raise SpecError(None, name, value, f"expected one of {', '.join(DTYPES)}")
-    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
-        raise SpecError(None, "--temperature", temperature, "expected a number >= 0")
+            raise one_of(None, name, value, DTYPES)
+    as_number(temperature, "--temperature", rng=Range(lo=0.0))
     dev = db.device(hw, where="--hw: ")
     rt = db.runtime(runtime or dev.default_runtime, where="--runtime: ")
     dev, rt = apply_overrides(dev, rt, set_fields or {})
@@ -159,34 +86,23 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     if tgt.kind != "decoder":
         raise SpecError(None, "--target", target, f"{tgt.name} is a {tgt.kind}, not a model to serve")
     drafter = parse_drafter(draft, tgt, db)
-    k_val = _parse_k(k, drafter)
-    if drafter.kind == "none":
-        acc = AcceptanceSpec(kind="alpha", alpha=0.0)
-        if any(x is not None for x in (alpha, acceptance, tau)):
-            raise SpecError(None, "--alpha/--acceptance/--tau", "given", "acceptance needs a drafter (--draft)")
+    on_chip = draft_hw is not None
+    given = any(x is not None for x in (alpha, acceptance, tau))
+    if drafter.kind == "none" and not on_chip:
+        k_val, acc = parse_k(k, drafter), AcceptanceSpec(kind="alpha", alpha=0.0)
+    elif drafter.kind == "none":
+        k_val, acc = 0, None
     else:
+        k_val = parse_k(k, drafter)
         acc = make_acceptance(alpha, acceptance, tau, where="--")
-        if acc.kind == "tau" and k_val == 0:
-            raise SpecError(None, "--k", "auto", "--tau is measured at one k: give --k with --tau")
-        if acc.kind == "tau" and acc.tau > k_val + 1:
-            raise SpecError(None, "--tau", acc.tau, f"expected a number in [1, k+1 = {k_val + 1}]")
-        if acc.kind == "per_position" and k_val > len(acc.per_position):
-            raise SpecError(None, "--k", k_val, f"expected at most {len(acc.per_position)} "
-                            "(one acceptance rate per drafted position)")
-        if drafter.kind == "medusa" and k_val > drafter.heads:
-            raise SpecError(None, "--k", k_val, f"expected at most {drafter.heads} (one token per Medusa head)")
-    if tree_nodes and drafter.kind in ("none", "ngram", "medusa"):
-        raise SpecError(None, "--tree-nodes", tree_nodes, "trees need a model, early-exit or eagle drafter")
-    if tree_nodes and k_val and tree_nodes < k_val:
-        raise SpecError(None, "--tree-nodes", tree_nodes, f"expected >= k = {k_val} (one node per level at least)")
+    k_given = k_val if k_val else None
+    raise_collected(check_workload(drafter, acc, k_lo=k_given, k_hi=k_given, k_fixed=k_val > 0,
+                                   tree_nodes=tree_nodes, overlap=overlap, draft_chip=on_chip,
+                                   acceptance_given=given))
     if chips > 1 and dev.link_bw_bytes_s <= 0:
         raise SpecError(None, "--chips", chips, f"{dev.name} has no scale-up link (link_bw_gb_s = 0); use 1")
     target_hw = hardware_arrays(dev, rt, chips, dtype)
-    on_chip = draft_hw is not None
     if on_chip:
-        if not drafter.can_use_draft_chip:
-            raise SpecError(None, "--draft-hw", draft_hw, f"the {drafter.kind} drafter needs the target's hidden "
-                            "states (or no weights) and runs on the target chips; a draft chip needs a draft model")
         ddev = db.device(draft_hw, where="--draft-hw: ")
         if ddev.link_bw_bytes_s <= 0:
             raise SpecError(None, "--draft-hw", draft_hw, f"{ddev.name} has no link (link_bw_gb_s = 0) to reach the target")
@@ -194,8 +110,6 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         link_bw, link_lat = min(ddev.link_bw_bytes_s, dev.link_bw_bytes_s or ddev.link_bw_bytes_s), ddev.link_latency_s
     else:
         ddev, draft_arrays, link_bw, link_lat = None, target_hw, 0.0, 0.0
-    if overlap and not on_chip:
-        raise SpecError(None, "--overlap", True, "overlapped drafting needs a draft chip (--draft-hw)")
     w = Workload(target=tgt, drafter=drafter, acceptance=acc, dtype=dtype, kv_dtype=kv_dtype or dtype,
                  temperature=float(temperature), overlap=overlap, tree_nodes=tree_nodes,
                  k_max=k_max if drafter.kind != "medusa" else drafter.heads)
@@ -204,7 +118,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                          batch=batch, prompt_tokens=prompt, output_tokens=output, k=k_val)
     anchor = None
     if baseline_ms is not None:
-        design, anchor = anchor_to_baseline(design, w, _number(baseline_ms, "--baseline-ms") * 1e-3)
+        design, anchor = anchor_to_baseline(design, w, as_number(baseline_ms, "--baseline-ms", rng=Range(lo=0.0, lo_open=True)) * 1e-3)
     m = evaluate(design, w)
     out = to_record(m, 0)
     out.update(hw=dev.name, chips=chips, target=tgt.name, draft=drafter.label,
@@ -219,22 +133,6 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                if drafter.kind != "none" else None,
                k_mode="auto" if k_val == 0 else "fixed", anchor=anchor)
     return out
-
-
-def _parse_k(k, drafter: DrafterSpec) -> int:
-    if drafter.kind == "none":
-        return 0
-    if isinstance(k, str) and k.strip().lower() == "auto":
-        return 0
-    try:
-        val = int(k)
-        if isinstance(k, float) and not float(k).is_integer():
-            raise ValueError
-    except (TypeError, ValueError):
-        raise SpecError(None, "--k", k, "expected an integer >= 1 or 'auto'") from None
-    if val < 1:
-        raise SpecError(None, "--k", k, "expected an integer >= 1 or 'auto'")
-    return val
 
 
 def to_record(m: Metrics, i: int) -> dict[str, Any]:

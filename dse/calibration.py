@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .database import Database, load_database
+from .catalog.database import Database, load_database
 
 #: short name -> file in hardware_db/measurements/
 FILES = {"decode": "decode_measurements_public.csv", "specdec": "specdec_measurements_public.csv",

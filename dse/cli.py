@@ -83,7 +83,7 @@ def _kv(ctx, param, values):
 def eval_cmd(as_json, **kwargs):
     """Evaluate one design: fit, latency and the full speculative accounting."""
     from .api import evaluate_design
-    from .report_text import eval_table
+    from .cli_text import eval_table
     result = evaluate_design(**kwargs)
     click.echo(json.dumps(result, indent=2) if as_json else eval_table(result))
 
@@ -137,8 +137,9 @@ def sweep_cmd(study_file, points, shard, out, chunk_size, quiet):
 @click.option("--csv", "as_csv", is_flag=True)
 def pareto_cmd(path, objectives, where, top, as_json, as_csv):
     """The non-dominated front of a results file or sweep directory."""
-    from .analysis import front, load_results, objectives_of
-    from .report import front_table
+    from .analysis import front, front_table, objectives_of
+    from .cli_text import front_text
+    from .results.store import load_results
     df = load_results(path)
     objs = objectives_of(df, list(objectives) or None)
     fr = front(df, objs, where=where)
@@ -147,9 +148,12 @@ def pareto_cmd(path, objectives, where, top, as_json, as_csv):
         click.echo(table.to_json(orient="records", indent=2))
     elif as_csv:
         click.echo(table.to_csv(index=False), nl=False)
+    elif not len(fr):
+        click.echo(f"no feasible design among {len(df)} rows ({', '.join(f'{m} {d}' for m, d in objs)})")
     else:
-        click.echo(f"{len(fr)} designs on the front of {len(df)} ({', '.join(f'{m} {d}' for m, d in objs)})")
-        click.echo(table.to_string(index=False))
+        shown = f"; showing the first {len(table)}" if len(table) < len(fr) else ""
+        click.echo(f"{len(fr)} rows on the front of {len(df)} ({', '.join(f'{m} {d}' for m, d in objs)}){shown}")
+        click.echo(front_text(table))
 
 
 @main.command("report")
@@ -158,7 +162,7 @@ def pareto_cmd(path, objectives, where, top, as_json, as_csv):
 @click.option("--quiet", is_flag=True)
 def report_cmd(path, out, quiet):
     """PNG figures and a self-contained HTML page for a results file or dataset."""
-    from .reporting import build_report
+    from .report import build_report
     res = build_report(path, out=out, progress=not quiet)
     click.echo(f"{res['html']} ({len(res['figures'])} figures)")
 
@@ -167,26 +171,24 @@ def _print_front(df, study, header: str, rows: int = 12):
     """The front, one line per distinct design, spread evenly along the first objective."""
     import numpy as np
 
-    from .analysis import front
-    from .report import front_table
+    from .analysis import front, front_table
+    from .cli_text import front_text
     objs = [(o.metric, o.direction) for o in study.objectives]
     fr = front(df, objs)
     knobs = [c for c in fr.columns if c.startswith("params_")]
     distinct = fr.drop_duplicates(subset=knobs + [m for m, _ in objs])
     pick = np.unique(np.linspace(0, len(distinct) - 1, min(rows, len(distinct))).round().astype(int))
     table = front_table(distinct.iloc[pick], objs)
-    table.columns = [c.removeprefix("params_").replace("target_chip_", "").replace("draft_chip_", "draft.")
-                     for c in table.columns]
     click.echo(header)
     acc = study.acceptance.describe() if study.drafter.kind != "none" else "no drafter"
     click.echo(f"front: {len(fr)} of {int(df['feasible'].sum())} feasible trials ({len(distinct)} distinct designs); "
                f"draft {study.drafter.label}, {acc}; showing {len(table)}")
-    click.echo(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    click.echo(front_text(table))
 
 
 def _entries(kind: str):
-    from .database import load_database
-    from .specs import to_display
+    from .catalog.database import load_database
+    from .catalog.specs import to_display
     db = load_database()
     rows = []
     for name in db.names(kind):
@@ -204,7 +206,7 @@ def hw_group():
 @click.option("--json", "as_json", is_flag=True)
 def hw_list(as_json):
     """List accelerators (name, memory, bandwidth, BF16 TFLOP/s)."""
-    from .report_text import table
+    from .cli_text import table
     rows = _entries("device")
     if as_json:
         click.echo(json.dumps(rows, indent=2))
@@ -231,9 +233,9 @@ def models_group():
 @click.option("--json", "as_json", is_flag=True)
 def models_list(as_json):
     """List models (name, layers, hidden, heads, parameters)."""
-    from .database import load_database
+    from .catalog.database import load_database
+    from .cli_text import table
     from .model.transformer import total_params
-    from .report_text import table
     db = load_database()
     rows = []
     for r in _entries("model"):
@@ -256,8 +258,8 @@ def models_show(name, as_json):
 
 
 def _show(kind: str, name: str, as_json: bool):
-    from .database import load_database
-    from .specs import to_display
+    from .catalog.database import load_database
+    from .catalog.specs import to_display
     db = load_database()
     spec = db.get(kind, name)
     fields = to_display(spec)

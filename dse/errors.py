@@ -35,15 +35,22 @@ class UnknownEntryError(DseError, KeyError):
 
     def __init__(self, kind: str, name: str, known: Iterable[str], where: str = ""):
         known = sorted(known)
-        close = difflib.get_close_matches(name.lower(), known, n=3, cutoff=0.5)
+        close = did_you_mean(name.lower(), known, n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         self.kind, self.name, self.close = kind, name, close
-        self.message = (f"{where}{kind} {name!r} is not in hardware_db/{kind}s{hint} "
-                        f"(`dse {'hw' if kind == 'device' else kind + 's'} list` shows all)")
+        lister = "hw" if kind == "device" else kind + "s"
+        #: the message without the name, for callers that name the field themselves
+        self.detail = f"not in hardware_db/{kind}s{hint} (`dse {lister} list` shows all)"
+        self.message = f"{where}{kind} {name!r} is {self.detail}"
         super().__init__(self.message)
 
     def __str__(self) -> str:
         return self.message
+
+
+def did_you_mean(name: str, known: Iterable[str], n: int = 1, cutoff: float = 0.6) -> list[str]:
+    """The closest known names (difflib ratio >= cutoff): the one hint every message uses."""
+    return difflib.get_close_matches(str(name), sorted(known), n=n, cutoff=cutoff)
 
 
 class _Missing:

@@ -23,8 +23,9 @@ import numpy as np
 
 __all__ = ["pareto_mask", "pareto_ranks", "hypervolume", "default_reference", "maximise_flags"]
 
-_DIRECTIONS = {"minimize": False, "min": False, "minimise": False,
-               "maximize": True, "max": True, "maximise": True}
+#: every accepted spelling of an objective direction -> "minimize" | "maximize" (the one table)
+DIRECTIONS = {"min": "minimize", "minimize": "minimize", "minimise": "minimize",
+              "max": "maximize", "maximize": "maximize", "maximise": "maximize"}
 
 
 def maximise_flags(directions: Sequence[str]) -> list[bool]:
@@ -32,9 +33,9 @@ def maximise_flags(directions: Sequence[str]) -> list[bool]:
     flags = []
     for d in directions:
         key = str(d).strip().lower()
-        if key not in _DIRECTIONS:
+        if key not in DIRECTIONS:
             raise ValueError(f"objective direction {d!r}: expected 'minimize' or 'maximize'")
-        flags.append(_DIRECTIONS[key])
+        flags.append(DIRECTIONS[key] == "maximize")
     return flags
 
 

@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .database import Database
-from .designs import build_designs
+from .catalog.database import Database
 from .errors import DseError, SpecError
-from .frame import BASE_CONSTRAINTS, constraint_values, metric_table, results_frame
-from .model.evaluate import evaluate
-from .store import study_metadata, write_parquet
+from .evaluation import constraint_values, evaluate_study, metric_table
+from .results.columns import BASE_CONSTRAINTS
+from .results.frame import results_frame
+from .results.store import study_metadata, write_parquet
 from .study import SAMPLERS, StudySpec, open_study
 
 #: objective value given to Optuna where a metric is undefined (the design does not fit);
@@ -40,20 +40,6 @@ class RunResult:
     n_new: int
     storage: str
     interrupted: bool = False
-
-
-def workload_of(study: StudySpec):
-    from .specs import Workload
-    return Workload(target=study.target, drafter=study.drafter, acceptance=study.acceptance, dtype=study.dtype,
-                    kv_dtype=study.kv_dtype, temperature=study.temperature, overlap=study.overlap,
-                    tree_nodes=study.tree_nodes,
-                    k_max=min(study.k_max, study.drafter.heads) if study.drafter.kind == "medusa" else study.k_max)
-
-
-def evaluate_params(study: StudySpec, params: dict[str, np.ndarray], n: int, db: Database, tech):
-    """Knob arrays -> (Designs, Metrics): the one vectorised evaluation per batch."""
-    designs = build_designs(study, params, n, db, tech)
-    return designs, evaluate(designs.batch, workload_of(study))
 
 
 def distributions(study: StudySpec) -> dict:
@@ -177,7 +163,7 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
                 for _ in range(b):
                     trials.append(ostudy.ask(dists))
                 params = {nm: np.array([t.params[nm] for t in trials]) for nm in names}
-                designs, metrics = evaluate_params(study, params, b, db, tech)
+                designs, metrics = evaluate_study(study, params, b, db, tech)
                 cols = metric_table(designs, metrics)
                 cons = constraint_values(cols, study)
                 values = _finite_objectives(cols, study)
@@ -253,7 +239,7 @@ def study_frame(study: StudySpec, ostudy, db, tech, runs) -> pd.DataFrame:
     trials = sorted(ostudy.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda t: t.number)
     n = len(trials)
     params = {k.name: np.array([t.params[k.name] for t in trials]) for k in study.searched}
-    designs, metrics = evaluate_params(study, params, n, db, tech)
+    designs, metrics = evaluate_study(study, params, n, db, tech)
     numbers = np.array([t.number for t in trials], dtype=np.int64)
     starts = [r["first_trial"] for r in runs]
     which = np.searchsorted(np.array(starts), numbers, side="right") - 1

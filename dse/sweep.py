@@ -20,11 +20,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .database import Database
+from .catalog.database import Database
 from .errors import SpecError
-from .frame import objective_matrix
+from .evaluation import evaluate_study, objective_matrix
 from .pareto import pareto_mask, pareto_ranks
-from .store import study_metadata, write_parquet
+from .results.frame import results_frame
+from .results.store import read_metadata, study_metadata, write_parquet
 from .study import Knob, StudySpec, open_study
 
 DEFAULT_CHUNK = 131_072
@@ -89,8 +90,6 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
           out: str | Path | None = None, chunk_size: int = DEFAULT_CHUNK, progress: bool = True,
           db: Database | None = None) -> SweepResult:
     """Evaluate this shard's chunks of the grid and write one part file per chunk."""
-    from .frame import results_frame
-    from .search import evaluate_params
     study, db, tech = open_study(study, db)
     points = study.grid_points if points is None else points
     if points < 2:
@@ -120,7 +119,7 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
         flat = np.arange(start, stop, dtype=np.int64)
         idx = np.unravel_index(flat, shape)
         params = {k.name: vals[i] for (k, vals), i in zip(axes, idx)}
-        designs, metrics = evaluate_params(study, params, flat.size, db, tech)
+        designs, metrics = evaluate_study(study, params, flat.size, db, tech)
         df = results_frame(study, designs, metrics, params, trial=flat, sampler="grid", seed=None, pareto=False)
         objs.append(objective_matrix({o.metric: df[o.metric].to_numpy(np.float64, na_value=np.nan)
                                       for o in study.objectives}, study))
@@ -145,7 +144,6 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
 def _check_existing(out_dir: Path, meta: dict) -> None:
     """Refuse a directory that holds parts of another grid, study or shard count: mixing them
     would duplicate or misnumber rows. The same grid and shard count may be re-run."""
-    from .store import read_metadata
     existing = sorted(out_dir.glob("part-*.parquet")) if out_dir.is_dir() else []
     if not existing:
         return

@@ -17,7 +17,9 @@ FACTOR = {
     "s": 1.0,
     "w": 1.0,
     "usd": 1.0,
-    "mm2": 1.0,
+    "kusd": 1e3,
+    "mm2": 1.0,        # areas stay in mm^2 (die sizes are quoted so)
+    "cm2": 100.0,      # in mm^2
     "pj": 1e-12,
 }
 

@@ -16,5 +16,5 @@ def ideal():
 
 @pytest.fixture(scope="session")
 def db():
-    from dse.database import load_database
+    from dse.catalog.database import load_database
     return load_database()

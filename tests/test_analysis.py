@@ -112,7 +112,7 @@ def test_load_errors(tmp_path, dataset_dir):
         da.load_results(junk)
     plain = tmp_path / "plain.parquet"
     pq.write_table(pa.table({"x": [1, 2]}), plain)
-    with pytest.raises(DseError, match="b'dse' metadata"):
+    with pytest.raises(DseError, match="not dse results: the Parquet file carries no dse metadata"):
         da.load_results(plain)
     pq.write_table(table(5, 500, study="other"), dataset_dir / "part-2-0.parquet")
     with pytest.raises(DseError, match="different studies"):

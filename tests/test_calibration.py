@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from dse import calibration
 from dse.api import evaluate_design
+from dse.catalog.database import load_database
 from dse.cli import main
-from dse.database import load_database
 from dse.model.transformer import WEIGHT_BW_FACTOR
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,7 +109,7 @@ def test_unmapped_rows_become_not_modelled(tmp_path):
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    from dse.database import Database
+    from dse.catalog.database import Database
     out = calibration.compare(db=Database(db_root))
     last = out[-1]
     assert last["role"] == "not modelled" and "Some New GPU" in last["note"]

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from dse.database import Database, load_database, model_from_hf_config
+from dse.catalog.database import Database, load_database, model_from_hf_config
 from dse.errors import SpecError, SpecErrors, UnknownEntryError
 
 DB = load_database()

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dse import report
+import dse.analysis as da
+from dse.report import figures as report
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -102,11 +103,14 @@ def test_write_report_minimal(tmp_path):
 
 def test_front_table(tmp_path):
     df = results()
-    t = report.front_table(df, None, top=3)
-    assert len(t) <= 3
-    assert list(t.columns) == ["trial", "params_mem_bw_tb_s", "params_num_chips",
-                               "params_draft_chip_enabled", "spec_ms_per_token", "cost_usd",
-                               "alpha", "tau", "k", "draft_cost_ratio", "speedup"]
+    full = da.front(df)
+    assert len(full) > 3                      # so that top=3 truncates
+    t = da.front_table(df, None, top=3)
+    assert len(t) == 3
+    assert list(t.columns) == ["spec_ms_per_token", "cost_usd", "alpha", "tau", "k", "draft_cost_ratio",
+                               "speedup", "trial", "params_mem_bw_tb_s", "params_num_chips",
+                               "params_draft_chip_enabled"]
+    assert t["trial"].tolist() == full["trial"].head(3).tolist()
     assert t["spec_ms_per_token"].is_monotonic_increasing
 
 

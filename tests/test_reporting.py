@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 import dse.analysis as da
-from dse import reporting
 from dse.api import evaluate_design
 from dse.cli import main
+from dse.report import context as reporting
 from dse.search import run_study
 from dse.study import Knob
 
@@ -141,7 +141,7 @@ def test_known_parts_fixes_searched_workload_knobs_and_says_so(study):
 
 def test_analysis_known_parts_accepts_results(run, study):
     stamps = ["datetime_start", "datetime_complete"]
-    pd.testing.assert_frame_equal(da.known_parts(run[0], devices=("b200",)).drop(columns=stamps),
+    pd.testing.assert_frame_equal(reporting.known_parts(reporting.study_from_results(run[0]), devices=("b200",)).drop(columns=stamps),
                                   reporting.known_parts(study, devices=("b200",)).drop(columns=stamps))
 
 
@@ -252,5 +252,5 @@ def test_report_of_a_sweep_skips_importances(run, tmp_path):
     ("tokens_per_s_per_cm2", "tokens/s/cm²"), ("baseline_tokens_per_s", "tokens/s"),
     ("verify_arithmetic_intensity", "FLOP/B")])
 def test_units_of_derived_metrics(col, unit):
-    from dse.report import unit_of
+    from dse.report.figures import unit_of
     assert unit_of(col) == unit

@@ -78,17 +78,17 @@ def test_interrupted_batch_keeps_finished_trials(tmp_path, monkeypatch):
     s = small_study(tmp_path)
     journal = str(tmp_path / "q.journal")
     calls = {"n": 0}
-    real = search.evaluate_params
+    real = search.evaluate_study
 
     def flaky(*a, **k):
         calls["n"] += 1
         if calls["n"] == 3:
             raise KeyboardInterrupt
         return real(*a, **k)
-    monkeypatch.setattr(search, "evaluate_params", flaky)
+    monkeypatch.setattr(search, "evaluate_study", flaky)
     res = run_study(s, n_trials=128, storage=journal, progress=False)
     assert res.interrupted and res.n_new == 64
-    monkeypatch.setattr(search, "evaluate_params", real)
+    monkeypatch.setattr(search, "evaluate_study", real)
     res = run_study(s, n_trials=128, storage=journal, progress=False)
     assert len(res.frame) == 128 and res.frame["trial"].is_unique
 

@@ -36,7 +36,7 @@ def _write(tmp_path, mutate):
      "space.target_chip.memory_stacks.low", "expected an integer in [1, 64]"),
     (lambda r: r["space"]["target_chip"].update(memory=["hbm9"]), "space.target_chip.memory[0]", "expected one of"),
     (lambda r: r["objectives"].append({"metric": "spec_ms_per_tokn", "direction": "minimize"}),
-     "objectives[2].metric", "did you mean spec_ms_per_token"),
+     "objectives[2].metric", "did you mean 'spec_ms_per_token'"),
     (lambda r: r["workload"].update(target="llama-9"), "workload.target", "not in hardware_db/models"),
     (lambda r: r["workload"].update(acceptance={"alpha": 1.5}), "workload.acceptance.alpha", "[0, 1]"),
     (lambda r: r["search"].update(sampler="cmaes"), "search.sampler", "nsga2"),

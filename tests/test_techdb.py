@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dse.catalog.technology import GLOBAL_FIELDS, MEMORY_FIELDS, NODE_FIELDS, load_technology
 from dse.errors import SpecError, SpecErrors
-from dse.techdb import GLOBAL_FIELDS, MEMORY_FIELDS, NODE_FIELDS, load_technology
 
 HW_DB = Path(__file__).resolve().parents[1] / "hardware_db"
 

@@ -14,7 +14,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..specs import ModelSpec, Workload
+from ..catalog.specs import ModelSpec
+from ..units import FACTOR
+from ..workload import Workload
 from . import specdec
 from . import transformer as tf
 from .arrays import DesignBatch, HardwareArrays
@@ -78,22 +80,22 @@ class Metrics:
 #: vocabulary of `dse eval --json`, study metrics and result columns.
 METRIC_COLUMNS = (
     ("fits", "fits", None),
-    ("memory_required_gb", "memory_required_bytes", 1e9),
-    ("memory_capacity_gb", "memory_capacity_bytes", 1e9),
-    ("memory_shortfall_gb", "memory_shortfall_bytes", 1e9),
-    ("draft_memory_required_gb", "draft_memory_required_bytes", 1e9),
-    ("draft_memory_capacity_gb", "draft_memory_capacity_bytes", 1e9),
-    ("baseline_ms_per_token", "baseline_s_per_token", 1e-3),
-    ("spec_ms_per_token", "spec_s_per_token", 1e-3),
+    ("memory_required_gb", "memory_required_bytes", FACTOR["gb"]),
+    ("memory_capacity_gb", "memory_capacity_bytes", FACTOR["gb"]),
+    ("memory_shortfall_gb", "memory_shortfall_bytes", FACTOR["gb"]),
+    ("draft_memory_required_gb", "draft_memory_required_bytes", FACTOR["gb"]),
+    ("draft_memory_capacity_gb", "draft_memory_capacity_bytes", FACTOR["gb"]),
+    ("baseline_ms_per_token", "baseline_s_per_token", FACTOR["ms"]),
+    ("spec_ms_per_token", "spec_s_per_token", FACTOR["ms"]),
     ("speedup", "speedup", None),
     ("k", "k", None),
     ("alpha", "alpha", None),
     ("tau", "tau", None),
     ("p_all_accepted", "p_all_accepted", None),
-    ("draft_ms_per_iter", "draft_s_per_iter", 1e-3),
-    ("verify_ms_per_iter", "verify_s_per_iter", 1e-3),
-    ("link_ms_per_iter", "link_s_per_iter", 1e-3),
-    ("iter_ms", "iter_s", 1e-3),
+    ("draft_ms_per_iter", "draft_s_per_iter", FACTOR["ms"]),
+    ("verify_ms_per_iter", "verify_s_per_iter", FACTOR["ms"]),
+    ("link_ms_per_iter", "link_s_per_iter", FACTOR["ms"]),
+    ("iter_ms", "iter_s", FACTOR["ms"]),
     ("draft_cost_ratio", "draft_cost_ratio", None),
     ("speedup_bound", "speedup_bound", None),
     ("baseline_arithmetic_intensity", "baseline_arithmetic_intensity", None),
@@ -104,8 +106,8 @@ METRIC_COLUMNS = (
     ("draft_bound", "draft_bound", "bound"),
     ("tokens_per_s", "tokens_per_s", None),
     ("baseline_tokens_per_s", "baseline_tokens_per_s", None),
-    ("ttft_ms", "ttft_s", 1e-3),
-    ("request_latency_ms", "request_latency_s", 1e-3),
+    ("ttft_ms", "ttft_s", FACTOR["ms"]),
+    ("request_latency_ms", "request_latency_s", FACTOR["ms"]),
 )
 #: metrics that are latencies or depend on them: NaN (null) where the design does not fit
 LATENCY_METRICS = frozenset(name for name, _, _ in METRIC_COLUMNS[6:])

@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..specs import ModelSpec
+from ..catalog.specs import ModelSpec
 from . import transformer as tf
 
 #: bound codes (the edges turn them into "memory", "compute", "overhead")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..specs import AcceptanceSpec
+from ..workload import AcceptanceSpec
 
 
 def tau_iid(alpha, k):

@@ -26,8 +26,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:   # type names only: importing dse.techdb would pull in yaml
-    from dse.techdb import MemoryTable, NodeTable, TechConstants
+from ..units import FACTOR
+
+if TYPE_CHECKING:   # type names only: importing dse.catalog.technology would pull in yaml
+    from dse.catalog.technology import MemoryTable, NodeTable, TechConstants
 
 _BITS_PER_BYTE = 8.0
 
@@ -297,10 +299,10 @@ def synthesize_chip(tech: TechConstants, *, node_idx, peak_tflops, memory_idx, m
     node_idx = node_idx.astype(np.int64)
     memory_idx = memory_idx.astype(np.int64)
 
-    # knobs in SI; the display->SI factors are the units table's (1e12, 1e6, 1e9)
-    peak_bf16 = peak_tflops.astype(np.float64) * 1e12
-    sram_bytes = sram_mb.astype(np.float64) * 1e6
-    link_bw = link_bw_gb_s.astype(np.float64) * 1e9
+    # knobs in SI through the units table
+    peak_bf16 = peak_tflops.astype(np.float64) * FACTOR["tflops"]
+    sram_bytes = sram_mb.astype(np.float64) * FACTOR["mb"]
+    link_bw = link_bw_gb_s.astype(np.float64) * FACTOR["gb_s"]
     height = stack_height.astype(np.float64)
 
     units = memory_units(mem, memory_idx, memory_stacks)

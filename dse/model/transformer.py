@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..specs import ModelSpec
+from ..catalog.specs import ModelSpec
 
 #: bytes per stored weight: int4 carries one fp16 scale per 128 weights (2/128 bytes)
 WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5 + 2.0 / 128}

@@ -5,9 +5,9 @@ import sys
 
 import numpy as np
 
-from dse.api import hardware_arrays, make_acceptance, parse_drafter
+from dse.api import hardware_arrays
 from dse.model import DesignBatch, evaluate
-from dse.specs import Workload
+from dse.workload import Workload, make_acceptance, parse_drafter
 
 
 def _batch(db, n, rng):

@@ -109,8 +109,8 @@ def test_fewer_layers_draft_faster(tmp_path):
                 intermediate_size=4096, vocab_size=64000)
     import yaml
 
+    from dse.catalog.specs import ModelSpec, build
     from dse.model.transformer import total_params
-    from dse.specs import ModelSpec, build
     for spec in (wide, deep):
         (tmp_path / f"{spec['name']}.yaml").write_text(yaml.safe_dump(spec))
     pw = total_params(build(ModelSpec, wide, None))

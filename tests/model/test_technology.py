@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dse.catalog.technology import load_technology
 from dse.model import technology as T
-from dse.techdb import load_technology
 
 HW_DB = Path(__file__).resolve().parents[2] / "hardware_db"
 

@@ -24,11 +24,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dse import analysis as da
-from dse import pareto
-from dse.errors import DseError
+from .. import analysis as da
+from .. import pareto
+from ..errors import DseError
 
-__all__ = ["write_report", "front_table", "unit_of", "axis_label", "workload_title",
+__all__ = ["write_report", "unit_of", "axis_label", "workload_title",
            "OKABE_ITO", "MARKERS"]
 
 #: Okabe & Ito (2008) colour-blind-safe palette, in plotting order.
@@ -39,7 +39,6 @@ MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
 GREY = "#9a9a9a"
 DPI = 150
 MAX_SCATTER = 20_000          # background points drawn per series (random sample beyond)
-SPEC_COLUMNS = ("alpha", "tau", "k", "draft_cost_ratio", "speedup")
 DRAFT_COLUMN = "params_draft_chip_enabled"
 
 # --------------------------------------------------------------------------- labels
@@ -135,27 +134,6 @@ def workload_title(df: pd.DataFrame) -> str:
     return f"{line1}\n{line2}" if line2 else line1
 
 
-# --------------------------------------------------------------------------- tables
-
-def front_table(df: pd.DataFrame, objectives=None, top: int | None = None) -> pd.DataFrame:
-    """The front (best first by the first objective) with the columns that explain it.
-
-    Columns: ``trial`` (if present), every ``params_*`` knob, the objectives, then the
-    speculative accounting columns present among ``alpha, tau, k, draft_cost_ratio,
-    speedup``. ``top`` keeps only the first rows.
-    """
-    objs = da.objectives_of(df, objectives)
-    f = da.front(df, objs)
-    cols = [c for c in ("trial",) if c in f.columns]
-    cols += [c for c in f.columns if c.startswith("params_")]
-    cols += [m for m, _ in objs if m not in cols]
-    cols += [c for c in SPEC_COLUMNS if c in f.columns and c not in cols]
-    out = f[cols]
-    if top is not None:
-        out = out.head(top)
-    return out.reset_index(drop=True)
-
-
 # --------------------------------------------------------------------------- figure data
 
 def _sample(xy: np.ndarray, limit: int, seed: int = 0) -> np.ndarray:
@@ -208,8 +186,8 @@ def _known_points(known: pd.DataFrame | None, x: str, y: str) -> list:
 
 def _pairs_data(df, objs, known=None) -> list[PairData]:
     """One PairData per pair of objectives (the all-objective front is computed once)."""
-    vals, ok = da._usable(df, objs)
-    dirs = da._dirs(objs)
+    vals, ok = da.usable_values(df, objs)
+    dirs = da.directions(objs)
     on_front = pareto.pareto_mask(vals, dirs, feasible=ok)
     out = []
     for i, j in itertools.combinations(range(len(objs)), 2):
@@ -263,11 +241,11 @@ def _draft_data(df, objs) -> DraftData | None:
         cmp = da.compare_fronts(on, off, objs)
     except DseError:  # neither group has a feasible design
         return None
-    dirs = da._dirs(objs)
+    dirs = da.directions(objs)
     groups = []
     for label, part, hv, size in (("with draft chip", on, cmp["hv_a"], cmp["front_size_a"]),
                                   ("no draft chip", off, cmp["hv_b"], cmp["front_size_b"])):
-        vals, ok = da._usable(part, objs)
+        vals, ok = da.usable_values(part, objs)
         xy = vals[:, :2]
         pf = pareto.pareto_mask(xy, dirs[:2], feasible=ok)
         groups.append((label, _sample(xy[ok], MAX_SCATTER), _step_order(xy[pf]), hv, size))
@@ -277,7 +255,7 @@ def _draft_data(df, objs) -> DraftData | None:
 
 def _history_data(df, objs) -> list[tuple[str, pd.DataFrame]] | None:
     """[(label, hypervolume_history)], one curve per sampler when several share the file."""
-    if "trial" not in df.columns or not da._usable(df, objs)[1].any():
+    if "trial" not in df.columns or not da.usable_values(df, objs)[1].any():
         return None
     if "sampler" in df.columns and df["sampler"].eq("grid").all():   # a sweep: no trial order
         return None
@@ -562,8 +540,8 @@ def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None 
         fig.savefig(path, format="png", dpi=DPI)
         made.append((path, heading, caption))
 
-    vals, ok = da._usable(df, objs)
-    n_front = int(pareto.pareto_mask(vals, da._dirs(objs), feasible=ok).sum())
+    vals, ok = da.usable_values(df, objs)
+    n_front = int(pareto.pareto_mask(vals, da.directions(objs), feasible=ok).sum())
     with _rc():
         if len(objs) >= 2:
             say("figure: Pareto front")
@@ -606,7 +584,7 @@ def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None 
                  "(worst feasible value per objective pushed out by 10% of its range).")
 
     say("writing index.html")
-    table = front_table(df, objs)
+    table = da.front_table(df, objs)
     html_path = out / "index.html"
     html_path.write_text(_html(df, objs, title, made, table, table_rows, n_front, int(ok.sum())),
                          encoding="utf-8")

@@ -12,8 +12,8 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from .errors import MISSING as MISSING_VALUE
-from .errors import SpecError, UnknownEntryError
+from ..errors import MISSING as MISSING_VALUE
+from ..errors import SpecError, UnknownEntryError
 from .specs import DeviceSpec, ModelSpec, RuntimeSpec, build
 from .yamlio import load_yaml
 
@@ -27,8 +27,8 @@ def default_root() -> Path:
     env = os.environ.get("DSE_HARDWARE_DB")
     if env:
         return Path(env)
-    here = Path(__file__).resolve().parent
-    for cand in (here.parent / "hardware_db", here / "hardware_db"):
+    pkg = Path(__file__).resolve().parent.parent          # dse/
+    for cand in (pkg.parent / "hardware_db", pkg / "hardware_db"):
         if (cand / "devices").is_dir():
             return cand
     return Path(str(resources.files("dse") / "hardware_db"))

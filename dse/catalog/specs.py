@@ -8,13 +8,13 @@ that one table. Values are converted to SI on load (MODEL.md section 0).
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from .errors import MISSING, SpecError, raise_collected
-from .units import FACTOR
+from ..errors import MISSING, SpecError, raise_collected
+from ..units import FACTOR
+from .fields import Range, unknown_key
 
 REQUIRED = object()
 #: keys every database file may carry besides its fields
@@ -29,6 +29,10 @@ class FieldInfo(NamedTuple):
     hi: float
     desc: str
     lo_open: bool       # lo itself not allowed
+
+    @property
+    def range(self) -> Range:
+        return Range(self.kind == "int", self.lo, self.hi, self.lo_open, self.unit.replace("_", "/"))
 
 
 def num(yaml: str, unit: str = "", lo: float = 0.0, hi: float = math.inf, *, desc: str = "",
@@ -59,15 +63,7 @@ def allowed_text(info: FieldInfo) -> str:
         return "expected true or false"
     if info.kind == "str":
         return f"expected a string{': ' + info.desc if info.desc else ''}"
-    return range_text(info.kind == "int", info.lo, info.hi, info.lo_open, info.unit.replace("_", "/"))
-
-
-def range_text(integer: bool, lo: float, hi: float, lo_open: bool = False, unit: str = "") -> str:
-    """'expected an integer in [1, 16]' / 'expected a number in (0, inf) GB'."""
-    what = "an integer" if integer else "a number"
-    left = "(" if lo_open else "["
-    right = "inf)" if math.isinf(hi) else f"{hi:g}]"
-    return f"expected {what} in {left}{lo:g}, {right}{' ' + unit if unit else ''}"
+    return info.range.text()
 
 
 def spec_fields(cls) -> dict[str, tuple[dataclasses.Field, FieldInfo]]:
@@ -91,16 +87,8 @@ def check_value(info: FieldInfo, f: dataclasses.Field, value: Any, path: str | N
         if not isinstance(value, bool):
             raise SpecError(path, name, value, allowed_text(info))
         return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SpecError(path, name, value, allowed_text(info))
-    if info.kind == "int" and not float(value).is_integer():
-        raise SpecError(path, name, value, allowed_text(info))
-    v = float(value)
-    if (not math.isfinite(v) or v < info.lo or (info.lo_open and v == info.lo) or v > info.hi):
-        raise SpecError(path, name, value, allowed_text(info))
-    if info.kind == "int":
-        return int(v)
-    return v * FACTOR[info.unit]
+    v = info.range.check(value, path, name)
+    return v if info.kind == "int" else v * FACTOR[info.unit]
 
 
 def build(cls, raw: dict, path: str | None, *, extra_keys: set[str] = frozenset()):
@@ -111,10 +99,7 @@ def build(cls, raw: dict, path: str | None, *, extra_keys: set[str] = frozenset(
     allowed = set(table) | META_KEYS | set(extra_keys)
     for key in raw:
         if key not in allowed:
-            close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            errors.append(SpecError(path, str(key), MISSING, f"unknown field{hint} "
-                                    f"(allowed: {', '.join(sorted(table))})"))
+            errors.append(unknown_key(path, str(key), key, table, what="field"))
     for yaml_name, (f, info) in table.items():
         if yaml_name not in raw or raw[yaml_name] is None:
             required = f.default is dataclasses.MISSING
@@ -283,59 +268,4 @@ class RuntimeSpec:
                                          desc="capacity kept for activations and workspace")
 
 
-DRAFTER_KINDS = ("none", "model", "ngram", "early-exit", "eagle", "medusa")
 DTYPES = ("bf16", "fp16", "fp8", "int8", "int4")
-
-
-@dataclass(**_FROZEN)
-class DrafterSpec:
-    """How drafts are proposed (MODEL.md section 3). ``model`` is set for kind 'model'."""
-
-    kind: str
-    label: str                        # as the user wrote it: 'llama-3.2-1b', 'eagle', 'medusa:4'
-    model: ModelSpec | None = None
-    exit_layer: int = 0               # early-exit:L
-    heads: int = 0                    # medusa:H
-
-    @property
-    def can_use_draft_chip(self) -> bool:
-        """Only an independent model can live on a separate chip; the others need the
-        target's hidden states or cost nothing."""
-        return self.kind == "model"
-
-
-@dataclass(**_FROZEN)
-class AcceptanceSpec:
-    """Acceptance, with which alpha is meant (MODEL.md section 3).
-
-    kind 'alpha': i.i.d. conditional per-token acceptance rate (Leviathan et al. 2023);
-    kind 'per_position': conditional rates a_1..a_m for positions 1..m;
-    kind 'tau': the mean tokens emitted per target pass, as papers publish it, for the given k.
-    """
-
-    kind: str
-    alpha: float = 0.0
-    per_position: tuple[float, ...] = ()
-    tau: float = 0.0
-
-    def describe(self) -> str:
-        if self.kind == "alpha":
-            return f"alpha={self.alpha:g} (i.i.d. conditional per token)"
-        if self.kind == "per_position":
-            return "alpha per position=" + ",".join(f"{a:g}" for a in self.per_position)
-        return f"tau={self.tau:g} (given)"
-
-
-@dataclass(**_FROZEN)
-class Workload:
-    """The fixed part of an evaluation: models, drafter, acceptance, dtypes, modes."""
-
-    target: ModelSpec
-    drafter: DrafterSpec
-    acceptance: AcceptanceSpec
-    dtype: str = "bf16"
-    kv_dtype: str = "bf16"
-    temperature: float = 0.0
-    overlap: bool = False
-    tree_nodes: int = 0               # 0 = a chain of k drafts
-    k_max: int = 8                    # candidates for k = auto

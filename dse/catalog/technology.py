@@ -19,7 +19,6 @@ order) and ``memory_table()`` / ``node_table()`` are structs of numpy arrays ind
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import json
 import math
@@ -30,9 +29,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .errors import MISSING, SpecError, raise_collected
-from .specs import range_text
-from .units import FACTOR
+from ..errors import MISSING, SpecError, raise_collected
+from ..units import FACTOR
+from .fields import Range, unknown_key
 from .yamlio import load_yaml
 
 SCHEMA_VERSION = 1
@@ -64,7 +63,11 @@ class Field(NamedTuple):
             return f"expected one of {', '.join(self.choices)}"
         if self.kind == "heights":
             return f"expected a non-empty list of integers in [1, {self.hi:g}]"
-        return range_text(self.kind == "int", self.lo, self.hi, self.lo_open, self.unit)
+        return self.range.text()
+
+    @property
+    def range(self) -> Range:
+        return Range(self.kind == "int", self.lo, self.hi, self.lo_open, self.unit)
 
 
 _INF = math.inf
@@ -549,15 +552,8 @@ def _convert(f: Field, value: Any, path: str, fpath: str) -> Any:
         if not ok:
             raise SpecError(path, fpath, value, f.allowed())
         return tuple(sorted(set(value)))
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SpecError(path, fpath, value, f.allowed())
-    v = float(value)
-    if (not math.isfinite(v) or v < f.lo or (f.lo_open and v == f.lo) or v > f.hi
-            or (f.kind == "int" and not v.is_integer())):
-        raise SpecError(path, fpath, value, f.allowed())
-    if f.kind == "int":
-        return int(v)
-    return v * f.factor
+    v = f.range.check(value, path, fpath)
+    return v if f.kind == "int" else v * f.factor
 
 
 def _override_entries(items: list, block: Any, fields: tuple[Field, ...], section: str,
@@ -604,10 +600,7 @@ def _cross_check(tech: TechConstants, path: str) -> list[SpecError]:
 
 def _unknown(path: str | None, fpath: str, allowed: list[str], key: str | None = None, *,
              what: str = "field", value: Any = MISSING) -> SpecError:
-    key = fpath if key is None else key
-    close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return SpecError(path, fpath, value, f"unknown {what}{hint} (allowed: {', '.join(allowed)})")
+    return unknown_key(path, fpath, fpath if key is None else key, allowed, what=what, value=value)
 
 
 def _plain(obj) -> dict[str, Any]:

@@ -1,9 +1,11 @@
-"""Knob values (arrays, one row per design) -> hardware columns and a DesignBatch.
+"""Designs -> model -> metric columns: the one evaluation behind run, sweep, report and calibration.
 
-The step between a study and the physics: categorical knobs become integer codes that
-index database and technology tables, chips are synthesised from technology knobs
-(MODEL.md section 5) or gathered from known parts (section 6), and the workload sizes
-and k ride along as arrays.
+Knob values (arrays, one row per design) become a DesignBatch: categorical knobs become
+integer codes that index database and technology tables, chips are synthesised from
+technology knobs (MODEL.md section 5) or gathered from known parts (section 6), and the
+workload sizes and k ride along as arrays. The model evaluates the batch; ``metric_table``
+returns every hardware, metric and derived column by name in display units, and
+``constraint_values`` the Optuna-style constraints. numpy only: no Optuna, no pandas.
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .database import Database
+from .catalog.database import Database
+from .catalog.specs import DeviceSpec, RuntimeSpec
+from .catalog.technology import TechConstants
 from .model.arrays import DesignBatch, HardwareArrays
+from .model.evaluate import Metrics, evaluate
 from .model.technology import synthesize_chip
-from .specs import DeviceSpec, RuntimeSpec
-from .study import StudySpec
-from .techdb import TechConstants
+from .study.spec import StudySpec
+from .units import FACTOR
 
 _NAN = float("nan")
 
@@ -73,7 +77,7 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
         uniq, code = np.unique(names, return_inverse=True)
         table = _device_table([db.device(u) for u in uniq], dtype)
         col = {k: v[code] for k, v in table.items()}
-        link_bw = np.asarray(get("link_bw_gb_s"), dtype=np.float64) * 1e9 if prefix + "link_bw_gb_s" in knobs \
+        link_bw = np.asarray(get("link_bw_gb_s"), dtype=np.float64) * FACTOR["gb_s"] if prefix + "link_bw_gb_s" in knobs \
             else col["link_bw_bytes_s"]
         launch = np.where(np.isnan(col["kernel_launch_s"]), rt.kernel_launch_s, col["kernel_launch_s"])
         step = np.where(np.isnan(col["step_overhead_s"]), rt.step_overhead_s, col["step_overhead_s"])
@@ -133,9 +137,9 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
     chips = tc["chips"]
     hwcols = {
         "chips": chips,
-        "mem_bw_tb_s": tc["mem_bw_bytes_s"] / 1e12,
-        "memory_capacity_gb": tc["capacity_bytes"] / 1e9,
-        "peak_tflops": tc["peak_bf16_flop_s"] / 1e12,
+        "mem_bw_tb_s": tc["mem_bw_bytes_s"] / FACTOR["tb_s"],
+        "memory_capacity_gb": tc["capacity_bytes"] / FACTOR["gb"],
+        "peak_tflops": tc["peak_bf16_flop_s"] / FACTOR["tflops"],
         "die_area_mm2": tc["die_area_mm2"],
         "chip_cost_usd": tc["chip_cost_usd"],
         "chip_power_w": tc["chip_power_w"],
@@ -143,9 +147,9 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
     if dc is not None:
         hwcols.update({
             "draft_chips": np.where(on, dc["chips"], 0),
-            "draft_mem_bw_tb_s": np.where(on, dc["mem_bw_bytes_s"] / 1e12, _NAN),
-            "draft_memory_capacity_gb": np.where(on, dc["capacity_bytes"] / 1e9, _NAN),
-            "draft_peak_tflops": np.where(on, dc["peak_bf16_flop_s"] / 1e12, _NAN),
+            "draft_mem_bw_tb_s": np.where(on, dc["mem_bw_bytes_s"] / FACTOR["tb_s"], _NAN),
+            "draft_memory_capacity_gb": np.where(on, dc["capacity_bytes"] / FACTOR["gb"], _NAN),
+            "draft_peak_tflops": np.where(on, dc["peak_bf16_flop_s"] / FACTOR["tflops"], _NAN),
             "draft_die_area_mm2": np.where(on, dc["die_area_mm2"], _NAN),
             "draft_chip_cost_usd": np.where(on, dc["chip_cost_usd"], _NAN),
             "draft_chip_power_w": np.where(on, dc["chip_power_w"], _NAN),
@@ -164,3 +168,56 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
     hwcols["power_w"] = tc["chip_power_w"] * chips + d_power
     hwcols["total_die_area_mm2"] = tc["die_area_mm2"] * chips + d_area
     return Designs(batch=batch, hardware=hwcols)
+
+
+def evaluate_study(study: StudySpec, params: dict[str, np.ndarray], n: int, db: Database,
+                   tech: TechConstants) -> tuple[Designs, Metrics]:
+    """Knob arrays -> (Designs, Metrics): the one vectorised evaluation per batch."""
+    designs = build_designs(study, params, n, db, tech)
+    return designs, evaluate(designs.batch, study.workload)
+
+
+def derived_columns(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """tokens/s per k$, per W and per cm^2 of silicon, and speedup per k$ (NaN where undefined)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tps = cols["tokens_per_s"]
+        return {"tokens_per_s_per_kusd": tps / (cols["cost_usd"] / FACTOR["kusd"]),
+                "tokens_per_s_per_w": tps / cols["power_w"],
+                "tokens_per_s_per_cm2": tps / (cols["total_die_area_mm2"] / FACTOR["cm2"]),
+                "speedup_per_kusd": cols["speedup"] / (cols["cost_usd"] / FACTOR["kusd"])}
+
+
+def metric_table(designs: Designs, metrics: Metrics) -> dict[str, np.ndarray]:
+    """All metric and hardware columns by name (numpy, display units)."""
+    cols = dict(designs.hardware)
+    cols.update(metrics.columns())
+    cols.update(derived_columns(cols))
+    return cols
+
+
+def constraint_values(cols: dict[str, np.ndarray], study) -> np.ndarray:
+    """Optuna-style constraint values, (n, 1 + len(constraints)); <= 0 is feasible.
+
+    Column 0 is the memory fit: shortfall in GB when short, else minus the slack in GB.
+    Column 1 is buildability (memory stacks fit the die edges, the stack height exists for
+    that memory, the group has bandwidth and, across chips, a link; a design that fits must
+    have a finite latency): +1 when not, -1 when it is. Then one column per study constraint (value - max, or min - value); a metric that is
+    undefined (NaN, e.g. a latency of a design that does not fit) counts as violated (+1).
+    """
+    fit = np.where(cols["memory_shortfall_gb"] > 0, cols["memory_shortfall_gb"],
+                   cols["memory_required_gb"] - cols["memory_capacity_gb"])
+    finite = ~cols["fits"] | np.isfinite(cols["spec_ms_per_token"])
+    out = [fit, np.where(cols["buildable"] & finite, -1.0, 1.0)]
+    for c in study.constraints:
+        v = np.asarray(cols[c.metric], dtype=np.float64)
+        viol = np.full(v.shape, -np.inf)
+        if c.max is not None:
+            viol = np.maximum(viol, v - c.max)
+        if c.min is not None:
+            viol = np.maximum(viol, c.min - v)
+        out.append(np.where(np.isnan(v), 1.0, viol))
+    return np.stack(out, axis=1)
+
+
+def objective_matrix(cols: dict[str, np.ndarray], study) -> np.ndarray:
+    return np.stack([np.asarray(cols[o.metric], dtype=np.float64) for o in study.objectives], axis=1)

@@ -76,3 +76,14 @@ def eval_table(r: dict) -> str:
         out.append(f"anchor       baseline set to {a['baseline_ms']:.3f} ms: scaled {', '.join(a['scaled'])} "
                    f"by {a['factor']:.3f}")
     return "\n".join(out)
+
+
+def short_name(column: str) -> str:
+    """params_target_chip_memory -> memory, params_draft_chip_memory -> draft.memory."""
+    return column.removeprefix("params_").replace("target_chip_", "").replace("draft_chip_", "draft.")
+
+
+def front_text(table) -> str:
+    """A front table (DataFrame) as text: short knob names, 4 significant digits."""
+    table = table.rename(columns=short_name)
+    return table.to_string(index=False, float_format=lambda v: f"{v:.4g}")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from .errors import MISSING as MISSING_VALUE
-from .errors import SpecError
+from ..errors import MISSING as MISSING_VALUE
+from ..errors import SpecError
 
 
 def load_yaml(path: str | os.PathLike, *, kind: str = "file") -> dict:

@@ -1,16 +1,16 @@
 """From a results file to a report: rebuild the study, evaluate what the figures compare against.
 
-The orchestration between :mod:`dse.analysis` (which reads results) and :mod:`dse.report`
+The orchestration between :mod:`dse.analysis` (which reads results) and :mod:`.figures`
 (which only draws): the study is rebuilt from the results' own metadata, so a report needs
 nothing but the Parquet file. Everything here re-evaluates designs with the same vectorised
-model the search used (:func:`dse.search.evaluate_params`), so the reference points and
+model the search used (:func:`dse.evaluation.evaluate_study`), so the reference points and
 curves share the results' columns and units.
 
 - :func:`study_from_results`: the StudySpec behind a results frame.
 - :func:`known_parts`: real devices on the study's workload, each at the fewest chips that fit.
 - :func:`speedup_vs_batch`: speculative speedup against batch size for a few front designs.
 - :func:`importances`: PED-ANOVA importance of each searched knob, per objective.
-- :func:`build_report`: all of the above, then :func:`dse.report.write_report`.
+- :func:`build_report`: all of the above, then :func:`.figures.write_report`.
 """
 
 from __future__ import annotations
@@ -18,16 +18,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-import tempfile
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from . import analysis as da
-from .errors import DseError, SpecError
-from .study import Knob, StudySpec, load_study
+from .. import analysis as da
+from ..errors import DseError, SpecError
+from ..evaluation import evaluate_study
+from ..results.frame import results_frame
+from ..study import Knob, StudySpec, load_study, open_study, parse_study
 
 DEVICES = ("h100-sxm", "h200", "b200", "mi300x")
 CHIPS = (1, 2, 4, 8)
@@ -74,12 +75,9 @@ def study_mapping(resolved: dict) -> dict:
     return {**out, "workload": wl, "space": space}
 
 
-def study_from_mapping(mapping: dict, db=None) -> StudySpec:
-    """Validate a study-file mapping through :func:`dse.study.load_study` (via a temp file)."""
-    with tempfile.TemporaryDirectory(prefix="dse-study-") as tmp:
-        path = Path(tmp) / "study.yaml"
-        path.write_text(json.dumps(mapping, indent=1), encoding="utf-8")   # JSON is YAML
-        return load_study(path, db=db)
+def study_from_mapping(mapping: dict, db=None, source: str = "results metadata") -> StudySpec:
+    """Validate a study-file mapping with :func:`dse.study.parse_study` (no file involved)."""
+    return parse_study(mapping, source, db=db)
 
 
 def _same(a: dict, b: dict) -> bool:
@@ -116,19 +114,10 @@ def study_from_results(df: pd.DataFrame, db=None) -> StudySpec:
                        f"metadata (and {resolved.get('file')!r} is missing or changed): {exc}") from exc
 
 
-def _context(study: StudySpec):
-    """(database, technology constants) as the search used them."""
-    from .study import open_study
-    _, db, tech = open_study(study)
-    return db, tech
-
-
 def _evaluate(study: StudySpec, params: dict[str, np.ndarray], n: int) -> pd.DataFrame:
     """Knob arrays -> a results frame (no Pareto flags)."""
-    from .frame import results_frame
-    from .search import evaluate_params
-    db, tech = _context(study)
-    designs, metrics = evaluate_params(study, params, n, db, tech)
+    _, db, tech = open_study(study)
+    designs, metrics = evaluate_study(study, params, n, db, tech)
     return results_frame(study, designs, metrics, params, trial=np.arange(n), sampler="", seed=None,
                          pareto=False)
 
@@ -272,7 +261,7 @@ def _optuna_study(df: pd.DataFrame, study: StudySpec):
     """An in-memory Optuna study holding ``df``'s rows as COMPLETE trials."""
     import optuna
 
-    from .search import distributions
+    from ..search import distributions
     dists = distributions(study)
     metrics = [o.metric for o in study.objectives]
     s = optuna.create_study(directions=[o.direction for o in study.objectives])
@@ -344,7 +333,7 @@ def default_out(path) -> Path:
 def build_report(path, out=None, progress: bool = True) -> dict:
     """Load results, rebuild the study, compute known parts, speedup vs batch and importances,
     and write the figures and ``index.html``; returns ``{"html": str, "figures": [str]}``."""
-    from .report import write_report
+    from .figures import write_report
     say = _say(progress)
     say(f"loading {path}")
     df = da.load_results(path)

@@ -1,0 +1,487 @@
+"""Study mapping -> StudySpec, one parser per section; every error of a file reported together.
+
+``load_study(path)`` reads YAML and calls ``parse_study(mapping, path)``, which results
+metadata also use to rebuild a study without any file. Each error names the study file, the
+key path and what is allowed. Knob values: a fixed value, a list (choices), or
+``{low, high, log, step}`` (a range).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from ..catalog.database import Database, load_database
+from ..catalog.fields import Range, one_of, unknown_key
+from ..catalog.specs import DTYPES
+from ..catalog.technology import load_technology
+from ..catalog.yamlio import load_yaml
+from ..errors import MISSING, DseError, SpecError, UnknownEntryError, raise_collected
+from ..results.columns import NUMERIC_METRICS
+from ..workload import (
+    K_LIMIT,
+    AcceptanceSpec,
+    Workload,
+    WorkloadNames,
+    check_workload,
+    make_acceptance,
+    parse_drafter,
+)
+from .spec import (
+    CHIP_KNOBS,
+    DRAFT_CHIP_KNOBS,
+    K_KNOB,
+    SAMPLERS,
+    SEARCH_DEFAULTS,
+    TOP_KEYS,
+    WORKLOAD_KEYS,
+    WORKLOAD_KNOBS,
+    Constraint,
+    Knob,
+    KnobDef,
+    Objective,
+    StudySpec,
+)
+
+#: search budgets: a study beyond these is a typo, not a plan (10^7 trials of Optuna's
+#: ~1 ms ask/tell is 3 hours; a seed must fit numpy's 32-bit seeding, which Optuna uses)
+SEARCH_RANGES = {"n_trials": Range(True, 1, 10_000_000), "batch_size": Range(True, 2, 100_000),
+                 "seed": Range(True, 0, 2**32 - 1)}
+#: grid points per continuous knob (points^knobs designs: 1000 points on 2 knobs is 10^6)
+GRID_POINTS = Range(True, 2, 1000)
+TECH_KEYS = ("process_node", "peak_tflops", "memory", "memory_stacks", "stack_height", "sram_mb")
+STUDY_NAMES = WorkloadNames(path=None, k="workload.k", tau="workload.acceptance.tau",
+                            acceptance="workload.acceptance", per_position="workload.acceptance.per_position",
+                            tree_nodes="workload.tree_nodes", overlap="workload.overlap",
+                            draft_chip="space.draft_chip.enabled",
+                            overlap_needs="a draft chip (space.draft_chip.enabled)")
+
+
+class _Errors:
+    """Collects SpecErrors of one file."""
+
+    def __init__(self, path: str):
+        self.path, self.items = path, []
+
+    def add(self, key: str, value: Any, allowed: str):
+        self.items.append(SpecError(self.path, key, value, allowed))
+
+    def unknown(self, key_path: str, key: str, allowed):
+        self.items.append(unknown_key(self.path, f"{key_path}{key}", key, allowed))
+
+    def keep(self, exc: SpecError):
+        """A SpecError raised without a path (shared parsers) gets this file's path."""
+        self.items.append(SpecError(self.path, exc.field, exc.value, exc.allowed) if exc.path is None else exc)
+
+    def check(self, rng: Range, value: Any, key: str, default: Any) -> Any:
+        if rng.contains(value):
+            return int(value) if rng.integer else float(value)
+        self.add(key, value, rng.text())
+        return default
+
+
+def parse_knob(err: _Errors, where: str, raw: Any, d: KnobDef, choices_ok: tuple | None, name: str,
+               section: str, key: str) -> Knob | None:
+    """A fixed value, a list of choices, or {low, high, log, step}, checked against KnobDef."""
+    rng = Range(d.kind == "int", d.lo, d.hi)
+
+    def ok(v, path):
+        if d.kind == "bool":
+            if not isinstance(v, bool):
+                err.add(path, v, "expected true or false")
+                return False
+        elif d.kind == "cat":
+            if not isinstance(v, str) or (choices_ok is not None and v not in choices_ok):
+                err.items.append(one_of(err.path, path, v, choices_ok or ()))
+                return False
+        elif not rng.contains(v):
+            err.add(path, v, rng.text())
+            return False
+        return True
+
+    if isinstance(raw, list):
+        if not raw:
+            err.add(where, raw, "expected a non-empty list of choices")
+            return None
+        if not all([ok(v, f"{where}[{i}]") for i, v in enumerate(raw)]):
+            return None
+        vals = tuple(int(v) if d.kind == "int" else v for v in raw)
+        if len(set(vals)) != len(vals):
+            err.add(where, raw, "expected distinct choices")
+            return None
+        if len(vals) == 1:
+            return Knob(name, section, key, d.kind, fixed=vals[0])
+        return Knob(name, section, key, d.kind, choices=vals)
+    if isinstance(raw, dict):
+        if d.kind in ("cat", "bool"):
+            err.add(where, raw, "expected a value or a list of choices (this knob is categorical)")
+            return None
+        bad = set(raw) - {"low", "high", "log", "step"}
+        for b in sorted(map(str, bad)):
+            err.unknown(where + ".", b, {"low", "high", "log", "step"})
+        lo, hi = raw.get("low"), raw.get("high")
+        good = ok(lo, where + ".low") & ok(hi, where + ".high")
+        log, step = raw.get("log", False), raw.get("step")
+        if not isinstance(log, bool):
+            err.add(where + ".log", log, "expected true or false")
+            good = False
+        if step is not None and not Range(d.kind == "int", 0, d.hi, lo_open=True).contains(step):
+            err.add(where + ".step", step, "expected a positive number (an integer for integer knobs)")
+            good = False
+        if not good or bad:
+            return None
+        if lo >= hi:
+            err.add(where, raw, f"empty range: low < high must hold, but got low={lo}, high={hi}")
+            return None
+        if log and (lo <= 0 or step is not None):
+            err.add(where, raw, "log ranges need low > 0 and no step")
+            return None
+        cast = int if d.kind == "int" else float
+        return Knob(name, section, key, d.kind, low=cast(lo), high=cast(hi), log=log,
+                    step=None if step is None else cast(step))
+    if raw is None:
+        err.add(where, raw, "expected a value, a list of choices, or {low, high}")
+        return None
+    if ok(raw, where):
+        return Knob(name, section, key, d.kind, fixed=int(raw) if d.kind == "int" else raw)
+    return None
+
+
+def _knob_bounds(k: Knob | None) -> tuple:
+    """(smallest, largest) value a knob can take; (None, None) for a knob that is absent."""
+    if k is None:
+        return None, None
+    if not k.searched:
+        return k.fixed, k.fixed
+    return (min(k.choices), max(k.choices)) if k.choices else (k.low, k.high)
+
+
+# --------------------------------------------------------------------------- sections
+
+def _header(raw: dict, err: _Errors) -> tuple[str, str]:
+    for key in raw:
+        if key not in TOP_KEYS:
+            err.unknown("", key, TOP_KEYS)
+    name = raw.get("name")
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        err.add("name", name if name is not None else MISSING,
+                "expected a name of letters, digits, '-', '_' or '.' (it keys the storage and file names)")
+        name = "study"
+    desc = raw.get("description", "")
+    if not isinstance(desc, str):
+        err.add("description", desc, "expected a string")
+        desc = ""
+    return name, desc
+
+
+def _technology(raw: dict, db: Database, err: _Errors):
+    """The database's technology constants with the study's overrides (validated there)."""
+    tech_raw = raw.get("technology") or {}
+    try:
+        tech = load_technology(db.root)
+        if not isinstance(tech_raw, dict):
+            raise SpecError(err.path, "technology", tech_raw, "expected a mapping of constant overrides")
+        return (tech.with_overrides(tech_raw, where=err.path) if tech_raw else tech), tech_raw
+    except SpecError as exc:
+        err.keep(exc)
+    except DseError as exc:  # SpecErrors
+        err.items.extend(getattr(exc, "errors", [SpecError(err.path, "technology", tech_raw, str(exc))]))
+    return None, {}
+
+
+def _model_ref(ref: Any, base_dir: Path) -> str:
+    """A model name, or a model file relative to the study file."""
+    cand = base_dir / str(ref)
+    if ("/" in str(ref) or str(ref).endswith((".yaml", ".yml", ".json"))) and cand.exists():
+        return str(cand)
+    return str(ref)
+
+
+def _workload(wl: Any, db: Database, err: _Errors) -> tuple[dict, list[Knob]]:
+    """workload: target, draft, dtypes, acceptance, modes, runtime and the workload knobs."""
+    out: dict[str, Any] = {"target": None, "drafter": None, "acc": None, "dtype": "bf16", "kv_dtype": "bf16",
+                           "temperature": 0.0, "overlap": False, "tree_nodes": 0, "k_max": 8,
+                           "runtime": "graphs", "acc_given": False}
+    if not isinstance(wl, dict):
+        err.add("workload", wl if wl is not None else MISSING, "expected a mapping with at least target")
+        return out, []
+    for key in wl:
+        if key not in WORKLOAD_KEYS:
+            err.unknown("workload.", key, WORKLOAD_KEYS)
+    base_dir = Path(err.path).parent
+    if "target" not in wl:
+        err.add("workload.target", MISSING, "expected a model name, model file, or HF config.json path")
+    else:
+        try:
+            target = db.model(_model_ref(wl["target"], base_dir))
+            if target.kind != "decoder":
+                err.add("workload.target", wl["target"], "expected a decoder model, not a draft head")
+            else:
+                out["target"] = target
+        except UnknownEntryError as exc:
+            err.add("workload.target", wl["target"], exc.detail)
+        except SpecError as exc:
+            err.keep(exc)
+    if out["target"] is not None:
+        try:
+            out["drafter"] = parse_drafter(_model_ref(wl.get("draft", "none"), base_dir), out["target"], db,
+                                           where="workload.draft")
+        except UnknownEntryError as exc:
+            err.add("workload.draft", wl.get("draft"), exc.detail)
+        except SpecError as exc:
+            err.keep(exc)
+    dtype = wl.get("dtype", "bf16")
+    if dtype not in DTYPES:
+        err.items.append(one_of(err.path, "workload.dtype", dtype, DTYPES))
+    else:
+        out["dtype"] = dtype
+    kv = wl.get("kv_dtype", out["dtype"])
+    if kv not in DTYPES:
+        err.items.append(one_of(err.path, "workload.kv_dtype", kv, DTYPES))
+    else:
+        out["kv_dtype"] = kv
+    out["temperature"] = err.check(Range(lo=0.0), wl.get("temperature", 0.0), "workload.temperature", 0.0)
+    overlap = wl.get("overlap", False)
+    if not isinstance(overlap, bool):
+        err.add("workload.overlap", overlap, "expected true or false")
+        overlap = False
+    out["overlap"] = overlap
+    out["tree_nodes"] = err.check(Range(True, 0, 1024), wl.get("tree_nodes", 0), "workload.tree_nodes", 0)
+    out["k_max"] = err.check(Range(True, 1, K_LIMIT), wl.get("k_max", 8), "workload.k_max", 8)
+    runtime = wl.get("runtime", "graphs")
+    if runtime not in db.names("runtime"):
+        err.items.append(one_of(err.path, "workload.runtime", runtime, db.names("runtime")))
+        runtime = "graphs"
+    out["runtime"] = runtime
+    knobs = [kn for key, d in WORKLOAD_KNOBS.items()
+             if (kn := parse_knob(err, f"workload.{key}", wl.get(key, d.default), d, None, key, "workload", key))]
+    acc_raw = wl.get("acceptance")
+    out["acc_given"] = acc_raw is not None
+    drafter = out["drafter"]
+    if drafter is not None and drafter.kind != "none":
+        if not isinstance(acc_raw, dict) or len(acc_raw) != 1 or next(iter(acc_raw)) not in ("alpha", "per_position",
+                                                                                            "tau"):
+            err.add("workload.acceptance", acc_raw if acc_raw is not None else MISSING,
+                    "expected exactly one of {alpha: A} (i.i.d. conditional rate in [0, 1]), "
+                    "{per_position: [A1, ...]} or {tau: T} (mean tokens per target pass, >= 1)")
+        else:
+            try:
+                out["acc"] = make_acceptance(acc_raw.get("alpha"), acc_raw.get("per_position"), acc_raw.get("tau"),
+                                             where="workload.acceptance.")
+            except SpecError as exc:
+                err.keep(SpecError(None, exc.field.split(" / ")[0], exc.value, exc.allowed))
+    else:
+        out["acc"] = AcceptanceSpec(kind="alpha", alpha=0.0)
+    return out, knobs
+
+
+def _space(space: Any, wl: dict, db: Database, tech, err: _Errors) -> list[Knob]:
+    """space: target_chip and draft_chip knobs (technology knobs or device: NAME), and k."""
+    knobs: list[Knob] = []
+    if space is None:
+        space = {}
+    if not isinstance(space, dict):
+        err.add("space", space, "expected a mapping with target_chip, draft_chip and/or k")
+        space = {}
+    for key in space:
+        if key not in ("target_chip", "draft_chip", "k"):
+            err.unknown("space.", key, {"target_chip", "draft_chip", "k"})
+    choices = {"device": tuple(db.names("device")),
+               "memory": tech.memory_names if tech else None,
+               "process_node": tech.node_names if tech else None}
+    for section, table in (("target_chip", CHIP_KNOBS), ("draft_chip", DRAFT_CHIP_KNOBS)):
+        knobs += _chip_section(section, table, space.get(section), choices, err)
+    if "k" in space:
+        if "k" in wl and wl["k"] != "auto":
+            err.add("space.k", space["k"], "workload.k fixes k; remove one of them")
+        kn = parse_knob(err, "space.k", space["k"], K_KNOB, None, "k", "k", "k")
+        if kn:
+            knobs.append(kn)
+    else:
+        kv = wl.get("k", "auto") if isinstance(wl, dict) else "auto"
+        if kv != "auto" and not Range(True, 1, K_LIMIT).contains(kv):
+            err.add("workload.k", kv, f"expected 'auto' or an integer in [1, {K_LIMIT}]")
+        elif kv != "auto":
+            knobs.append(Knob("k", "k", "k", "int", fixed=int(kv)))
+    return knobs
+
+
+def _chip_section(section: str, table: dict[str, KnobDef], sec: Any, choices: dict, err: _Errors) -> list[Knob]:
+    """One chip group's knobs: either device: NAME(s) or the technology knobs."""
+    if sec is None:
+        if section == "target_chip":
+            err.add("space.target_chip", MISSING, "expected a mapping of chip knobs (or device: NAME)")
+        return []
+    if not isinstance(sec, dict):
+        err.add(f"space.{section}", sec, "expected a mapping of knobs")
+        return []
+    for key in sec:
+        if key not in table:
+            err.unknown(f"space.{section}.", key, set(table))
+    uses_device = "device" in sec
+    tech_keys = [k for k in sec if k in TECH_KEYS]
+    if uses_device and tech_keys:
+        err.add(f"space.{section}", sorted(tech_keys), "give either device (known parts) or technology knobs, "
+                "not both")
+    if not uses_device and "peak_tflops" not in sec:
+        err.add(f"space.{section}.peak_tflops", MISSING, "expected a value or range (dense BF16 TFLOP/s)")
+    prefix = section + "_"
+    knobs = []
+    for key, d in table.items():
+        if key == "device" and not uses_device:
+            continue
+        # known parts bring their own memory, compute, efficiencies and (on the target) link
+        device_owned = TECH_KEYS + ("mem_efficiency", "compute_efficiency", "link_latency_us")
+        if uses_device and key not in sec and (key in device_owned or
+                                               (key == "link_bw_gb_s" and section == "target_chip")):
+            continue
+        value = sec.get(key, d.default)
+        if value is None and key == "peak_tflops":
+            continue
+        kn = parse_knob(err, f"space.{section}.{key}", value, d, choices.get(key), prefix + key, section, key)
+        if kn:
+            knobs.append(kn)
+    return knobs
+
+
+def _objectives(raw: Any, err: _Errors) -> list[Objective]:
+    metrics = sorted(NUMERIC_METRICS)
+    out: list[Objective] = []
+    if not isinstance(raw, list) or not 1 <= len(raw) <= 4:
+        err.add("objectives", raw if raw is not None else MISSING, "expected a list of 1 to 4 objectives")
+        return out
+    for i, o in enumerate(raw):
+        path = f"objectives[{i}]"
+        if not isinstance(o, dict) or set(o) - {"metric", "direction"}:
+            err.add(path, o, "expected {metric: NAME, direction: minimize|maximize}")
+            continue
+        m, dirn = o.get("metric"), o.get("direction", "minimize")
+        if not isinstance(m, str) or m not in metrics:
+            err.items.append(unknown_key(err.path, path + ".metric", m, metrics, what="metric", value=m))
+        if dirn not in ("minimize", "maximize"):
+            err.add(path + ".direction", dirn, "expected minimize or maximize")
+        out.append(Objective(str(m), str(dirn)))
+    if len({o.metric for o in out}) != len(out):
+        err.add("objectives", [o.metric for o in out], "expected distinct metrics")
+    return out
+
+
+def _constraints(raw: Any, err: _Errors) -> list[Constraint]:
+    metrics = sorted(NUMERIC_METRICS)
+    out: list[Constraint] = []
+    if raw is None:
+        return out
+    if not isinstance(raw, list):
+        err.add("constraints", raw, "expected a list of {metric, max} / {metric, min}")
+        return out
+    for i, c in enumerate(raw):
+        path = f"constraints[{i}]"
+        if not isinstance(c, dict) or "metric" not in c or not ({"max", "min"} & set(c)) \
+                or set(c) - {"metric", "max", "min"}:
+            err.add(path, c, "expected {metric: NAME, max: X} and/or min: Y")
+            continue
+        m = c["metric"]
+        if not isinstance(m, str) or m not in metrics:
+            err.items.append(unknown_key(err.path, path + ".metric", m, metrics, what="metric", value=m))
+            continue
+        bounds = {b: err.check(Range(), c[b], f"{path}.{b}", None) for b in ("max", "min") if b in c}
+        if None in bounds.values():
+            continue
+        out.append(Constraint(m, bounds.get("max"), bounds.get("min")))
+    return out
+
+
+def _search(raw: dict, err: _Errors, name: str) -> dict:
+    """search, grid, output and storage."""
+    block = raw.get("search") or {}
+    if not isinstance(block, dict):
+        err.add("search", block, "expected a mapping of sampler, n_trials, batch_size, seed")
+        block = {}
+    for key in block:
+        if key not in SEARCH_DEFAULTS:
+            err.unknown("search.", key, set(SEARCH_DEFAULTS))
+    search = {**SEARCH_DEFAULTS, **block}
+    if search["sampler"] not in SAMPLERS:
+        err.items.append(one_of(err.path, "search.sampler", search["sampler"], SAMPLERS))
+    for key, rng in SEARCH_RANGES.items():
+        search[key] = err.check(rng, search[key], f"search.{key}", SEARCH_DEFAULTS[key])
+    grid = raw.get("grid") or {}
+    if not isinstance(grid, dict) or set(grid) - {"points"}:
+        err.add("grid", grid, "expected {points: N}")
+        grid = {}
+    search["grid_points"] = err.check(GRID_POINTS, grid.get("points", 8), "grid.points", 8)
+    output = raw.get("output", f"results/{name}.parquet")
+    if not isinstance(output, str) or not output:
+        err.add("output", output, "expected a file path")
+        output = f"results/{name}.parquet"
+    search["output"] = output
+    storage = raw.get("storage")
+    if storage is not None and not isinstance(storage, str):
+        err.add("storage", storage, "expected null (journal file beside the output), a file path or a database URL")
+        storage = None
+    search["storage"] = storage
+    return search
+
+
+# --------------------------------------------------------------------------- the study
+
+def parse_study(raw: Any, path: str | Path, db: Database | None = None) -> StudySpec:
+    """Validate a study mapping (as read from ``path``); raise SpecError/SpecErrors naming file and key."""
+    p = str(path)
+    err = _Errors(p)
+    if not isinstance(raw, dict):
+        raise SpecError(p, "(top level)", raw, "expected a mapping of study sections")
+    db = db or load_database()
+    name, desc = _header(raw, err)
+    tech, tech_raw = _technology(raw, db, err)
+    wl_raw = raw.get("workload")
+    wl, knobs = _workload(wl_raw, db, err)
+    wl_map = wl_raw if isinstance(wl_raw, dict) else {}
+    knobs += _space(raw.get("space"), wl_map, db, tech, err)
+    drafter, acc = wl["drafter"], wl["acc"]
+    if drafter is not None:
+        by = {k.name: k for k in knobs}
+        k_knob = by.get("k")
+        k_lo, k_hi = _knob_bounds(k_knob)
+        enabled = by.get("draft_chip_enabled")
+        names = STUDY_NAMES if k_knob is None or not k_knob.searched else \
+            WorkloadNames(**{**vars(STUDY_NAMES), "k": "space.k"})
+        names = WorkloadNames(**{**vars(names), "path": p})
+        err.items.extend(check_workload(
+            drafter, acc, k_lo=k_lo, k_hi=k_hi, k_fixed=k_knob is not None and not k_knob.searched,
+            tree_nodes=wl["tree_nodes"], overlap=wl["overlap"],
+            draft_chip=enabled is not None and (enabled.searched or enabled.fixed is True),
+            acceptance_given=wl["acc_given"], names=names))
+        link_lo = _knob_bounds(by.get("draft_chip_link_bw_gb_s"))[0]
+        if enabled is not None and (enabled.searched or enabled.fixed) and link_lo is not None and link_lo <= 0:
+            err.add("space.draft_chip.link_bw_gb_s", link_lo,
+                    "expected > 0 (the draft chip reaches the target over this link)")
+    objectives = _objectives(raw.get("objectives"), err)
+    constraints = _constraints(raw.get("constraints"), err)
+    search = _search(raw, err, name)
+    if not any(k.searched for k in knobs) and not err.items:
+        err.add("space", MISSING, "nothing to search: give at least one knob as a list or a range")
+    raise_collected(err.items)
+    k_max = min(wl["k_max"], drafter.heads) if drafter.kind == "medusa" else wl["k_max"]
+    workload = Workload(target=wl["target"], drafter=drafter, acceptance=acc, dtype=wl["dtype"],
+                        kv_dtype=wl["kv_dtype"], temperature=float(wl["temperature"]), overlap=wl["overlap"],
+                        tree_nodes=int(wl["tree_nodes"]), k_max=int(k_max))
+    return StudySpec(name=name, description=desc, path=p, workload=workload, runtime=wl["runtime"],
+                     knobs=tuple(knobs), objectives=tuple(objectives), constraints=tuple(constraints),
+                     sampler=search["sampler"], n_trials=int(search["n_trials"]),
+                     batch_size=int(search["batch_size"]), seed=int(search["seed"]),
+                     grid_points=int(search["grid_points"]), output=search["output"], storage=search["storage"],
+                     technology=tech_raw, raw=raw, tech=tech)
+
+
+def load_study(path: str | Path, db: Database | None = None) -> StudySpec:
+    """Read and validate a study file (see :func:`parse_study`)."""
+    return parse_study(load_yaml(path, kind="study"), path, db)
+
+
+def open_study(study: StudySpec | str | Path, db: Database | None = None):
+    """(StudySpec, Database, TechConstants) from a spec or a study file path."""
+    if not isinstance(study, StudySpec):
+        study = load_study(study, db=db)
+    return study, db or load_database(), study.tech

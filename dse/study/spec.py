@@ -1,0 +1,169 @@
+"""What a validated study is: knob tables, knobs, objectives, constraints and StudySpec."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..workload import K_LIMIT, Workload
+
+SAMPLERS = ("nsga2", "nsga3", "tpe", "gp", "random", "qmc")
+
+
+@dataclass(frozen=True)
+class KnobDef:
+    """What a knob may be: kind 'int' | 'float' | 'cat' | 'bool', range or choices, default."""
+
+    kind: str
+    lo: float = 0.0
+    hi: float = math.inf
+    default: Any = None
+    choices: tuple = ()
+    desc: str = ""
+
+
+#: knobs of a synthesised chip (MODEL.md section 5); `device` instead picks known parts.
+#: Efficiency defaults for synthesised chips are those fitted for HBM GPUs (docs/calibration.md).
+CHIP_KNOBS = {
+    "device": KnobDef("cat", desc="known parts from hardware_db/devices (instead of technology knobs)"),
+    "process_node": KnobDef("cat", default="n5", desc="process node from hardware_db/technology/nodes.yaml"),
+    "peak_tflops": KnobDef("float", 0.0, 1e5, None, desc="dense BF16 TFLOP/s per chip (FP8 = 2x)"),
+    "memory": KnobDef("cat", default="hbm3e", desc="memory type from hardware_db/technology/memory.yaml"),
+    "memory_stacks": KnobDef("int", 1, 64, 4, desc="HBM stacks, or GDDR/LPDDR devices"),
+    "stack_height": KnobDef("int", 1, 16, 8, desc="HBM dies per stack"),
+    "sram_mb": KnobDef("float", 0.0, 1e6, 0.0, desc="on-die SRAM"),
+    "chips": KnobDef("int", 1, 1024, 1, desc="chips in the group (tensor parallel)"),
+    "link_bw_gb_s": KnobDef("float", 0.0, 1e5, 900.0, desc="scale-up link, both directions added"),
+    "link_latency_us": KnobDef("float", 0.0, 1e3, 2.0, desc="per-hop collective latency"),
+    "mem_efficiency": KnobDef("float", 0.01, 1.0, 0.8, desc="achievable fraction of peak bandwidth"),
+    "compute_efficiency": KnobDef("float", 0.01, 1.0, 0.7, desc="achievable fraction of peak FLOP/s"),
+}
+DRAFT_CHIP_KNOBS = {"enabled": KnobDef("bool", default=False, desc="a colocated draft chip holds the draft"),
+                    **CHIP_KNOBS,
+                    "memory": KnobDef("cat", default="lpddr5x", desc="memory type of the draft chip"),
+                    "memory_stacks": KnobDef("int", 1, 64, 2, desc="stacks or devices"),
+                    "link_bw_gb_s": KnobDef("float", 0.0, 1e5, 128.0, desc="link between target and draft chip")}
+WORKLOAD_KNOBS = {
+    "batch": KnobDef("int", 1, 1e6, 1),
+    "prompt_tokens": KnobDef("int", 0, 1e7, 2048),
+    "output_tokens": KnobDef("int", 1, 1e7, 256),
+}
+K_KNOB = KnobDef("int", 1, K_LIMIT, None)
+
+WORKLOAD_KEYS = {"target", "draft", "dtype", "kv_dtype", "batch", "prompt_tokens", "output_tokens", "temperature",
+                 "acceptance", "k", "runtime", "overlap", "tree_nodes", "k_max"}
+TOP_KEYS = {"name", "description", "workload", "space", "objectives", "constraints", "search", "grid", "output",
+            "storage", "technology", "schema_version"}
+SEARCH_DEFAULTS = {"sampler": "nsga2", "n_trials": 2000, "batch_size": 64, "seed": 0}
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One searched or fixed knob. ``name`` is its column stem (params_<name>)."""
+
+    name: str
+    section: str            # target_chip | draft_chip | workload | k
+    key: str                # the key inside the section
+    kind: str               # int | float | cat | bool
+    fixed: Any = None       # set when not searched
+    choices: tuple = ()
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = None
+
+    @property
+    def searched(self) -> bool:
+        return self.fixed is None
+
+
+@dataclass(frozen=True)
+class Objective:
+    metric: str
+    direction: str          # minimize | maximize
+
+
+@dataclass(frozen=True)
+class Constraint:
+    metric: str
+    max: float | None = None
+    min: float | None = None
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """A validated study file."""
+
+    name: str
+    description: str
+    path: str
+    workload: Workload
+    runtime: str
+    knobs: tuple[Knob, ...]
+    objectives: tuple[Objective, ...]
+    constraints: tuple[Constraint, ...]
+    sampler: str
+    n_trials: int
+    batch_size: int
+    seed: int
+    grid_points: int
+    output: str
+    storage: str | None
+    technology: dict = field(default_factory=dict)
+    raw: dict = field(default_factory=dict)
+    tech: Any = None        # the resolved TechConstants (database constants + overrides)
+
+    # the workload's fields, read through (the study holds one Workload, not copies)
+    target = property(lambda self: self.workload.target)
+    drafter = property(lambda self: self.workload.drafter)
+    acceptance = property(lambda self: self.workload.acceptance)
+    dtype = property(lambda self: self.workload.dtype)
+    kv_dtype = property(lambda self: self.workload.kv_dtype)
+    temperature = property(lambda self: self.workload.temperature)
+    overlap = property(lambda self: self.workload.overlap)
+    tree_nodes = property(lambda self: self.workload.tree_nodes)
+    k_max = property(lambda self: self.workload.k_max)
+
+    def knob(self, name: str) -> Knob | None:
+        return next((k for k in self.knobs if k.name == name), None)
+
+    @property
+    def searched(self) -> tuple[Knob, ...]:
+        return tuple(k for k in self.knobs if k.searched)
+
+    @property
+    def has_draft_chip(self) -> bool:
+        en = self.knob("draft_chip_enabled")
+        return en is not None and (en.searched or en.fixed is True)
+
+    def resolved(self) -> dict:
+        """The study as plain data, with defaults filled in (stored in result metadata)."""
+        def knob(k: Knob):
+            if k.fixed is not None:
+                return k.fixed
+            if k.choices:
+                return list(k.choices)
+            out = {"low": k.low, "high": k.high}
+            if k.log:
+                out["log"] = True
+            if k.step is not None:
+                out["step"] = k.step
+            return out
+        acc = self.acceptance
+        acc_d = ({"alpha": acc.alpha} if acc.kind == "alpha" else
+                 {"per_position": list(acc.per_position)} if acc.kind == "per_position" else {"tau": acc.tau})
+        return {
+            "name": self.name, "description": self.description, "file": self.path,
+            "workload": {"target": self.target.name, "draft": self.drafter.label, "dtype": self.dtype,
+                         "kv_dtype": self.kv_dtype, "temperature": self.temperature, "acceptance": acc_d,
+                         "overlap": self.overlap, "tree_nodes": self.tree_nodes, "runtime": self.runtime,
+                         "k_max": self.k_max},
+            "knobs": {k.name: knob(k) for k in self.knobs},
+            "objectives": [{"metric": o.metric, "direction": o.direction} for o in self.objectives],
+            "constraints": [{k: v for k, v in vars(c).items() if v is not None} for c in self.constraints],
+            "search": {"sampler": self.sampler, "n_trials": self.n_trials, "batch_size": self.batch_size,
+                       "seed": self.seed},
+            "grid": {"points": self.grid_points}, "output": self.output, "storage": self.storage,
+            "technology": self.technology,
+        }

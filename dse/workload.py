@@ -1,0 +1,203 @@
+"""The workload: drafter, acceptance and k, parsed and cross-checked once for `dse eval` and studies.
+
+``parse_drafter`` and ``make_acceptance`` turn names and numbers into specs;
+``check_workload`` holds every rule that ties the drafter, the acceptance, k, the tree and
+the draft chip together (MODEL.md section 3), with the caller's own field names in messages.
+
+>>> make_acceptance(alpha=0.8).describe()
+'alpha=0.8 (i.i.d. conditional per token)'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .catalog.fields import Range, as_number
+from .catalog.specs import ModelSpec
+from .errors import SpecError
+
+if TYPE_CHECKING:   # the database loader pulls in yaml; the model imports this module
+    from .catalog.database import Database
+
+#: the largest k (drafted tokens per iteration) anywhere: 0.9**33 = 0.03, so for alpha <= 0.9 a
+#: longer chain adds under 3% to tau (Leviathan et al. 2023, eq. 1), and published chains and
+#: trees stay far below it (EAGLE-2 depth 6-8, Medusa 5 heads, Sequoia depth <= 16)
+K_LIMIT = 32
+K_RANGE = Range(integer=True, lo=1, hi=K_LIMIT)
+_FROZEN = dict(frozen=True, slots=True, kw_only=True)
+
+DRAFTER_KINDS = ("none", "model", "ngram", "early-exit", "eagle", "medusa")
+
+
+@dataclass(**_FROZEN)
+class DrafterSpec:
+    """How drafts are proposed (MODEL.md section 3). ``model`` is set for kind 'model'."""
+
+    kind: str
+    label: str                        # as the user wrote it: 'llama-3.2-1b', 'eagle', 'medusa:4'
+    model: ModelSpec | None = None
+    exit_layer: int = 0               # early-exit:L
+    heads: int = 0                    # medusa:H
+
+    @property
+    def can_use_draft_chip(self) -> bool:
+        """Only an independent model can live on a separate chip; the others need the
+        target's hidden states or cost nothing."""
+        return self.kind == "model"
+
+
+@dataclass(**_FROZEN)
+class AcceptanceSpec:
+    """Acceptance, with which alpha is meant (MODEL.md section 3).
+
+    kind 'alpha': i.i.d. conditional per-token acceptance rate (Leviathan et al. 2023);
+    kind 'per_position': conditional rates a_1..a_m for positions 1..m;
+    kind 'tau': the mean tokens emitted per target pass, as papers publish it, for the given k.
+    """
+
+    kind: str
+    alpha: float = 0.0
+    per_position: tuple[float, ...] = ()
+    tau: float = 0.0
+
+    def describe(self) -> str:
+        if self.kind == "alpha":
+            return f"alpha={self.alpha:g} (i.i.d. conditional per token)"
+        if self.kind == "per_position":
+            return "alpha per position=" + ",".join(f"{a:g}" for a in self.per_position)
+        return f"tau={self.tau:g} (given)"
+
+
+@dataclass(**_FROZEN)
+class Workload:
+    """The fixed part of an evaluation: models, drafter, acceptance, dtypes, modes."""
+
+    target: ModelSpec
+    drafter: DrafterSpec
+    acceptance: AcceptanceSpec
+    dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    temperature: float = 0.0
+    overlap: bool = False
+    tree_nodes: int = 0               # 0 = a chain of k drafts
+    k_max: int = 8                    # candidates for k = auto
+
+
+def parse_drafter(spec: str, target: ModelSpec, db: Database, where: str = "--draft") -> DrafterSpec:
+    """'none' | 'ngram' | 'eagle' | 'medusa:H' | 'early-exit:L' | a model name or file."""
+    s = str(spec).strip()
+    low = s.lower()
+    if low in ("none", "ngram", "eagle"):
+        return DrafterSpec(kind=low, label=low)
+    head, _, arg = low.partition(":")
+    if head in ("medusa", "early-exit"):
+        hi = 64 if head == "medusa" else target.num_layers - 1
+        try:
+            val = int(arg)
+        except ValueError:
+            val = None
+        if val is None or not 1 <= val <= hi:
+            raise SpecError(None, where, s, f"expected {head}:N with N an integer in [1, {hi}]"
+                            + (f" (target has {target.num_layers} layers)" if head == "early-exit" else ""))
+        if head == "medusa":
+            return DrafterSpec(kind="medusa", label=low, heads=val)
+        return DrafterSpec(kind="early-exit", label=low, exit_layer=val)
+    model = db.model(s, where=f"{where}: ")
+    if model.kind != "decoder":
+        raise SpecError(None, where, s, f"{model.name} is a {model.kind}; use --draft "
+                        f"{'eagle' if model.kind == 'eagle-head' else 'medusa:H'} to draft with it")
+    return DrafterSpec(kind="model", label=model.name, model=model)
+
+
+def make_acceptance(alpha=None, per_position=None, tau=None, *, where: str = "") -> AcceptanceSpec:
+    """Exactly one of alpha in [0, 1], per-position rates in [0, 1], or tau >= 1."""
+    given = [x is not None for x in (alpha, per_position, tau)]
+    if sum(given) != 1:
+        raise SpecError(None, f"{where}alpha / {where}acceptance / {where}tau",
+                        None if not any(given) else "several",
+                        "give exactly one: alpha (i.i.d. conditional acceptance rate), "
+                        "per-position rates, or tau (mean tokens per target pass)")
+    if alpha is not None:
+        return AcceptanceSpec(kind="alpha", alpha=as_number(alpha, f"{where}alpha", rng=Range(lo=0.0, hi=1.0)))
+    if per_position is not None:
+        if isinstance(per_position, str):
+            per_position = [p for p in per_position.split(",") if p.strip()]
+        if not isinstance(per_position, (list, tuple)) or not per_position:
+            raise SpecError(None, f"{where}acceptance", per_position,
+                            "expected a non-empty list of rates, each in [0, 1]")
+        rates = tuple(as_number(x, f"{where}acceptance", rng=Range(lo=0.0, hi=1.0)) for x in per_position)
+        return AcceptanceSpec(kind="per_position", per_position=rates)
+    t = as_number(tau, f"{where}tau")
+    if not t >= 1.0:
+        raise SpecError(None, f"{where}tau", tau, "expected a number >= 1 (it counts the bonus token)")
+    return AcceptanceSpec(kind="tau", tau=t)
+
+
+def parse_k(k: Any, drafter: DrafterSpec, where: str = "--k") -> int:
+    """'auto' -> 0 (chosen per design), else an integer in [1, K_LIMIT]; 0 without a drafter."""
+    if drafter.kind == "none":
+        return 0
+    if isinstance(k, str) and k.strip().lower() == "auto":
+        return 0
+    try:
+        val = int(k) if isinstance(k, str) else k
+    except ValueError:
+        val = k
+    if not K_RANGE.contains(val):
+        raise SpecError(None, where, k, f"expected 'auto' or an integer in [1, {K_LIMIT}] "
+                        f"(see dse.workload.K_LIMIT for the reason)")
+    return int(val)
+
+
+@dataclass(frozen=True)
+class WorkloadNames:
+    """How the caller names each input in messages (CLI options or study keys)."""
+
+    path: str | None = None
+    k: str = "--k"
+    tau: str = "--tau"
+    acceptance: str = "--alpha/--acceptance/--tau"
+    per_position: str = "--acceptance"
+    tree_nodes: str = "--tree-nodes"
+    overlap: str = "--overlap"
+    draft_chip: str = "--draft-hw"
+    overlap_needs: str = "a draft chip (--draft-hw)"
+
+
+CLI_NAMES = WorkloadNames()
+
+
+def check_workload(drafter: DrafterSpec, acc: AcceptanceSpec | None, *, k_lo: int | None, k_hi: int | None,
+                   k_fixed: bool, tree_nodes: int, overlap: bool, draft_chip: bool, acceptance_given: bool,
+                   names: WorkloadNames = CLI_NAMES) -> list[SpecError]:
+    """Every rule between drafter, acceptance, k (bounds; None = auto), tree and draft chip."""
+    p, out = names.path, []
+    if draft_chip and drafter.kind == "none":
+        return [SpecError(p, names.draft_chip, True, "a draft chip holds a draft model: give the draft model too")]
+    if drafter.kind == "none":
+        if acceptance_given:
+            out.append(SpecError(p, names.acceptance, "given", "acceptance needs a drafter (draft)"))
+        if k_hi is not None:
+            out.append(SpecError(p, names.k, k_hi, "k needs a drafter (draft)"))
+    elif acc is not None:
+        if acc.kind == "tau" and not k_fixed:
+            out.append(SpecError(p, names.tau, acc.tau, f"tau is measured at one k: give {names.k} as an integer"))
+        elif acc.kind == "tau" and acc.tau > k_lo + 1:
+            out.append(SpecError(p, names.tau, acc.tau, f"expected a number in [1, k+1 = {k_lo + 1}]"))
+        if acc.kind == "per_position" and k_hi is not None and k_hi > len(acc.per_position):
+            out.append(SpecError(p, names.k, k_hi, f"expected at most {len(acc.per_position)} (one rate per "
+                                 f"drafted position in {names.per_position})"))
+    if drafter.kind == "medusa" and k_hi is not None and k_hi > drafter.heads:
+        out.append(SpecError(p, names.k, k_hi, f"expected at most {drafter.heads} (one token per Medusa head)"))
+    if tree_nodes:
+        if drafter.kind not in ("model", "early-exit", "eagle"):
+            out.append(SpecError(p, names.tree_nodes, tree_nodes, "trees need a model, early-exit or eagle drafter"))
+        elif k_hi is not None and tree_nodes < k_hi:
+            out.append(SpecError(p, names.tree_nodes, tree_nodes, f"expected >= k = {k_hi} (one node per level)"))
+    if draft_chip and not drafter.can_use_draft_chip:
+        out.append(SpecError(p, names.draft_chip, True, f"the {drafter.kind} drafter needs the target's hidden "
+                             "states (or no weights) and runs on the target chips; a draft chip needs a draft model"))
+    if overlap and not draft_chip:
+        out.append(SpecError(p, names.overlap, True, f"overlapped drafting needs {names.overlap_needs}"))
+    return out

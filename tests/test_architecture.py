@@ -1,0 +1,177 @@
+"""The package's shape: one direction of flow, no import circles, no reaching into private names."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+import dse
+
+ROOT = Path(dse.__file__).parent
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(module: str, node: ast.ImportFrom) -> str:
+    is_pkg = MODULES[module].name == "__init__.py"
+    base = module.split(".")
+    if node.level:
+        base = base if is_pkg else base[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        return ".".join(base + ([node.module] if node.module else []))
+    return node.module or ""
+
+
+def _edges(module: str) -> tuple[set[str], list[str]]:
+    """Modules of dse that ``module`` imports (anywhere, also inside functions), and the
+    private names it imports from other modules."""
+    tree = ast.parse(MODULES[module].read_text())
+    deps, private = set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            deps |= {a.name for a in node.names if a.name.split(".")[0] == "dse"}
+        elif isinstance(node, ast.ImportFrom):
+            target = _resolve(module, node)
+            if target.split(".")[0] != "dse":
+                continue
+            for a in node.names:
+                sub = f"{target}.{a.name}"
+                deps.add(sub if sub in MODULES else target)
+                if a.name.startswith("_") and sub not in MODULES and a.name != "__version__":
+                    private.append(f"{module} imports {a.name} from {target}")
+    deps.discard(module)
+    return {d for d in deps if d in MODULES}, private
+
+
+GRAPH = {m: _edges(m)[0] for m in MODULES}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circles():
+    assert _cycles(GRAPH) == []
+
+
+def test_cycle_finder_finds_a_planted_circle():
+    graph = {k: set(v) for k, v in GRAPH.items()}
+    graph["dse.catalog.fields"].add("dse.analysis")      # analysis -> results.store -> ... -> catalog
+    assert any("dse.catalog.fields" in c for c in _cycles(graph))
+
+
+def test_no_module_imports_private_names_of_another():
+    found = [p for m in MODULES for p in _edges(m)[1]]
+    assert found == []
+
+
+def test_no_private_attribute_access_across_modules():
+    """`da._usable(...)`: a module alias followed by a private attribute."""
+    bad = []
+    for m, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        aliases = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and _resolve(m, node).startswith("dse"):
+                aliases |= {a.asname or a.name for a in node.names
+                            if f"{_resolve(m, node)}.{a.name}" in MODULES}
+            elif isinstance(node, ast.Import):
+                aliases |= {a.asname for a in node.names if a.name.startswith("dse") and a.asname}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                    and isinstance(node.value, ast.Name) and node.value.id in aliases):
+                bad.append(f"{m}: {node.value.id}.{node.attr}")
+    assert bad == []
+
+
+@pytest.mark.parametrize("flow", [
+    ("dse.model.evaluate", "dse.study"), ("dse.catalog.specs", "dse.model"), ("dse.evaluation", "dse.search"),
+    ("dse.sweep", "dse.search"), ("dse.analysis", "dse.report"), ("dse.results.columns", "dse.study"),
+    ("dse.study.parse", "dse.evaluation"),
+])
+def test_flow_runs_one_way(flow):
+    """Upstream modules never import downstream ones (model <- catalog; sweep/report do not need Optuna)."""
+    src, banned = flow
+
+    def reach(m, seen):
+        for d in GRAPH[m]:
+            if d not in seen:
+                seen.add(d)
+                reach(d, seen)
+        return seen
+    assert not any(d == banned or d.startswith(banned + ".") for d in reach(src, set()))
+
+
+def test_evaluation_and_sweep_do_not_load_optuna():
+    import subprocess
+    import sys
+    code = ("import sys, dse.evaluation, dse.sweep, dse.results.frame, dse.analysis; "
+            "print('optuna' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_every_package_says_what_it_owns():
+    for info in pkgutil.walk_packages(dse.__path__, "dse."):
+        if info.ispkg:
+            doc = importlib.import_module(info.name).__doc__ or ""
+            assert len(doc.split()) >= 8, info.name
+
+
+def test_public_api_is_declared():
+    for name in dse.__all__:
+        assert getattr(dse, name) is not None, name
+    assert {"evaluate_design", "load_study", "parse_study", "run_study", "sweep", "load_results",
+            "pareto_mask", "Workload"} <= set(dse.__all__)
+
+
+def test_every_package_is_installed():
+    """pyproject lists packages by hand: a new one left out breaks `pip install .` (not editable)."""
+    import tomllib
+    listed = set(tomllib.loads((ROOT.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {m for m, p in MODULES.items() if p.name == "__init__.py"}
+    assert found <= listed
