@@ -16,7 +16,8 @@ from .errors import DseError
 
 
 class _Group(click.Group):
-    """Turn DseError and unreadable/unwritable paths into `error: ...` and exit 2."""
+    """Turn DseError into `error: ...` and its exit code (2 for bad input, 1 for a runtime
+    failure), and an unreadable or unwritable path into `error: ...` and exit 1."""
 
     def invoke(self, ctx):
         try:
@@ -29,11 +30,11 @@ class _Group(click.Group):
         except BrokenPipeError:     # `dse pareto ... | head`
             sys.stderr.close()
             sys.exit(0)
-        except OSError as exc:      # a path given that cannot be read or written: bad input
+        except OSError as exc:      # a path that cannot be read or written: a runtime failure
             if ctx.obj and ctx.obj.get("debug"):
                 raise
             click.echo(f"error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
-            sys.exit(2)
+            sys.exit(1)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -55,25 +56,27 @@ def _kv(ctx, param, values):
     return out
 
 
-@main.command("eval")
+@main.command("eval", short_help="One design: fit, latency, speculative accounting.")
 @click.option("--hw", required=True, help="Target accelerator: database name or YAML file.")
 @click.option("--chips", default=1, show_default=True, type=int, help="Target chips (tensor parallel).")
 @click.option("--target", required=True, help="Target model: name, YAML file or HF config.json.")
 @click.option("--draft", default="none", show_default=True,
               help="Model name/file, ngram, early-exit:L, eagle, medusa:H, or none.")
 @click.option("--draft-hw", default=None, help="Put the draft model on this colocated draft chip.")
-@click.option("--draft-chips", default=1, show_default=True, type=int)
-@click.option("--k", "k", default="auto", show_default=True, help="Drafted tokens per iteration, or auto.")
+@click.option("--draft-chips", default=1, show_default=True, type=int, help="Draft chips (with --draft-hw).")
+@click.option("--k", "k", default="auto", show_default=True,
+              help="Drafted tokens per iteration (1-32), or auto (the best k up to 8, or 0 = no speculation).")
 @click.option("--alpha", type=float, default=None, help="i.i.d. conditional per-token acceptance rate.")
 @click.option("--acceptance", default=None, help="Per-position conditional rates A1,A2,...")
 @click.option("--tau", type=float, default=None, help="Mean tokens per target pass (at the given --k).")
 @click.option("--tree-nodes", default=0, type=int, help="Verify a draft tree of N nodes (depth k).")
-@click.option("--batch", default=1, show_default=True, type=int)
+@click.option("--batch", default=1, show_default=True, type=int, help="Concurrent sequences per step.")
 @click.option("--prompt", default=128, show_default=True, type=int, help="Prompt tokens.")
 @click.option("--output", default=128, show_default=True, type=int, help="Generated tokens.")
 @click.option("--dtype", default="bf16", show_default=True, help="Weight dtype: bf16|fp16|fp8|int8|int4.")
 @click.option("--kv-dtype", default=None, help="KV-cache dtype (default: --dtype).")
-@click.option("--temperature", default=0.0, show_default=True, type=float)
+@click.option("--temperature", default=0.0, show_default=True, type=float,
+              help="Sampling temperature; > 0 sends draft probabilities over the draft-chip link.")
 @click.option("--overlap", is_flag=True, help="Draft chip drafts ahead while the target verifies.")
 @click.option("--runtime", default=None, help="Fixed-cost stack from hardware_db/runtimes (graphs, eager, ...).")
 @click.option("--baseline-ms", type=float, default=None, help="Anchor: measured autoregressive ms/token.")
@@ -88,11 +91,11 @@ def eval_cmd(as_json, **kwargs):
     click.echo(json.dumps(result, indent=2) if as_json else eval_table(result))
 
 
-@main.command("run")
+@main.command("run", short_help="Search a study with Optuna; Parquet + front.")
 @click.argument("study_file", type=click.Path(dir_okay=False))
 @click.option("--n-trials", type=int, default=None, help="Total trials of the study (resumes up to it).")
 @click.option("--sampler", default=None, help="nsga2|nsga3|tpe|gp|random|qmc (default: the study's).")
-@click.option("--seed", type=int, default=None)
+@click.option("--seed", type=int, default=None, help="Sampler seed (default: the study's search.seed).")
 @click.option("--storage", default=None, help="Optuna storage URL or journal file; ':memory:' for none.")
 @click.option("--out", default=None, help="Parquet file (default: the study's output).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
@@ -109,13 +112,13 @@ def run_cmd(study_file, n_trials, sampler, seed, storage, out, quiet):
         sys.exit(130)
 
 
-@main.command("sweep")
+@main.command("sweep", short_help="Exhaustive grid of a study into a Parquet dataset.")
 @click.argument("study_file", type=click.Path(dir_okay=False))
 @click.option("--points", type=int, default=None, help="Grid points per continuous knob.")
 @click.option("--shard", default=None, help="I/N: evaluate this slice only (or SLURM_ARRAY_TASK_ID/COUNT).")
 @click.option("--out", default=None, help="Dataset directory (default: <output>-sweep/).")
 @click.option("--chunk-size", type=int, default=None, help="Rows per part file (bounds memory).")
-@click.option("--quiet", is_flag=True)
+@click.option("--quiet", is_flag=True, help="No progress line.")
 def sweep_cmd(study_file, points, shard, out, chunk_size, quiet):
     """Evaluate the exhaustive grid of a study's space into a Parquet dataset."""
     from .study import load_study
@@ -127,14 +130,14 @@ def sweep_cmd(study_file, points, shard, out, chunk_size, quiet):
                f"files (shard {res.shard[0]}/{res.shard[1]})")
 
 
-@main.command("pareto")
+@main.command("pareto", short_help="The front of a results file or dataset.")
 @click.argument("path", type=click.Path(exists=True))
 @click.option("--objective", "objectives", multiple=True, metavar="METRIC:min|max",
               help="Objectives (default: the study's). Repeat for each.")
 @click.option("--where", default=None, help="pandas query applied first, e.g. 'chips <= 2'.")
 @click.option("--top", type=click.IntRange(min=1), default=None, help="Show the first N front rows.")
-@click.option("--json", "as_json", is_flag=True)
-@click.option("--csv", "as_csv", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the front as JSON records.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print the front as CSV.")
 def pareto_cmd(path, objectives, where, top, as_json, as_csv):
     """The non-dominated front of a results file or sweep directory."""
     from .analysis import front, front_table, objectives_of
@@ -156,10 +159,10 @@ def pareto_cmd(path, objectives, where, top, as_json, as_csv):
         click.echo(front_text(table))
 
 
-@main.command("report")
+@main.command("report", short_help="PNG figures and an HTML page for results.")
 @click.argument("path", type=click.Path(exists=True))
 @click.option("--out", default=None, help="Output directory (default: <path>-report/).")
-@click.option("--quiet", is_flag=True)
+@click.option("--quiet", is_flag=True, help="No progress lines.")
 def report_cmd(path, out, quiet):
     """PNG figures and a self-contained HTML page for a results file or dataset."""
     from .report import build_report
@@ -175,6 +178,10 @@ def _print_front(df, study, header: str, rows: int = 12):
     from .cli_text import front_text
     objs = [(o.metric, o.direction) for o in study.objectives]
     fr = front(df, objs)
+    if not len(fr):
+        click.echo(header)
+        click.echo(f"no feasible design among {len(df)} trials ({', '.join(f'{m} {d}' for m, d in objs)})")
+        return
     knobs = [c for c in fr.columns if c.startswith("params_")]
     distinct = fr.drop_duplicates(subset=knobs + [m for m, _ in objs])
     pick = np.unique(np.linspace(0, len(distinct) - 1, min(rows, len(distinct))).round().astype(int))
@@ -203,7 +210,7 @@ def hw_group():
 
 
 @hw_group.command("list")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Every field of every accelerator as JSON.")
 def hw_list(as_json):
     """List accelerators (name, memory, bandwidth, BF16 TFLOP/s)."""
     from .cli_text import table
@@ -218,7 +225,7 @@ def hw_list(as_json):
 
 @hw_group.command("show")
 @click.argument("name")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Fields, sources and estimates as JSON.")
 def hw_show(name, as_json):
     """Every field of one accelerator, with its source."""
     _show("device", name, as_json)
@@ -230,7 +237,7 @@ def models_group():
 
 
 @models_group.command("list")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Every field of every model as JSON.")
 def models_list(as_json):
     """List models (name, layers, hidden, heads, parameters)."""
     from .catalog.database import load_database
@@ -251,10 +258,37 @@ def models_list(as_json):
 
 @models_group.command("show")
 @click.argument("name")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Fields, sources and estimates as JSON.")
 def models_show(name, as_json):
     """Every field of one model, with its source."""
     _show("model", name, as_json)
+
+
+@main.group("runtimes", short_help="Software stacks and their fixed costs.")
+def runtimes_group():
+    """Software stacks (fixed costs per kernel, step and speculative iteration)."""
+
+
+@runtimes_group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Every field of every runtime as JSON.")
+def runtimes_list(as_json):
+    """List runtimes (fixed costs in microseconds, memory reserve)."""
+    from .cli_text import table
+    rows = _entries("runtime")
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    cols = ["name", "display_name", "kernel_launch_us", "kernels_per_layer", "step_overhead_us",
+            "spec_overhead_us", "memory_reserve_fraction"]
+    click.echo(table(rows, cols))
+
+
+@runtimes_group.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Fields, sources and estimates as JSON.")
+def runtimes_show(name, as_json):
+    """Every field of one runtime, with its source."""
+    _show("runtime", name, as_json)
 
 
 def _show(kind: str, name: str, as_json: bool):
@@ -286,7 +320,7 @@ def _show(kind: str, name: str, as_json: bool):
         click.echo(f"\nnotes: {raw['notes']}")
 
 
-@main.command("validate")
+@main.command("validate", short_help="Model vs public measurements (calibration).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (rows, summary, fitted values).")
 def validate_cmd(as_json):
     """Predicted vs measured for every row of hardware_db/measurements (docs/calibration.md)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -26,11 +27,29 @@ def fmt(v: Any) -> str:
     return str(v)
 
 
+def column_decimals(values: list[Any]) -> int | None:
+    """One format per column: decimals that give the smallest non-zero value 3 significant
+    digits (0 to 3); None for a column that is not all numbers."""
+    nums = [v for v in values if v is not None and not (isinstance(v, float) and v != v)]
+    if not nums or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in nums):
+        return None
+    if all(float(v).is_integer() for v in nums):
+        return 0
+    small = min(abs(v) for v in nums if v) if any(nums) else 1.0
+    return int(min(3, max(0, 2 - math.floor(math.log10(small)))))
+
+
 def table(rows: list[dict], cols: list[str]) -> str:
-    """Left-aligned text, right-aligned numbers, one header line."""
-    cells = [[fmt(r.get(c)) for c in cols] for r in rows]
+    """Left-aligned text, right-aligned numbers in one format per column, one header line."""
+    decimals = [column_decimals([r.get(c) for r in rows]) for c in cols]
+
+    def cell(v, d):
+        if d is None or v is None or (isinstance(v, float) and v != v):
+            return fmt(v)
+        return f"{v:,.{d}f}"
+    cells = [[cell(r.get(c), d) for c, d in zip(cols, decimals)] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
-    numeric = [all(isinstance(r.get(c), (int, float)) or r.get(c) is None for r in rows) for c in cols]
+    numeric = [d is not None for d in decimals]
 
     def line(vals):
         return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric)).rstrip()

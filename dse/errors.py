@@ -12,6 +12,12 @@ class DseError(Exception):
     exit_code = 2
 
 
+class RuntimeFailure(DseError):
+    """Not the input's fault: a database server that cannot be reached, a storage that fails."""
+
+    exit_code = 1
+
+
 class SpecError(DseError, ValueError):
     """One bad field: prints as ``path: field = value: expected allowed``."""
 

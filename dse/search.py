@@ -21,7 +21,8 @@ import numpy as np
 import pandas as pd
 
 from .catalog.database import Database
-from .errors import DseError, SpecError
+from .catalog.fields import Range
+from .errors import DseError, RuntimeFailure, SpecError
 from .evaluation import constraint_values, evaluate_study, metric_table
 from .results.columns import BASE_CONSTRAINTS
 from .results.frame import results_frame
@@ -97,10 +98,16 @@ def resolve_storage(study: StudySpec, storage: str | None, out: Path):
     if "://" in url:
         try:
             return optuna.storages.RDBStorage(url), url
-        except Exception as exc:  # SQLAlchemy: bad URL, missing driver, unreachable server
+        except ImportError as exc:  # the URL names a driver that is not installed: bad input
             raise SpecError(None, "--storage", url, f"cannot open this database: {str(exc).splitlines()[0]}"
                             " (expected sqlite:///FILE or postgresql+psycopg://USER@HOST/DB with psycopg "
                             "installed)") from None
+        except Exception as exc:  # SQLAlchemy: malformed URL (bad input) or unreachable server (runtime)
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if type(exc).__name__ in ("ArgumentError", "NoSuchModuleError"):
+                raise SpecError(None, "--storage", url, f"not a database URL: {first} (expected sqlite:///FILE "
+                                "or postgresql+psycopg://USER@HOST/DB)") from None
+            raise RuntimeFailure(f"--storage {url}: cannot open this database: {first}") from None
     Path(url).parent.mkdir(parents=True, exist_ok=True)
     return optuna.storages.JournalStorage(JournalFileBackend(url)), url
 
@@ -113,17 +120,19 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
     from optuna.trial import TrialState
     study, db, tech = open_study(study, db)
     n_trials = study.n_trials if n_trials is None else n_trials
-    if n_trials < 1:
-        raise SpecError(None, "--n-trials", n_trials, "expected an integer >= 1")
+    Range(True, 1, 10_000_000).check(n_trials, None, "--n-trials")
     sampler_name = sampler or study.sampler
     seed = study.seed if seed is None else seed
     out = Path(out or study.output)
     if out.is_dir():
         raise SpecError(None, "--out", str(out), "is a directory; expected a Parquet file path")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    store, storage_url = resolve_storage(study, storage, out)
     directions = [o.direction for o in study.objectives]
+    # every option is checked before the storage (a journal file) is created
+    if not Range(True, 0, 2**32 - 1).contains(seed):
+        raise SpecError(None, "--seed", seed, Range(True, 0, 2**32 - 1).text())
     opt_sampler = make_sampler(sampler_name, seed, study.batch_size, len(directions))
+    store, storage_url = resolve_storage(study, storage, out)
     ostudy = optuna.create_study(study_name=study.name, storage=store, directions=directions, sampler=opt_sampler,
                                  load_if_exists=True)
     if [d.name.lower() for d in ostudy.directions] != directions:

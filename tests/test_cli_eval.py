@@ -88,11 +88,3 @@ def test_hw_and_models_listing():
     assert json.loads(r.output)["fields"]["kv_lora_rank"] == 512
 
 
-def test_unwritable_output_is_one_line_exit_2(tmp_path):
-    from pathlib import Path
-    study = Path(__file__).parent.parent / "studies" / "quickstart.yaml"
-    blocker = tmp_path / "file"
-    blocker.write_text("")
-    r = run("run", str(study), "--out", str(blocker / "x.parquet"), "--storage", ":memory:", "--n-trials", "4",
-            "--quiet")
-    assert r.exit_code == 2 and r.output.startswith("error:") and "Traceback" not in r.output
