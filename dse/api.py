@@ -17,6 +17,7 @@ from .catalog.specs import DTYPES, DeviceSpec, RuntimeSpec, override, spec_field
 from .errors import SpecError, raise_collected
 from .model.arrays import DesignBatch, HardwareArrays
 from .model.evaluate import Metrics, evaluate
+from .results.columns import BOUND_COLUMNS
 from .workload import AcceptanceSpec, Workload, check_workload, make_acceptance, parse_drafter, parse_k
 
 #: `--set` fields that belong to the runtime rather than the device
@@ -136,11 +137,13 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
 
 
 def to_record(m: Metrics, i: int) -> dict[str, Any]:
-    """Row i of Metrics as JSON-ready display values (NaN -> None)."""
+    """Row i of Metrics as JSON-ready display values: NaN -> None, and the phases' bounds
+    None where the design does not fit (as in result files: no latency, so no bound)."""
     out = {}
+    fits = bool(m.fits[i])
     for name, arr in m.columns().items():
         v = arr[i].item() if hasattr(arr[i], "item") else arr[i]
-        if isinstance(v, float) and not math.isfinite(v):
+        if (isinstance(v, float) and not math.isfinite(v)) or (name in BOUND_COLUMNS and not fits):
             v = None
         out[name] = v
     return out

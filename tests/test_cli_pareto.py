@@ -45,12 +45,24 @@ def test_pareto_json_equals_brute_force(sweep_dir, m):
 
 
 def test_pareto_table_csv_where_top(sweep_dir):
+    df = da.load_results(sweep_dir)
+    n_front = len(da.front(df))
     r = CliRunner().invoke(main, ["pareto", str(sweep_dir)])
-    assert r.exit_code == 0 and "front" in r.output and "tau" in r.output and "alpha" in r.output
+    assert r.exit_code == 0
+    lines = r.output.splitlines()
+    assert lines[0] == (f"{n_front} rows on the front of {len(df)} (spec_ms_per_token minimize, cost_usd minimize)")
+    # objectives first, then the speculative accounting, then the knobs with short names
+    assert lines[1].split()[:8] == ["spec_ms_per_token", "cost_usd", "alpha", "tau", "k", "draft_cost_ratio",
+                                    "speedup", "trial"]
+    assert "process_node" in lines[1].split() and "params_" not in lines[1]
+    small = df.query("chips <= 2")
+    expect = da.front(small)
+    assert len(expect) > 3                       # so that --top 3 truncates
     r = CliRunner().invoke(main, ["pareto", str(sweep_dir), "--csv", "--top", "3", "--where", "chips <= 2"])
     assert r.exit_code == 0
     table = pd.read_csv(io.StringIO(r.output))
-    assert len(table) <= 3
+    assert table["trial"].tolist() == expect["trial"].head(3).tolist()
+    assert (table["spec_ms_per_token"].to_numpy() == expect["spec_ms_per_token"].head(3).to_numpy()).all()
 
 
 def test_pareto_bad_objective_exit_2(sweep_dir):

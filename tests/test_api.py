@@ -1,0 +1,111 @@
+"""dse.api: one design from names and numbers, the glue between the catalog and the model.
+
+Numbers are the database's (hardware_db/devices/h100-sxm.yaml: NVIDIA H100 SXM datasheet,
+80 GB, 3.35 TB/s, 989.4 dense BF16 TFLOP/s, 1978.9 FP8; runtimes/graphs.yaml: 6.5 us per
+kernel, 8 kernels per layer, 36 us per step, 100 us per speculative iteration, 5% reserve).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from dse.api import apply_overrides, evaluate_design, hardware_arrays
+from dse.catalog.database import load_database
+from dse.errors import SpecError
+
+DB = load_database()
+
+
+def one(a) -> float:
+    """The value of a length-1 (or 0-d) array."""
+    arr = np.asarray(a, dtype=np.float64).reshape(-1)
+    assert arr.shape == (1,)
+    return float(arr[0])
+
+
+def test_hardware_arrays_are_the_device_in_si_with_the_runtimes_fixed_costs():
+    dev, rt = DB.device("h100-sxm"), DB.runtime("graphs")
+    hw = hardware_arrays(dev, rt, 2, "fp8")
+    assert hw.chips.tolist() == [2]
+    assert one(hw.capacity_bytes) == 80e9
+    assert one(hw.mem_bw_bytes_s) == pytest.approx(3.35e12, rel=1e-12)
+    assert one(hw.peak_flop_s) == pytest.approx(1978.9e12, rel=1e-12)        # fp8 is W8A8
+    assert one(hardware_arrays(dev, rt, 1, "int8").peak_flop_s) == pytest.approx(989.4e12, rel=1e-12)  # W8A16
+    assert one(hw.link_bw_bytes_s) == 900e9 and one(hw.link_latency_s) == pytest.approx(0.44e-6)
+    assert one(hw.kernel_launch_s) == pytest.approx(6.5e-6) and one(hw.kernels_per_layer) == 8
+    assert one(hw.step_overhead_s) == pytest.approx(36e-6) and one(hw.spec_overhead_s) == pytest.approx(100e-6)
+    assert one(hw.memory_reserve_fraction) == 0.05
+    assert one(hw.mem_efficiency) == 0.83 and one(hw.compute_efficiency) == 0.66
+
+
+def test_set_routes_device_and_runtime_fields_and_device_costs_override_the_runtimes():
+    dev, rt = apply_overrides(DB.device("h100-sxm"), DB.runtime("graphs"),
+                              {"mem_bw_tb_s": "4", "kernel_launch_us": "10", "spec_overhead_us": "50"})
+    assert dev.mem_bw_bytes_s == 4e12
+    assert dev.kernel_launch_s == pytest.approx(10e-6) and rt.kernel_launch_s == pytest.approx(6.5e-6)
+    assert rt.spec_overhead_s == pytest.approx(50e-6)
+    hw = hardware_arrays(dev, rt, 1, "bf16")
+    assert one(hw.kernel_launch_s) == pytest.approx(10e-6)        # the device's own, not the runtime's
+
+
+def test_set_unknown_or_out_of_range_field():
+    with pytest.raises(SpecError) as e:
+        apply_overrides(DB.device("h100-sxm"), DB.runtime("graphs"), {"mem_bw_tbs": "4"})
+    assert str(e.value).startswith("--set mem_bw_tbs = '4': unknown field; did you mean 'mem_bw_tb_s'? (allowed: ")
+    with pytest.raises(SpecError) as e:
+        apply_overrides(DB.device("h100-sxm"), DB.runtime("graphs"), {"mem_efficiency": "1.5"})
+    assert str(e.value) == "--set: mem_efficiency = 1.5: expected a number in (0, 1]"
+
+
+def test_memory_bandwidth_override_scales_the_memory_bound_baseline():
+    """Batch-1 decode of an 8B model is memory-bound: the variable part scales as 1/bandwidth."""
+    kw = dict(hw="h100-sxm", target="llama-3.1-8b", runtime="graphs")
+    a = evaluate_design(**kw)
+    b = evaluate_design(**kw, set_fields={"mem_bw_tb_s": 6.7})      # 2x the 3.35 TB/s
+    fixed = evaluate_design(**kw, set_fields={"mem_bw_tb_s": 1e5})["baseline_ms_per_token"]
+    assert a["baseline_bound"] == "memory"
+    assert (b["baseline_ms_per_token"] - fixed) == pytest.approx((a["baseline_ms_per_token"] - fixed) / 2, rel=0.02)
+
+
+def test_record_describes_the_run_and_nulls_what_is_undefined():
+    r = evaluate_design(hw="l4", target="llama-3.1-70b", draft="llama-3.2-1b", alpha=0.8, k=4, batch=2,
+                        prompt=100, output=50, temperature=0.5)
+    assert r["fits"] is False
+    assert r["spec_ms_per_token"] is None and r["speedup"] is None and r["baseline_bound"] is None
+    assert r["memory_capacity_gb"] == 24.0
+    assert math.isfinite(r["memory_shortfall_gb"]) and r["memory_shortfall_gb"] > 0
+    assert (r["hw"], r["chips"], r["target"], r["draft"], r["draft_hw"], r["draft_chips"]) == \
+        ("l4", 1, "llama-3.1-70b", "llama-3.2-1b", None, None)
+    assert (r["batch"], r["prompt_tokens"], r["output_tokens"], r["temperature"], r["k"], r["k_mode"]) == \
+        (2, 100, 50, 0.5, 4, "fixed")
+    assert r["alpha_meaning"] == "i.i.d. conditional per-token acceptance rate (Leviathan et al. 2023)"
+    assert r["acceptance"] == "alpha=0.8 (i.i.d. conditional per token)"
+
+
+def test_draft_chip_link_is_the_slower_end():
+    """h100 (900 GB/s) + l4 (64 GB/s): token ids cross at 64 GB/s plus l4's 10 us latency."""
+    r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", draft_hw="l4", alpha=0.8, k=4)
+    assert r["draft_hw"] == "l4" and r["draft_chips"] == 1
+    # greedy (T = 0): k draft token ids (4 B) go to the target and 1 bonus id comes back, each a message
+    assert r["link_ms_per_iter"] == pytest.approx(
+        (2 * 10e-6 + (4 * 4 + 1 * 4) / 64e9) * 1e3, rel=0.05)
+
+
+@pytest.mark.parametrize("bad, field", [
+    (dict(chips=0), "--chips"), (dict(batch=1.5), "--batch"), (dict(prompt=-1), "--prompt"),
+    (dict(dtype="fp6"), "--dtype"), (dict(temperature=-1.0), "--temperature"), (dict(tree_nodes=True), "--tree-nodes"),
+])
+def test_bad_numbers_name_their_option(bad, field):
+    with pytest.raises(SpecError) as e:
+        evaluate_design(hw="h100-sxm", target="llama-3.1-8b", **bad)
+    assert str(e.value).startswith(f"{field} = ")
+
+
+def test_one_design_is_the_vector_model_on_length_one_arrays():
+    """The same numbers as a study row of the same design (evaluation is one code path)."""
+    r = evaluate_design(hw="h200", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=0.8, k=4)
+    assert np.isclose(r["spec_ms_per_token"] * r["speedup"], r["baseline_ms_per_token"], rtol=1e-12)
+    assert np.isclose(r["tokens_per_s"], 1e3 / r["spec_ms_per_token"], rtol=1e-12)

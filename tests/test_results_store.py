@@ -1,0 +1,108 @@
+"""dse.results.store: Parquet written atomically with the dse metadata, and read back the same."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from dse.errors import DseError
+from dse.results import store
+from dse.results.columns import SCHEMA_VERSION
+
+
+def frame():
+    return pd.DataFrame({
+        "study": pd.array(["s", "s", "s"], dtype="string"),
+        "trial": np.array([0, 1, 2], dtype=np.int64),
+        "spec_ms_per_token": [1.5, np.nan, 3.0],
+        "is_pareto": pd.array([True, None, False], dtype="boolean"),
+        "pareto_rank": pd.array([0, None, 1], dtype="Int64"),
+    })
+
+
+META = {"schema_version": SCHEMA_VERSION, "study": {"name": "s"}, "objectives": []}
+
+
+def test_roundtrip_keeps_values_nulls_and_metadata(tmp_path):
+    path = store.write_parquet(frame(), tmp_path / "a" / "r.parquet", META)
+    assert path == tmp_path / "a" / "r.parquet"
+    schema = pq.read_schema(path)
+    assert str(schema.field("study").type) == "string"          # not large_string: readable everywhere
+    assert json.loads(schema.metadata[store.META_KEY]) == META
+    df = store.load_results(path)
+    assert df["trial"].tolist() == [0, 1, 2]
+    assert df["spec_ms_per_token"].iloc[0] == 1.5 and np.isnan(df["spec_ms_per_token"].iloc[1])
+    assert str(df["is_pareto"].dtype) == "boolean" and df["is_pareto"].isna().tolist() == [False, True, False]
+    assert str(df["pareto_rank"].dtype) == "Int64" and df["pareto_rank"].iloc[2] == 1
+    assert df.attrs["dse"] == META
+    assert store.read_metadata(path) == META
+    only = store.load_results(path, columns=["trial"])
+    assert list(only.columns) == ["trial"]
+
+
+def test_results_are_shared_readable(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        path = store.write_parquet(frame(), tmp_path / "r.parquet", META)
+    finally:
+        os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temp(tmp_path, monkeypatch):
+    path = store.write_parquet(frame(), tmp_path / "r.parquet", META)
+    before = path.read_bytes()
+
+    def broken(table, where, **kw):
+        with open(where, "wb") as f:
+            f.write(b"partial")
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(store.pq, "write_table", broken)
+    with pytest.raises(OSError):
+        store.write_parquet(frame().head(1), path, META)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.parquet"]
+
+
+def test_newer_schema_is_refused_with_the_version(tmp_path):
+    path = store.write_parquet(frame(), tmp_path / "r.parquet", {**META, "schema_version": SCHEMA_VERSION + 1})
+    with pytest.raises(DseError) as e:
+        store.load_results(path)
+    assert str(e.value) == (f"{path}: results schema_version = {SCHEMA_VERSION + 1}: this dse reads "
+                            f"schema_version <= {SCHEMA_VERSION}; upgrade dse")
+
+
+def test_parts_of_different_studies_are_refused(tmp_path):
+    store.write_parquet(frame(), tmp_path / "d" / "part-0.parquet", META)
+    store.write_parquet(frame(), tmp_path / "d" / "part-1.parquet", {**META, "study": {"name": "t"}})
+    store.write_parquet(frame(), tmp_path / "d" / ".part-2.parquet.tmp", META)     # skipped: a temp file
+    with pytest.raises(DseError, match="different studies"):
+        store.load_results(tmp_path / "d")
+
+
+def test_dataset_directory_concatenates_parts_in_order(tmp_path):
+    store.write_parquet(frame(), tmp_path / "d" / "part-0.parquet", META)
+    store.write_parquet(frame().assign(trial=[3, 4, 5]), tmp_path / "d" / "part-1.parquet", META)
+    (tmp_path / "d" / "_tmp").mkdir()
+    store.write_parquet(frame(), tmp_path / "d" / "_tmp" / "x.parquet", META)        # skipped: _ folder
+    assert store.load_results(tmp_path / "d")["trial"].tolist() == [0, 1, 2, 3, 4, 5]
+
+
+def test_database_fingerprint_follows_every_yaml_byte(tmp_path):
+    import shutil
+
+    from dse.catalog.database import Database, load_database
+    from dse.catalog.technology import load_technology
+    db = load_database()
+    root = tmp_path / "db"
+    shutil.copytree(db.root, root)
+    a = store.database_fingerprint(Database(root), load_technology(root))
+    dev = root / "devices" / "h100-sxm.yaml"
+    dev.write_text(dev.read_text() + "\n# a comment\n")
+    b = store.database_fingerprint(Database(root), load_technology(root))
+    assert a != b and len(a) == 16
