@@ -1,0 +1,11 @@
+"""Reports: figures, the HTML page and the comparison with known parts, from results alone.
+
+:mod:`.context` rebuilds the study from the results' metadata and evaluates what the
+figures compare against (known parts, speedup against batch, importances); :mod:`.figures`
+only draws and writes ``index.html``.
+"""
+
+from .context import build_report, importances, known_parts, speedup_vs_batch, study_from_results
+from .figures import write_report
+
+__all__ = ["build_report", "importances", "known_parts", "speedup_vs_batch", "study_from_results", "write_report"]

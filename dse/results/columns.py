@@ -1,0 +1,35 @@
+"""The results vocabulary: every column name with its unit and the schema version.
+
+A leaf of the results package: readers and writers, the study parser (which metrics may be
+optimised) and the report all take column names from here.
+"""
+
+from __future__ import annotations
+
+from ..model.evaluate import METRIC_COLUMNS
+
+#: version of the Parquet results schema; readers refuse newer files
+SCHEMA_VERSION = 1
+
+#: hardware columns (display units); cost and power are whole-system (target chips + draft chip)
+HARDWARE_COLUMNS = ("buildable", "chips", "mem_bw_tb_s", "memory_capacity_gb", "peak_tflops", "die_area_mm2",
+                    "chip_cost_usd", "chip_power_w", "draft_chips", "draft_mem_bw_tb_s", "draft_memory_capacity_gb",
+                    "draft_peak_tflops", "draft_die_area_mm2", "draft_chip_cost_usd", "draft_chip_power_w",
+                    "cost_usd", "power_w", "total_die_area_mm2")
+#: derived per-resource metrics: what the speculative gain costs in dollars, watts and silicon
+DERIVED_COLUMNS = ("tokens_per_s_per_kusd", "tokens_per_s_per_w", "tokens_per_s_per_cm2", "speedup_per_kusd")
+#: roofline bound of each phase as text ("memory", "compute", "overhead"); null where the design does not fit
+BOUND_COLUMNS = ("baseline_bound", "verify_bound", "draft_bound")
+#: model metrics in `dse eval --json` order
+MODEL_METRICS = tuple(name for name, _, _ in METRIC_COLUMNS)
+#: what a study may optimise or constrain
+NUMERIC_METRICS = tuple(dict.fromkeys(
+    [n for n in MODEL_METRICS if n not in BOUND_COLUMNS and n != "fits"] + list(HARDWARE_COLUMNS[1:])
+    + list(DERIVED_COLUMNS)))
+#: names of the constraint columns set on every Optuna trial, in constraint_values order
+BASE_CONSTRAINTS = ("memory_fit_gb", "buildable")
+#: columns every results row has besides params_* (in file order)
+ID_COLUMNS = ("study", "trial", "state", "sampler", "seed")
+TAIL_COLUMNS = ("feasible", "constraint_violation", "is_pareto", "pareto_rank", "datetime_start",
+                "datetime_complete")
+
