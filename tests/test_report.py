@@ -128,3 +128,22 @@ def test_workload_title():
     t = report.workload_title(results())
     assert "llama-3.1-70b" in t and "α = 0.8" in t and "τ = 3.36" in t and "k = 4" in t
     assert report.workload_title(pd.DataFrame({"x": [1]})) == "dse results"
+
+
+@pytest.mark.parametrize("v, top, text", [
+    (2000, 60000, "2k"), (60000, 60000, "60k"), (500, 60000, "0.5k"), (2000, 9000, "2000"),
+    (3e7, 5e7, "30M"), (0.05, 1.0, "0.05"),
+])
+def test_one_tick_unit_per_axis(v, top, text):
+    assert report.tick_text(v, top) == text
+
+
+def test_design_labels_name_key_knobs():
+    from dse.report.context import design_label
+    row = pd.Series({"params_target_chip_device": "h200", "chips": 2})
+    assert design_label(row) == "h200 x2"
+    row = pd.Series({"peak_tflops": 1122.4, "params_target_chip_memory": "hbm4", "params_target_chip_memory_stacks": 7,
+                     "params_target_chip_stack_height": 8, "chips": 1, "params_draft_chip_enabled": True})
+    assert design_label(row) == "1122 TFLOP/s, 7x hbm4 (8-high), 1 chip + draft chip"
+    assert report.short_knob("params_draft_chip_memory") == "draft.memory"
+    assert report.short_knob("target_chip_peak_tflops") == "peak_tflops"

@@ -180,15 +180,46 @@ def _pick_designs(study: StudySpec, front_df: pd.DataFrame, limit: int) -> list[
     for o in study.objectives:
         col = pd.to_numeric(front_df[o.metric], errors="coerce")
         if col.notna().any():
-            picks.setdefault(col.idxmin() if o.direction == "minimize" else col.idxmax(), f"best {o.metric}")
+            picks.setdefault(col.idxmin() if o.direction == "minimize" else col.idxmax(), f"best {short_metric(o.metric)}")
     first = study.objectives[0]
     for i in front_df.sort_values(first.metric, ascending=first.direction == "minimize", kind="stable").index:
         picks.setdefault(i, "")
 
     def label(i, role):
-        name = f"trial {front_df.at[i, 'trial']}" if "trial" in front_df.columns else f"design {i}"
-        return f"{name}: {role}" if role else name
+        name = design_label(front_df.loc[i])
+        return f"{name} ({role})" if role else name
     return [(i, label(i, role)) for i, role in list(picks.items())[:limit]]
+
+
+def short_metric(metric: str) -> str:
+    """spec_ms_per_token -> latency, cost_usd -> cost; other metrics keep their name."""
+    return {"spec_ms_per_token": "latency", "cost_usd": "cost", "power_w": "power",
+            "total_die_area_mm2": "area", "tokens_per_s": "throughput"}.get(metric, metric)
+
+
+def design_label(row: pd.Series) -> str:
+    """A design by its key knobs: 'h200 x2', or '1122 TFLOP/s, 7x hbm4 (8-high), 1 chip'."""
+    def get(name):
+        v = row.get(f"params_target_chip_{name}")
+        return None if v is None or (isinstance(v, float) and np.isnan(v)) else v
+    chips = int(row["chips"]) if "chips" in row and pd.notna(row["chips"]) else get("chips")
+    if get("device") is not None:
+        text = f"{get('device')} x{chips}"
+    else:
+        bits = []
+        if pd.notna(row.get("peak_tflops", np.nan)):
+            bits.append(f"{float(row['peak_tflops']):.4g} TFLOP/s")
+        if get("memory") is not None:
+            stacks = f"{int(get('memory_stacks'))}x " if get("memory_stacks") is not None else ""
+            height = f" ({int(get('stack_height'))}-high)" if get("stack_height") is not None else ""
+            bits.append(f"{stacks}{get('memory')}{height}")
+        if chips is not None:
+            bits.append(f"{int(chips)} chip{'s' if int(chips) != 1 else ''}")
+        text = ", ".join(bits) or f"trial {row.get('trial', row.name)}"
+    enabled = row.get("params_draft_chip_enabled")
+    if enabled is True or (isinstance(enabled, (bool, np.bool_)) and bool(enabled)):
+        text += " + draft chip"
+    return text
 
 
 def _distinct_curves(df: pd.DataFrame, n_batches: int, top: int) -> pd.DataFrame:

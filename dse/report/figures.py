@@ -285,7 +285,7 @@ def _suptitle(fig, what: str, title: str) -> None:
 
 
 #: a positive axis spanning more than this ratio is drawn on a log scale
-LOG_RATIO = 20.0
+LOG_RATIO = 10.0
 
 
 def _auto_log(ax, which: str, *arrays) -> None:
@@ -299,23 +299,36 @@ def _auto_log(ax, which: str, *arrays) -> None:
         axis.set_minor_formatter(_plain_log_formatter())
 
 
-def _tick(v: float) -> str:
-    """Compact tick text: 2000 -> '2000', 40000 -> '40k', 3e6 -> '3M', 0.05 -> '0.05'."""
-    for above, unit, suffix in ((1e9, 1e9, "G"), (1e6, 1e6, "M"), (1e4, 1e3, "k")):
-        if abs(v) >= above:
-            return f"{v / unit:g}{suffix}"
-    return f"{v:g}"
+def tick_scale(top: float) -> tuple[float, str]:
+    """One unit for every tick of an axis, from its largest value: (1e3, 'k') when it reaches 10^4."""
+    for above, unit, suffix in ((1e10, 1e9, "G"), (1e7, 1e6, "M"), (1e4, 1e3, "k")):
+        if abs(top) >= above:
+            return unit, suffix
+    return 1.0, ""
+
+
+def tick_text(v: float, top: float) -> str:
+    """Tick text in the axis's one unit: on an axis reaching 60k, 2000 -> '2k' and 60000 -> '60k'."""
+    unit, suffix = tick_scale(top)
+    return f"{v / unit:g}{suffix}"
 
 
 def _plain_log_formatter():
-    """matplotlib's choice of which log ticks to label, with plain numbers instead of 10^x."""
+    """matplotlib's choice of which log ticks to label, as plain numbers in one unit per axis."""
     from matplotlib.ticker import LogFormatterSciNotation
 
     class PlainLog(LogFormatterSciNotation):
         def __call__(self, x, pos=None):
-            return _tick(x) if super().__call__(x, pos) else ""
+            if not super().__call__(x, pos):
+                return ""
+            return tick_text(x, max(abs(v) for v in self.axis.get_view_interval()))
 
     return PlainLog()
+
+
+def short_knob(name: str) -> str:
+    """target_chip_peak_tflops -> peak_tflops, draft_chip_memory -> draft.memory."""
+    return name.removeprefix("params_").replace("target_chip_", "").replace("draft_chip_", "draft.")
 
 
 def _arrow(d: str) -> str:
@@ -380,9 +393,9 @@ def _known_caption(known: pd.DataFrame | None, objs) -> str:
 
 def _figure_fronts(pairs: list[PairData], title: str):
     n = len(pairs)
-    cols = min(3, n)
+    cols = min(2, n)                       # two readable panels per row (1380 px at 150 dpi)
     rows = math.ceil(n / cols)
-    fig = _new_figure(5.6 * cols, 4.6 * rows + 0.5)
+    fig = _new_figure(4.6 * cols if n > 1 else 5.6, 4.2 * rows + 0.6 if n > 1 else 4.6)
     for k, d in enumerate(pairs):
         _draw_pair(fig.add_subplot(rows, cols, k + 1), d)
     _suptitle(fig, "Pareto front", title)
@@ -441,10 +454,10 @@ def _figure_importance(importances: Mapping[str, Mapping[str, float]], title: st
              for obj, imp in importances.items() if imp]
     n = len(items)
     rows = max(len(v) for _, v in items)
-    fig = _new_figure(4.8 * n, 0.32 * rows + 1.6)
+    fig = _new_figure(4.6 * n, 0.32 * rows + 1.6)
     for k, (obj, kv) in enumerate(items):
         ax = fig.add_subplot(1, n, k + 1)
-        names = [p for p, _ in kv][::-1]
+        names = [short_knob(p) for p, _ in kv][::-1]
         vals = [float(v) for _, v in kv][::-1]
         ax.barh(names, vals, color=OKABE_ITO[k % len(OKABE_ITO)], edgecolor="black", lw=0.5,
                 hatch=["", "//", "..", "xx"][k % 4])
@@ -452,7 +465,8 @@ def _figure_importance(importances: Mapping[str, Mapping[str, float]], title: st
         ax.set_xlabel("importance")
         ax.tick_params(axis="y", labelsize=7)
         ax.grid(True, axis="x", lw=0.4, alpha=0.5)
-    _suptitle(fig, "Parameter importance per objective", title)
+    _suptitle(fig, "Parameter importance per objective (PED-ANOVA over the feasible trials, Optuna; "
+                   "each panel sums to 1)", title)
     return fig
 
 
