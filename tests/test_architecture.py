@@ -11,7 +11,8 @@ import pytest
 
 import dse
 
-ROOT = Path(dse.__file__).parent
+#: the source tree (not the installed copy: CI installs the package before testing)
+ROOT = Path(__file__).resolve().parent.parent / "dse"
 
 
 def _modules() -> dict[str, Path]:
