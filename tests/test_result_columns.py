@@ -8,11 +8,12 @@ YAML (read with PyYAML) and the equations of MODEL.md:
 - KNOWN: Llama-3.1-70B bf16 + Llama-3.2-1B draft, k = 4, alpha = 0.8, batch 1, on
   h100-sxm or h200, 1 or 2 chips. One chip of either does not fit (141 GB of weights);
   two chips fit. Two constraints (a latency cap, which a design that does not fit violates by
-  +1, and a power cap) and the objectives (latency, power) make h100 x 2 dominated by h200 x 2.
+  +1, and a power cap) and the objectives (max tokens/s, min power) make h100 x 2 dominated by h200 x 2.
 - SYNTH: Llama-3.1-8B bf16 + Llama-3.2-1B on a chip synthesised from technology knobs (N4,
-  1,000 TFLOP/s, 6 x 8-high HBM3E, 50 MB SRAM), with and without a colocated draft chip (N5,
-  100 TFLOP/s, 1 x 8-high HBM3E, 32 MB SRAM, 128 GB/s link). A power cap and a speedup floor
-  make the draft-chip row infeasible by a known amount.
+  1,000 TFLOP/s, 6 or 8 x 8-high HBM3E, 50 MB SRAM), with and without a colocated group of 2
+  draft chips (N5, 100 TFLOP/s, 1 x 8-high HBM3E, 32 MB SRAM, 128 GB/s link). 8 stacks do not
+  fit the die's edges (not buildable); a power cap and a speedup floor make the draft-chip rows
+  infeasible by a known amount.
 - the rows of KNOWN on one chip are the designs that do not fit.
 
 The model terms (decode, verify, draft and prefill steps) are re-derived from the roofline of
@@ -264,7 +265,7 @@ def pareto(rows: list[dict], objectives: list[dict]) -> None:
 WL = dict(batch=1, prompt_tokens=512, output_tokens=256, acceptance={"alpha": 0.8}, k=4)
 B, P, G, K, ALPHA = 1, 512, 256, 4, 0.8
 
-KNOWN_OBJ = [{"metric": "spec_ms_per_token", "direction": "minimize"}, {"metric": "power_w", "direction": "minimize"}]
+KNOWN_OBJ = [{"metric": "tokens_per_s", "direction": "maximize"}, {"metric": "power_w", "direction": "minimize"}]
 KNOWN_CON = [{"metric": "spec_ms_per_token", "max": 100.0}, {"metric": "power_w", "max": 1500.0}]
 KNOWN = {
     "name": "cols-known",
@@ -275,22 +276,22 @@ KNOWN = {
 }
 
 SYNTH_OBJ = [{"metric": "spec_ms_per_token", "direction": "minimize"}, {"metric": "cost_usd", "direction": "minimize"}]
-SYNTH_CON = [{"metric": "power_w", "max": 700.0}, {"metric": "speedup", "min": 1.0}]
-TARGET_KNOBS = dict(process_node="n4", peak_tflops=1000, memory="hbm3e", memory_stacks=6, stack_height=8, sram_mb=50,
+SYNTH_CON = [{"metric": "power_w", "max": 700.0}, {"metric": "speedup", "min": 1.2}]
+TARGET_KNOBS = dict(process_node="n4", peak_tflops=1000, memory="hbm3e", memory_stacks=[6, 8], stack_height=8, sram_mb=50,
                     chips=1, link_bw_gb_s=900, link_latency_us=2.0, mem_efficiency=0.8, compute_efficiency=0.7)
 DRAFT_KNOBS = dict(process_node="n5", peak_tflops=100, memory="hbm3e", memory_stacks=1, stack_height=8, sram_mb=32,
-                   chips=1, link_bw_gb_s=128, link_latency_us=3.0, mem_efficiency=0.75, compute_efficiency=0.6)
+                   chips=2, link_bw_gb_s=128, link_latency_us=3.0, mem_efficiency=0.75, compute_efficiency=0.6)
 SYNTH = {
     "name": "cols-synth",
     "workload": {"target": "llama-3.1-8b", "draft": "llama-3.2-1b", "dtype": "bf16", **WL},
     "space": {"target_chip": TARGET_KNOBS, "draft_chip": {"enabled": [True, False], **DRAFT_KNOBS}},
     "objectives": SYNTH_OBJ, "constraints": SYNTH_CON,
-    "search": {"sampler": "random", "n_trials": 6, "batch_size": 6, "seed": 5},
+    "search": {"sampler": "random", "n_trials": 8, "batch_size": 8, "seed": 5},
 }
 
 
-def _synth_group(kn: dict) -> dict:
-    return synth(kn["process_node"], kn["peak_tflops"], kn["memory"], kn["memory_stacks"], kn["stack_height"],
+def _synth_group(kn: dict, stacks: int) -> dict:
+    return synth(kn["process_node"], kn["peak_tflops"], kn["memory"], stacks, kn["stack_height"],
                  kn["sram_mb"], kn["link_bw_gb_s"], eta_m=kn["mem_efficiency"], eta_c=kn["compute_efficiency"],
                  lat_us=kn["link_latency_us"], chips=kn["chips"])
 
@@ -318,29 +319,34 @@ def expected_known() -> dict[tuple, dict]:
     return rows
 
 
-def expected_synth() -> dict[bool, dict]:
-    """Rows of SYNTH by draft_chip_enabled."""
-    T, D = _synth_group(TARGET_KNOBS), _synth_group(DRAFT_KNOBS)
+def expected_synth() -> dict[tuple, dict]:
+    """Rows of SYNTH by (target memory stacks, draft_chip_enabled). 8 stacks need 8 x 10 mm of
+    die edge but an 827.9 mm^2 die has 2 x sqrt(827.9 x 1.269) = 64.8 mm: not buildable."""
+    D = _synth_group(DRAFT_KNOBS, DRAFT_KNOBS["memory_stacks"])
+    dn = DRAFT_KNOBS["chips"]                          # 2 draft chips in tensor parallel
     rows = {}
-    for on in (True, False):
-        r = dict(params_draft_chip_enabled=on)
-        r.update(chips=1, mem_bw_tb_s=T["bw"] / 1e12, peak_tflops=T["peak"] / 1e12, die_area_mm2=T["area"],
-                 chip_cost_usd=T["cost"], chip_power_w=T["power"])
-        nan = math.nan
-        # draft chip: per-chip figures where it exists, NaN (and 0 chips) where it does not
-        r.update(draft_chips=1 if on else 0, draft_mem_bw_tb_s=D["bw"] / 1e12 if on else nan,
-                 draft_peak_tflops=D["peak"] / 1e12 if on else nan, draft_die_area_mm2=D["area"] if on else nan,
-                 draft_chip_cost_usd=D["cost"] if on else nan, draft_chip_power_w=D["power"] if on else nan)
-        # system = target chips + draft chips
-        r.update(cost_usd=T["cost"] + (D["cost"] if on else 0.0), power_w=T["power"] + (D["power"] if on else 0.0),
-                 total_die_area_mm2=T["area"] + (D["area"] if on else 0.0),
-                 buildable=T["buildable"] and (D["buildable"] or not on))
-        # draft_memory_capacity_gb: the draft chip's capacity (24 GB), or the target's (144 GB) it shares
-        r.update(metrics(M8, M1, T, D if on else None, B=B, P=P, G=G, k=K, alpha=ALPHA))
-        r.update(derived(r))
-        r["constraint_violation"] = violation(r, SYNTH_CON)
-        r["feasible"] = r["fits"] and r["constraint_violation"] == 0
-        rows[on] = r
+    for stacks in TARGET_KNOBS["memory_stacks"]:
+        T = _synth_group(TARGET_KNOBS, stacks)
+        for on in (True, False):
+            r = dict(params_target_chip_memory_stacks=stacks, params_draft_chip_enabled=on)
+            r.update(chips=1, mem_bw_tb_s=T["bw"] / 1e12, peak_tflops=T["peak"] / 1e12, die_area_mm2=T["area"],
+                     chip_cost_usd=T["cost"], chip_power_w=T["power"])
+            nan = math.nan
+            # draft chip: per-chip figures where it exists, NaN (and 0 chips) where it does not
+            r.update(draft_chips=dn if on else 0, draft_mem_bw_tb_s=D["bw"] / 1e12 if on else nan,
+                     draft_peak_tflops=D["peak"] / 1e12 if on else nan, draft_die_area_mm2=D["area"] if on else nan,
+                     draft_chip_cost_usd=D["cost"] if on else nan, draft_chip_power_w=D["power"] if on else nan)
+            # system = 1 target chip + 2 draft chips
+            r.update(cost_usd=T["cost"] + (dn * D["cost"] if on else 0.0),
+                     power_w=T["power"] + (dn * D["power"] if on else 0.0),
+                     total_die_area_mm2=T["area"] + (dn * D["area"] if on else 0.0),
+                     buildable=T["buildable"] and (D["buildable"] or not on))
+            # draft_memory_capacity_gb: the draft group's (2 x 24 GB), or the target's it shares
+            r.update(metrics(M8, M1, T, D if on else None, B=B, P=P, G=G, k=K, alpha=ALPHA))
+            r.update(derived(r))
+            r["constraint_violation"] = violation(r, SYNTH_CON)
+            r["feasible"] = r["fits"] and r["constraint_violation"] == 0
+            rows[(stacks, on)] = r
     pareto(list(rows.values()), SYNTH_OBJ)
     return rows
 
@@ -449,42 +455,53 @@ def test_known_part_on_two_chips_every_column(known):
     # violation = shortfall + 1 (latency cap on an undefined latency) + 0 (700 W <= 1,500 W)
     assert s.constraint_violation == pytest.approx(s.memory_shortfall_gb + 1.0, rel=GLUE)
     assert not s.fits and not s.feasible and pd.isna(s.is_pareto) and pd.isna(s.pareto_rank)
+    # same 1,400 W, fewer tokens/s: h100-sxm x 2 is dominated by h200 x 2 (rank 1, off the front)
+    g = df[(df.params_target_chip_device == "h100-sxm") & (df.params_target_chip_chips == 2)].iloc[0]
+    assert g.tokens_per_s < h.tokens_per_s and g.power_w == h.power_w
+    assert (g.is_pareto, g.pareto_rank, h.is_pareto, h.pareto_rank) == (False, 1, True, 0)
 
 
 def test_synthesised_chip_with_draft_chip_every_column(synth_grid):
     """A synthesised target with and without a colocated draft chip: every column."""
     res, df, when = synth_grid
     exp = expected_synth()
-    assert len(df) == 2
+    assert len(df) == 4
     _check_book(df, res, "cols-synth", when)
-    for on, want in exp.items():
-        row = df[df.params_draft_chip_enabled == on]
+    for (stacks, on), want in exp.items():
+        row = df[(df.params_target_chip_memory_stacks == stacks) & (df.params_draft_chip_enabled == on)]
         assert len(row) == 1
-        _check(row.iloc[0], want, f"draft chip {on}")
-    on, off = (df[df.params_draft_chip_enabled == v].iloc[0] for v in (True, False))
+        _check(row.iloc[0], want, f"{stacks} stacks, draft chip {on}")
+    six = df[df.params_target_chip_memory_stacks == 6]
+    on, off = (six[six.params_draft_chip_enabled == v].iloc[0] for v in (True, False))
     # target: 6 stacks x 1,000 GB/s = 6.0 TB/s; 6 x 8 layers x 3 GB = 144 GB; area
-    # 1000/1.58 + 50/2.5 + 6 x 12.5 + 75 = 802.911 mm^2; draft chip 1.0 TB/s, 24 GB,
-    # 100/1.49 + 32/2.5 + 12.5 + 75 = 167.414 mm^2
+    # 1000/1.58 + 50/2.5 + 6 x 12.5 + 75 = 802.911 mm^2; each draft chip 1.0 TB/s, 24 GB (48 GB
+    # over the two), 100/1.49 + 32/2.5 + 12.5 + 75 = 167.414 mm^2
     assert (on.mem_bw_tb_s, on.memory_capacity_gb, on.draft_mem_bw_tb_s, on.draft_memory_capacity_gb) == \
-        pytest.approx((6.0, 144.0, 1.0, 24.0), rel=GLUE)
+        pytest.approx((6.0, 144.0, 1.0, 48.0), rel=GLUE)
+    assert (on.draft_chips, off.draft_chips) == (2, 0)
     assert on.die_area_mm2 == pytest.approx(1000 / 1.58 + 20 + 75 + 75, rel=GLUE)
     assert on.draft_die_area_mm2 == pytest.approx(100 / 1.49 + 12.8 + 12.5 + 75, rel=GLUE)
-    assert on.total_die_area_mm2 == pytest.approx(on.die_area_mm2 + on.draft_die_area_mm2, rel=GLUE)
-    assert on.cost_usd == pytest.approx(on.chip_cost_usd + on.draft_chip_cost_usd, rel=GLUE)
-    assert on.power_w == pytest.approx(on.chip_power_w + on.draft_chip_power_w, rel=GLUE)
+    assert on.total_die_area_mm2 == pytest.approx(on.die_area_mm2 + 2 * on.draft_die_area_mm2, rel=GLUE)
+    assert on.cost_usd == pytest.approx(on.chip_cost_usd + 2 * on.draft_chip_cost_usd, rel=GLUE)
+    assert on.power_w == pytest.approx(on.chip_power_w + 2 * on.draft_chip_power_w, rel=GLUE)
     assert (off.cost_usd, off.power_w, off.total_die_area_mm2) == (off.chip_cost_usd, off.chip_power_w,
                                                                     off.die_area_mm2)
     # link: 2 x 3 us + (4 + 2) int32 ids = 24 B over 128/2 GB/s = 0.375 ns -> 0.006000375 ms
     assert on.link_ms_per_iter == pytest.approx(0.006000375, rel=GLUE) and off.link_ms_per_iter == 0.0
-    # on the draft chip the draft's KV and weights leave the target: required differs by the draft
-    # bytes (2.471493632 + 0.025427968 GB), and the draft chip holds them plus 5% of 24 GB
+    # on the draft chips the draft's KV and weights leave the target: required differs by the draft
+    # bytes (2.471493632 + 0.025427968 GB), and the draft chips hold them plus 5% of 48 GB
     assert off.memory_required_gb - on.memory_required_gb == pytest.approx(2.4969216, rel=1e-6)
-    assert on.draft_memory_required_gb == pytest.approx(2.4969216 + 1.2, rel=GLUE)
-    # the draft chip's row breaks both constraints: power - 700 W and 1 - speedup
-    assert not on.feasible and on.constraint_violation == pytest.approx(
-        (on.power_w - 700.0) + (1.0 - on.speedup), rel=GLUE)
+    assert on.draft_memory_required_gb == pytest.approx(2.4969216 + 2.4, rel=GLUE)
+    # the draft chips' row breaks both constraints: power - 700 W and 1.2 - speedup
+    assert on.speedup < 1.2 and not on.feasible and on.constraint_violation == pytest.approx(
+        (on.power_w - 700.0) + (1.2 - on.speedup), rel=GLUE)
     assert off.feasible and off.constraint_violation == 0.0 and off.is_pareto and off.pareto_rank == 0
     assert pd.isna(on.is_pareto) and pd.isna(on.pareto_rank)
+    # 8 stacks do not fit the die's edges: buildable False costs +1 and the row is infeasible
+    eight = df[df.params_target_chip_memory_stacks == 8]
+    assert not eight.buildable.any() and not eight.feasible.any() and eight.fits.all()
+    e_off = eight[~eight.params_draft_chip_enabled].iloc[0]
+    assert e_off.constraint_violation == pytest.approx(1.0 + max(0.0, e_off.power_w - 700.0), rel=GLUE)
 
 
 @pytest.mark.parametrize("which", ["known", "synth_grid"])
@@ -493,7 +510,7 @@ def test_iteration_time_is_the_sum_of_its_parts(which, request):
     columns derived from it: spec = iter/tau, speedup = baseline/spec, tokens/s = 1000*B/spec."""
     _, df, _ = request.getfixturevalue(which)
     fit = df[df.fits]
-    assert len(fit) == 2
+    assert len(fit) == {"known": 2, "synth_grid": 4}[which]
     for _, r in fit.iterrows():
         assert r.iter_ms == pytest.approx(r.draft_ms_per_iter + r.verify_ms_per_iter + r.link_ms_per_iter
                                           + SPEC_S * 1e3, rel=GLUE)
@@ -523,23 +540,35 @@ def test_designs_that_do_not_fit_have_no_latency(known):
     assert bad[["cost_usd", "power_w", "mem_bw_tb_s"]].notna().all().all()
 
 
-def test_run_study_rows_match_the_grid(tmp_path, synth_grid):
+def _known_key(r):
+    return r.params_target_chip_device, int(r.params_target_chip_chips)
+
+
+def _synth_key(r):
+    return int(r.params_target_chip_memory_stacks), bool(r.params_draft_chip_enabled)
+
+
+@pytest.mark.parametrize("spec,grid_fixture,expected,key,obj", [
+    (KNOWN, "known", expected_known, _known_key, KNOWN_OBJ),
+    (SYNTH, "synth_grid", expected_synth, _synth_key, SYNTH_OBJ)], ids=["known", "synth"])
+def test_run_study_rows_match_the_grid(tmp_path, request, spec, grid_fixture, expected, key, obj):
     """dse.run_study writes the same columns and values as the sweep, with its sampler, seed,
-    trial numbers and trial timestamps."""
+    trial numbers and trial timestamps, and Pareto flags among its own rows."""
     t0 = pd.Timestamp.now(tz="UTC")
-    res = _public("run_study")(str(_write(tmp_path, SYNTH)), storage=":memory:", progress=False)
+    res = _public("run_study")(str(_write(tmp_path, spec)), storage=":memory:", progress=False)
     t1 = pd.Timestamp.now(tz="UTC")
     df = pd.read_parquet(res.path)
-    _, grid, _ = synth_grid
-    assert list(df.columns) == list(grid.columns) and len(df) == 6
-    assert (df.trial.to_list() == list(range(6)) and (df.sampler == "random").all() and (df.seed == 5).all()
-            and (df.study == "cols-synth").all() and (df.state == "COMPLETE").all())
-    assert ((t0 <= df.datetime_start) & (df.datetime_start <= df.datetime_complete)
+    _, grid, _ = request.getfixturevalue(grid_fixture)
+    n, seed = spec["search"]["n_trials"], spec["search"]["seed"]
+    assert list(df.columns) == list(grid.columns) and len(df) == n
+    assert (df.trial.to_list() == list(range(n)) and (df.sampler == "random").all() and (df.seed == seed).all()
+            and (df.study == spec["name"]).all() and (df.state == "COMPLETE").all())
+    assert ((t0 <= df.datetime_start) & (df.datetime_start < df.datetime_complete)
             & (df.datetime_complete <= t1)).all()
-    exp = expected_synth()
+    exp = expected()
     # Pareto flags among this file's rows (ties do not dominate: identical rows share the front)
-    rows = [dict(exp[bool(on)]) for on in df.params_draft_chip_enabled]
-    pareto(rows, SYNTH_OBJ)
+    rows = [dict(exp[key(r)]) for _, r in df.iterrows()]
+    pareto(rows, obj)
     for (_, r), want in zip(df.iterrows(), rows):
         _check(r, want, f"run_study trial {r.trial}")
 
@@ -567,7 +596,8 @@ def test_evaluate_design_agrees_with_the_row(known):
 # The schema: no column without a pinned value, and each column's type
 # ---------------------------------------------------------------------------------------------
 
-INT = ("trial", "seed", "chips", "draft_chips", "k", "pareto_rank", "params_target_chip_chips")
+INT = ("trial", "seed", "chips", "draft_chips", "k", "pareto_rank", "params_target_chip_chips",
+       "params_target_chip_memory_stacks")
 BOOL = ("buildable", "fits", "feasible", "is_pareto", "params_draft_chip_enabled")
 STR = ("study", "state", "sampler", "params_target_chip_device", "baseline_bound", "verify_bound", "draft_bound")
 TIME = ("datetime_start", "datetime_complete")
