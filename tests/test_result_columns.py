@@ -364,7 +364,7 @@ def _write(tmp_path, spec: dict) -> Path:
 @pytest.fixture(scope="module")
 def known(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("known")
-    t0 = pd.Timestamp.now(tz="UTC")
+    t0 = pd.Timestamp.now(tz="UTC").floor("us")
     res = _public("sweep")(str(_write(tmp, KNOWN)), out=tmp / "grid", progress=False)
     t1 = pd.Timestamp.now(tz="UTC")
     return res, pd.read_parquet(res.out_dir), (t0, t1)
@@ -373,7 +373,7 @@ def known(tmp_path_factory):
 @pytest.fixture(scope="module")
 def synth_grid(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("synth")
-    t0 = pd.Timestamp.now(tz="UTC")
+    t0 = pd.Timestamp.now(tz="UTC").floor("us")
     res = _public("sweep")(str(_write(tmp, SYNTH)), out=tmp / "grid", progress=False)
     t1 = pd.Timestamp.now(tz="UTC")
     return res, pd.read_parquet(res.out_dir), (t0, t1)
@@ -554,7 +554,7 @@ def _synth_key(r):
 def test_run_study_rows_match_the_grid(tmp_path, request, spec, grid_fixture, expected, key, obj):
     """dse.run_study writes the same columns and values as the sweep, with its sampler, seed,
     trial numbers and trial timestamps, and Pareto flags among its own rows."""
-    t0 = pd.Timestamp.now(tz="UTC")
+    t0 = pd.Timestamp.now(tz="UTC").floor("us")
     res = _public("run_study")(str(_write(tmp_path, spec)), storage=":memory:", progress=False)
     t1 = pd.Timestamp.now(tz="UTC")
     df = pd.read_parquet(res.path)
@@ -571,6 +571,20 @@ def test_run_study_rows_match_the_grid(tmp_path, request, spec, grid_fixture, ex
     pareto(rows, obj)
     for (_, r), want in zip(df.iterrows(), rows):
         _check(r, want, f"run_study trial {r.trial}")
+
+
+def test_cli_sweep_writes_the_same_rows(tmp_path, known):
+    """`dse sweep` (click's CliRunner) writes the rows the Python call writes."""
+    from click.testing import CliRunner
+
+    from dse.cli import main
+    r = CliRunner().invoke(main, ["sweep", str(_write(tmp_path, KNOWN)), "--out", str(tmp_path / "cli"), "--quiet"])
+    assert r.exit_code == 0, r.output
+    df = pd.read_parquet(tmp_path / "cli")
+    _, grid, _ = known
+    assert list(df.columns) == list(grid.columns) and len(df) == 4
+    for _, row in df.iterrows():
+        _check(row, expected_known()[_known_key(row)], f"dse sweep {_known_key(row)}")
 
 
 def test_evaluate_design_agrees_with_the_row(known):
@@ -648,3 +662,21 @@ def test_public_sweep_stays_a_function():
     import importlib
     importlib.import_module("dse.sweep")
     assert callable(dse.sweep)
+
+
+@pytest.mark.xfail(strict=True, reason="search.study_frame passes Optuna's naive local-time "
+                   "datetime_start/complete to frame._utc, which labels them UTC: off by the UTC offset "
+                   "outside UTC (5 h in New York)")
+def test_run_study_timestamps_are_utc_in_any_timezone(tmp_path, monkeypatch):
+    import time
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        t0 = pd.Timestamp.now(tz="UTC").floor("us")
+        res = _public("run_study")(str(_write(tmp_path, SYNTH)), storage=":memory:", progress=False)
+        t1 = pd.Timestamp.now(tz="UTC")
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    df = pd.read_parquet(res.path)
+    assert ((t0 <= df.datetime_start) & (df.datetime_complete <= t1)).all(), (t0, df.datetime_start.iloc[0])
