@@ -53,7 +53,7 @@ API_KW = dict(hw="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=
 CLI_ARGS = ["eval", "--hw", "h100-sxm", "--target", "llama-3.1-70b", "--dtype", "fp8", "--draft", "llama-3.2-1b",
             "--alpha", "0.8", "--json"]
 HEAVY = ("optuna", "pandas", "matplotlib")
-SWEEP_CHUNK = 131_072        # dse.sweep.DEFAULT_CHUNK
+SWEEP_CHUNK = 131_072        # dse.grid.DEFAULT_CHUNK
 
 
 def random_batch(db, n: int, k: int, rng: np.random.Generator) -> DesignBatch:

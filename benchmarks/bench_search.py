@@ -71,7 +71,7 @@ class Timers:
 
 def points_for(study, rows: int) -> tuple[int, int]:
     """The smallest grid resolution whose grid has >= rows points, and that grid's size."""
-    from dse.sweep import grid_axes
+    from dse.grid import grid_axes
     p = 2
     while True:
         total = int(np.prod([v.size for _, v in grid_axes(study, p)], dtype=np.int64))
@@ -81,17 +81,17 @@ def points_for(study, rows: int) -> tuple[int, int]:
 
 
 def sweep_timers():
-    """Timers on every phase of dse.sweep.sweep (all looked up through module attributes)."""
+    """Timers on every phase of dse.grid.sweep (all looked up through module attributes)."""
+    import dse.grid
     import dse.results.frame
-    import dse.sweep
     tm = Timers()
-    tm.wrap(dse.sweep, "evaluate_study", "evaluate (build_designs + evaluate)")
+    tm.wrap(dse.grid, "evaluate_study", "evaluate (build_designs + evaluate)")
     tm.wrap(dse.results.frame, "_utc", "  of which timestamp columns (_utc)")
-    tm.wrap(dse.sweep, "results_frame", "results_frame (pandas DataFrame)")
-    tm.wrap(dse.sweep, "write_parquet", "write part files (write_parquet)")
-    tm.wrap(dse.sweep, "pareto_mask", "  of which pareto_mask (moocore)")
-    tm.wrap(dse.sweep, "pareto_ranks", "  of which pareto_ranks (moocore)")
-    tm.wrap(dse.sweep, "_write_pareto_flags", "Pareto pass: rank + re-read + rewrite parts")
+    tm.wrap(dse.grid, "results_frame", "results_frame (pandas DataFrame)")
+    tm.wrap(dse.grid, "write_parquet", "write part files (write_parquet)")
+    tm.wrap(dse.grid, "pareto_mask", "  of which pareto_mask (moocore)")
+    tm.wrap(dse.grid, "pareto_ranks", "  of which pareto_ranks (moocore)")
+    tm.wrap(dse.grid, "_write_pareto_flags", "Pareto pass: rank + re-read + rewrite parts")
     return tm
 
 
@@ -108,8 +108,8 @@ def vm_hwm_kib() -> int | None:
 
 def run_sweep(points: int, out: Path) -> dict:
     """One timed sweep in this process; wall time, phases, rows, disk bytes, peak RSS."""
+    from dse.grid import sweep
     from dse.study import load_study
-    from dse.sweep import sweep
     study = load_study(STUDY)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     tm = sweep_timers()

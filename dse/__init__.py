@@ -31,7 +31,7 @@ _LAZY = {
     "load_results": "dse.results.store",
     "Workload": "dse.workload",
     "run_study": "dse.search",
-    "sweep": "dse.sweep",
+    "sweep": "dse.grid",
     "pareto_mask": "dse.pareto",
 }
 

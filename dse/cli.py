@@ -121,8 +121,8 @@ def run_cmd(study_file, n_trials, sampler, seed, storage, out, quiet):
 @click.option("--quiet", is_flag=True, help="No progress line.")
 def sweep_cmd(study_file, points, shard, out, chunk_size, quiet):
     """Evaluate the exhaustive grid of a study's space into a Parquet dataset."""
+    from .grid import DEFAULT_CHUNK, parse_shard, sweep
     from .study import load_study
-    from .sweep import DEFAULT_CHUNK, parse_shard, sweep
     study = load_study(study_file)
     res = sweep(study, points=points, shard=parse_shard(shard) if shard else None, out=out,
                 chunk_size=chunk_size or DEFAULT_CHUNK, progress=not quiet)

@@ -138,7 +138,7 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
     hwcols = {
         "chips": chips,
         "mem_bw_tb_s": tc["mem_bw_bytes_s"] / FACTOR["tb_s"],
-        "memory_capacity_gb": tc["capacity_bytes"] / FACTOR["gb"],
+        "chip_memory_capacity_gb": tc["capacity_bytes"] / FACTOR["gb"],
         "peak_tflops": tc["peak_bf16_flop_s"] / FACTOR["tflops"],
         "die_area_mm2": tc["die_area_mm2"],
         "chip_cost_usd": tc["chip_cost_usd"],
@@ -148,7 +148,7 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
         hwcols.update({
             "draft_chips": np.where(on, dc["chips"], 0),
             "draft_mem_bw_tb_s": np.where(on, dc["mem_bw_bytes_s"] / FACTOR["tb_s"], _NAN),
-            "draft_memory_capacity_gb": np.where(on, dc["capacity_bytes"] / FACTOR["gb"], _NAN),
+            "draft_chip_memory_capacity_gb": np.where(on, dc["capacity_bytes"] / FACTOR["gb"], _NAN),
             "draft_peak_tflops": np.where(on, dc["peak_bf16_flop_s"] / FACTOR["tflops"], _NAN),
             "draft_die_area_mm2": np.where(on, dc["die_area_mm2"], _NAN),
             "draft_chip_cost_usd": np.where(on, dc["chip_cost_usd"], _NAN),

@@ -253,11 +253,18 @@ def study_frame(study: StudySpec, ostudy, db, tech, runs) -> pd.DataFrame:
     starts = [r["first_trial"] for r in runs]
     which = np.searchsorted(np.array(starts), numbers, side="right") - 1
     df = results_frame(study, designs, metrics, params, trial=numbers, sampler="", seed=None,
-                       datetime_start=[t.datetime_start for t in trials],
-                       datetime_complete=[t.datetime_complete for t in trials])
+                       datetime_start=[_as_utc(t.datetime_start) for t in trials],
+                       datetime_complete=[_as_utc(t.datetime_complete) for t in trials])
     df["sampler"] = pd.array([runs[max(w, 0)]["sampler"] for w in which], dtype="string")
     df["seed"] = pd.array([runs[max(w, 0)]["seed"] for w in which], dtype="Int64")
     return df
+
+
+def _as_utc(when: datetime.datetime | None) -> datetime.datetime | None:
+    """Optuna's FrozenTrial times are naive local time (optuna.md section 8): make them aware UTC."""
+    if when is None:
+        return None
+    return when.astimezone(datetime.UTC)
 
 
 class _Progress:

@@ -131,7 +131,7 @@ def test_no_private_attribute_access_across_modules():
 
 @pytest.mark.parametrize("flow", [
     ("dse.model.evaluate", "dse.study"), ("dse.catalog.specs", "dse.model"), ("dse.evaluation", "dse.search"),
-    ("dse.sweep", "dse.search"), ("dse.analysis", "dse.report"), ("dse.results.columns", "dse.study"),
+    ("dse.grid", "dse.search"), ("dse.analysis", "dse.report"), ("dse.results.columns", "dse.study"),
     ("dse.study.parse", "dse.evaluation"),
 ])
 def test_flow_runs_one_way(flow):
@@ -150,7 +150,7 @@ def test_flow_runs_one_way(flow):
 def test_evaluation_and_sweep_do_not_load_optuna():
     import subprocess
     import sys
-    code = ("import sys, dse.evaluation, dse.sweep, dse.results.frame, dse.analysis; "
+    code = ("import sys, dse.evaluation, dse.grid, dse.results.frame, dse.analysis; "
             "print('optuna' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

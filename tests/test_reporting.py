@@ -243,7 +243,7 @@ def test_default_out_of_a_directory(tmp_path):
 
 
 def test_report_of_a_sweep_skips_importances(run, tmp_path):
-    from dse.sweep import sweep
+    from dse.grid import sweep
     res = sweep(run[2], points=2, out=tmp_path / "grid", progress=False)
     rep = reporting.build_report(res.out_dir, out=tmp_path / "grid-rep", progress=False)
     names = {Path(f).name for f in rep["figures"]}

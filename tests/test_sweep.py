@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 import dse.analysis as da
 from dse.cli import main
+from dse.grid import axis_values, sweep
 from dse.study import Knob, load_study
-from dse.sweep import axis_values, sweep
 
 QUICK = Path(__file__).parent.parent / "studies" / "quickstart.yaml"
 
