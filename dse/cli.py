@@ -204,6 +204,12 @@ def _entries(kind: str):
     return rows
 
 
+def _print_entries(rows: list[dict], as_json: bool, cols: list[str]) -> None:
+    """A database listing: every field as JSON, or the chosen columns as a table."""
+    from .cli_text import table
+    click.echo(json.dumps(rows, indent=2) if as_json else table(rows, cols))
+
+
 @main.group("hw")
 def hw_group():
     """Accelerators in the database."""
@@ -213,14 +219,8 @@ def hw_group():
 @click.option("--json", "as_json", is_flag=True, help="Every field of every accelerator as JSON.")
 def hw_list(as_json):
     """List accelerators (name, memory, bandwidth, BF16 TFLOP/s)."""
-    from .cli_text import table
-    rows = _entries("device")
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    cols = ["name", "display_name", "memory_capacity_gb", "mem_bw_tb_s", "peak_tflops_bf16",
-            "peak_tflops_fp8", "link_bw_gb_s", "tdp_w"]
-    click.echo(table(rows, cols))
+    _print_entries(_entries("device"), as_json, ["name", "display_name", "memory_capacity_gb", "mem_bw_tb_s",
+                                                 "peak_tflops_bf16", "peak_tflops_fp8", "link_bw_gb_s", "tdp_w"])
 
 
 @hw_group.command("show")
@@ -241,19 +241,14 @@ def models_group():
 def models_list(as_json):
     """List models (name, layers, hidden, heads, parameters)."""
     from .catalog.database import load_database
-    from .cli_text import table
     from .model.transformer import total_params
     db = load_database()
     rows = []
     for r in _entries("model"):
         r["params_computed_b"] = round(total_params(db.model(r["name"])) / 1e9, 3)
         rows.append(r)
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    cols = ["name", "kind", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
-            "num_experts", "params_b", "params_computed_b"]
-    click.echo(table(rows, cols))
+    _print_entries(rows, as_json, ["name", "kind", "num_layers", "hidden_size", "num_attention_heads",
+                                   "num_kv_heads", "num_experts", "params_b", "params_computed_b"])
 
 
 @models_group.command("show")
@@ -273,14 +268,8 @@ def runtimes_group():
 @click.option("--json", "as_json", is_flag=True, help="Every field of every runtime as JSON.")
 def runtimes_list(as_json):
     """List runtimes (fixed costs in microseconds, memory reserve)."""
-    from .cli_text import table
-    rows = _entries("runtime")
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    cols = ["name", "display_name", "kernel_launch_us", "kernels_per_layer", "step_overhead_us",
-            "spec_overhead_us", "memory_reserve_fraction"]
-    click.echo(table(rows, cols))
+    _print_entries(_entries("runtime"), as_json, ["name", "display_name", "kernel_launch_us", "kernels_per_layer",
+                                                  "step_overhead_us", "spec_overhead_us", "memory_reserve_fraction"])
 
 
 @runtimes_group.command("show")
