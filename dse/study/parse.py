@@ -324,7 +324,7 @@ def _chip_section(section: str, table: dict[str, KnobDef], sec: Any, choices: di
     if uses_device and tech_keys:
         err.add(f"space.{section}", sorted(tech_keys), "give either device (known parts) or technology knobs, "
                 "not both")
-    if not uses_device and "peak_tflops" not in sec:
+    if not uses_device and sec.get("peak_tflops") is None:
         err.add(f"space.{section}.peak_tflops", MISSING, "expected a value or range (dense BF16 TFLOP/s)")
     prefix = section + "_"
     knobs = []
