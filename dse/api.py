@@ -15,6 +15,7 @@ from .database import Database, load_database
 from .errors import SpecError
 from .model.arrays import DesignBatch, HardwareArrays
 from .model.evaluate import Metrics, evaluate
+from .model.specdec import TREE_NODES_MAX
 from .specs import (
     DTYPES,
     AcceptanceSpec,
@@ -57,14 +58,19 @@ def parse_drafter(spec: str, target: ModelSpec, db: Database, where: str = "--dr
     return DrafterSpec(kind="model", label=model.name, model=model)
 
 
-def make_acceptance(alpha=None, per_position=None, tau=None, *, where: str = "") -> AcceptanceSpec:
-    """Exactly one of alpha in [0, 1], per-position rates in [0, 1], or tau >= 1."""
-    given = [x is not None for x in (alpha, per_position, tau)]
-    names = f"{where}alpha / {where}acceptance / {where}tau"
+def make_acceptance(alpha=None, per_position=None, tau=None, rank=None, *, where: str = "",
+                    rank_name: str = "rank_acceptance") -> AcceptanceSpec:
+    """Exactly one of alpha in [0, 1], per-position rates in [0, 1], tau >= 1, or per-rank
+    acceptance (Sequoia): 'P1,P2,...' for every depth, or rows per depth 'P1,P2;Q1,Q2'
+    (Medusa head i, rank r), each p in [0, 1] and each row summing to <= 1."""
+    given = [x is not None for x in (alpha, per_position, tau, rank)]
+    names = f"{where}alpha / {where}acceptance / {where}tau / {where}{rank_name}"
     if sum(given) != 1:
         raise SpecError(None, names, None if not any(given) else "several",
                         "give exactly one: alpha (i.i.d. conditional acceptance rate), "
-                        "per-position rates, or tau (mean tokens per target pass)")
+                        "per-position rates, tau (mean tokens per target pass) or per-rank acceptance")
+    if rank is not None:
+        return _rank_acceptance(rank, f"{where}{rank_name}")
     if alpha is not None:
         a = _number(alpha, f"{where}alpha")
         if not 0.0 <= a <= 1.0:
@@ -82,6 +88,23 @@ def make_acceptance(alpha=None, per_position=None, tau=None, *, where: str = "")
     if not t >= 1.0:
         raise SpecError(None, f"{where}tau", tau, "expected a number >= 1 (it counts the bonus token)")
     return AcceptanceSpec(kind="tau", tau=t)
+
+
+def _rank_acceptance(rank, field: str) -> AcceptanceSpec:
+    """'0.6,0.2,0.1' or '0.7,0.1;0.5,0.1' (or lists) -> AcceptanceSpec(kind='rank')."""
+    rows = rank
+    if isinstance(rows, str):
+        rows = [[p for p in row.split(",") if p.strip()] for row in rows.split(";") if row.strip()]
+    elif isinstance(rows, (list, tuple)) and rows and not isinstance(rows[0], (list, tuple)):
+        rows = [rows]
+    allowed = ("expected rates per rank 'P1,P2,...' (rows per depth separated by ';'), "
+               "each in [0, 1], each row summing to <= 1")
+    if not isinstance(rows, (list, tuple)) or not rows or any(not isinstance(r, (list, tuple)) or not r for r in rows):
+        raise SpecError(None, field, rank, allowed)
+    out = tuple(tuple(_number(x, field) for x in row) for row in rows)
+    if any(not 0.0 <= p <= 1.0 for row in out for p in row) or any(sum(row) > 1.0 + 1e-9 for row in out):
+        raise SpecError(None, field, rank, allowed)
+    return AcceptanceSpec(kind="rank", rank=out)
 
 
 def _number(x, field: str) -> float:
@@ -130,7 +153,7 @@ def apply_overrides(dev: DeviceSpec, rt: RuntimeSpec, assignments: dict[str, Any
 def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1,
                     draft_hw: str | None = None, draft_chips: int = 1, k: int | str = "auto",
                     alpha: float | None = None, acceptance=None, tau: float | None = None,
-                    tree_nodes: int = 0, batch: int = 1, prompt: int = 128, output: int = 128,
+                    rank_acceptance=None, tree_nodes: int = 0, datastore_gb: float = 0.0, batch: int = 1, prompt: int = 128, output: int = 128,
                     dtype: str = "bf16", kv_dtype: str | None = None, temperature: float = 0.0,
                     overlap: bool = False, runtime: str | None = None, baseline_ms: float | None = None,
                     set_fields: dict[str, Any] | None = None, k_max: int = 8,
@@ -162,10 +185,11 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     k_val = _parse_k(k, drafter)
     if drafter.kind == "none":
         acc = AcceptanceSpec(kind="alpha", alpha=0.0)
-        if any(x is not None for x in (alpha, acceptance, tau)):
-            raise SpecError(None, "--alpha/--acceptance/--tau", "given", "acceptance needs a drafter (--draft)")
+        if any(x is not None for x in (alpha, acceptance, tau, rank_acceptance)):
+            raise SpecError(None, "--alpha/--acceptance/--tau/--rank-acceptance", "given",
+                            "acceptance needs a drafter (--draft)")
     else:
-        acc = make_acceptance(alpha, acceptance, tau, where="--")
+        acc = make_acceptance(alpha, acceptance, tau, rank_acceptance, where="--", rank_name="rank-acceptance")
         if acc.kind == "tau" and k_val == 0:
             raise SpecError(None, "--k", "auto", "--tau is measured at one k: give --k with --tau")
         if acc.kind == "tau" and acc.tau > k_val + 1:
@@ -173,10 +197,19 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         if acc.kind == "per_position" and k_val > len(acc.per_position):
             raise SpecError(None, "--k", k_val, f"expected at most {len(acc.per_position)} "
                             "(one acceptance rate per drafted position)")
+        if acc.kind == "rank" and len(acc.rank) > 1 and k_val > len(acc.rank):
+            raise SpecError(None, "--k", k_val, f"expected at most {len(acc.rank)} (one row of "
+                            "--rank-acceptance per depth)")
         if drafter.kind == "medusa" and k_val > drafter.heads:
             raise SpecError(None, "--k", k_val, f"expected at most {drafter.heads} (one token per Medusa head)")
-    if tree_nodes and drafter.kind in ("none", "ngram", "medusa"):
-        raise SpecError(None, "--tree-nodes", tree_nodes, "trees need a model, early-exit or eagle drafter")
+    if tree_nodes and drafter.kind == "none":
+        raise SpecError(None, "--tree-nodes", tree_nodes, "a tree needs a drafter (--draft)")
+    if tree_nodes > TREE_NODES_MAX:
+        raise SpecError(None, "--tree-nodes", tree_nodes, f"expected an integer in [0, {TREE_NODES_MAX}]")
+    if not (isinstance(datastore_gb, (int, float)) and math.isfinite(datastore_gb) and datastore_gb >= 0):
+        raise SpecError(None, "--datastore-gb", datastore_gb, "expected a number >= 0 (GB of host memory)")
+    if datastore_gb and drafter.kind != "ngram":
+        raise SpecError(None, "--datastore-gb", datastore_gb, "a datastore belongs to a retrieval draft (--draft ngram)")
     if tree_nodes and k_val and tree_nodes < k_val:
         raise SpecError(None, "--tree-nodes", tree_nodes, f"expected >= k = {k_val} (one node per level at least)")
     if chips > 1 and dev.link_bw_bytes_s <= 0:
@@ -198,6 +231,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         raise SpecError(None, "--overlap", True, "overlapped drafting needs a draft chip (--draft-hw)")
     w = Workload(target=tgt, drafter=drafter, acceptance=acc, dtype=dtype, kv_dtype=kv_dtype or dtype,
                  temperature=float(temperature), overlap=overlap, tree_nodes=tree_nodes,
+                 datastore_bytes=float(datastore_gb) * 1e9,
                  k_max=k_max if drafter.kind != "medusa" else drafter.heads)
     design = DesignBatch(target=target_hw, draft=draft_arrays, draft_on_chip=on_chip,
                          draft_link_bw_bytes_s=link_bw, draft_link_latency_s=link_lat,
@@ -214,8 +248,10 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                tree_nodes=tree_nodes or None, acceptance=acc.describe() if drafter.kind != "none" else None,
                alpha_meaning=("i.i.d. conditional per-token acceptance rate (Leviathan et al. 2023)"
                               if acc.kind == "alpha" else
+                              "none: a tree's tau maps to no single chain alpha" if tree_nodes else
                               "i.i.d. rate that gives the same tau at this k (input was "
-                              f"{'per-position rates' if acc.kind == 'per_position' else 'tau'})")
+                              + {"per_position": "per-position rates", "tau": "tau", "rank": "per-rank rates"}[acc.kind]
+                              + ")")
                if drafter.kind != "none" else None,
                k_mode="auto" if k_val == 0 else "fixed", anchor=anchor)
     return out

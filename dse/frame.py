@@ -24,7 +24,8 @@ HARDWARE_COLUMNS = ("buildable", "chips", "mem_bw_tb_s", "memory_capacity_gb", "
 #: derived per-resource metrics: what the speculative gain costs in dollars, watts and silicon
 DERIVED_COLUMNS = ("tokens_per_s_per_kusd", "tokens_per_s_per_w", "tokens_per_s_per_cm2", "speedup_per_kusd")
 _BOUNDS = {"baseline_bound", "verify_bound", "draft_bound"}
-NUMERIC_METRICS = tuple(n for n, _, _ in METRIC_COLUMNS if n not in _BOUNDS and n != "fits") \
+_TEXT = _BOUNDS | {"tree_shape"}      # text metric columns (tree_shape: nodes per depth, '3-6-6-5-6')
+NUMERIC_METRICS = tuple(n for n, _, _ in METRIC_COLUMNS if n not in _TEXT and n != "fits") \
     + HARDWARE_COLUMNS[1:] + DERIVED_COLUMNS
 #: names of the constraint columns set on every Optuna trial, in constraint_values order
 BASE_CONSTRAINTS = ("memory_fit_gb", "buildable")
@@ -108,9 +109,11 @@ def results_frame(study, designs: Designs, metrics: Metrics, params: dict[str, n
     for name, arr in metrics.columns().items():
         if name in _BOUNDS:
             data[name] = pd.array(np.where(cols["fits"], arr, None), dtype="string")
+        elif name == "tree_shape":
+            data[name] = pd.array(arr, dtype="string")
         elif name == "fits":
             data[name] = np.asarray(arr, dtype=bool)
-        elif name == "k":
+        elif name in ("k", "tree_nodes"):
             data[name] = np.asarray(arr, dtype=np.int64)
         else:
             data[name] = np.asarray(arr, dtype=np.float64)

@@ -310,19 +310,25 @@ class AcceptanceSpec:
 
     kind 'alpha': i.i.d. conditional per-token acceptance rate (Leviathan et al. 2023);
     kind 'per_position': conditional rates a_1..a_m for positions 1..m;
-    kind 'tau': the mean tokens emitted per target pass, as papers publish it, for the given k.
+    kind 'tau': the mean tokens emitted per target pass, as papers publish it, for the given k;
+    kind 'rank': positional acceptance for trees (Sequoia, arXiv 2402.12374): rank[d][r] is the
+    probability that the rank-(r+1) child of an accepted node is the accepted one; one row for
+    every depth, or one row per depth (Medusa: head d+1). A chain uses the rank-1 column.
     """
 
     kind: str
     alpha: float = 0.0
     per_position: tuple[float, ...] = ()
     tau: float = 0.0
+    rank: tuple[tuple[float, ...], ...] = ()
 
     def describe(self) -> str:
         if self.kind == "alpha":
             return f"alpha={self.alpha:g} (i.i.d. conditional per token)"
         if self.kind == "per_position":
             return "alpha per position=" + ",".join(f"{a:g}" for a in self.per_position)
+        if self.kind == "rank":
+            return "acceptance per rank=" + ";".join(",".join(f"{a:g}" for a in row) for row in self.rank)
         return f"tau={self.tau:g} (given)"
 
 
@@ -337,5 +343,6 @@ class Workload:
     kv_dtype: str = "bf16"
     temperature: float = 0.0
     overlap: bool = False
-    tree_nodes: int = 0               # 0 = a chain of k drafts
+    tree_nodes: int = 0               # 0 = a chain of k drafts (DesignBatch.tree_nodes > 0 overrides per design)
     k_max: int = 8                    # candidates for k = auto
+    datastore_bytes: float = 0.0      # retrieval drafts (REST): host-memory datastore, never device memory
