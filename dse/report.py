@@ -150,6 +150,8 @@ def front_table(df: pd.DataFrame, objectives=None, top: int | None = None) -> pd
     cols += [c for c in f.columns if c.startswith("params_")]
     cols += [m for m, _ in objs if m not in cols]
     cols += [c for c in SPEC_COLUMNS if c in f.columns and c not in cols]
+    if "tree_shape" in f.columns and f["tree_shape"].fillna("").astype(str).str.len().gt(0).any():
+        cols.append("tree_shape")          # nodes per depth of each design's best tree
     out = f[cols]
     if top is not None:
         out = out.head(top)

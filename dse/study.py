@@ -61,6 +61,8 @@ WORKLOAD_KNOBS = {
     "output_tokens": KnobDef("int", 1, 1e7, 256),
 }
 K_KNOB = KnobDef("int", 1, 64, None)
+#: workload.tree_nodes given as a list or {low, high}: searched per design (0 in a list = a chain)
+TREE_NODES_KNOB = KnobDef("int", 0, 1024, None, desc="nodes of the best draft tree (depth <= k); 0 = a chain")
 
 WORKLOAD_KEYS = {"target", "draft", "dtype", "kv_dtype", "batch", "prompt_tokens", "output_tokens", "temperature",
                  "acceptance", "k", "runtime", "overlap", "tree_nodes", "k_max"}
@@ -160,7 +162,8 @@ class StudySpec:
             return out
         acc = self.acceptance
         acc_d = ({"alpha": acc.alpha} if acc.kind == "alpha" else
-                 {"per_position": list(acc.per_position)} if acc.kind == "per_position" else {"tau": acc.tau})
+                 {"per_position": list(acc.per_position)} if acc.kind == "per_position" else
+                 {"rank": [list(r) for r in acc.rank]} if acc.kind == "rank" else {"tau": acc.tau})
         return {
             "name": self.name, "description": self.description, "file": self.path,
             "workload": {"target": self.target.name, "draft": self.drafter.label, "dtype": self.dtype,
@@ -292,11 +295,16 @@ def _cross_checks(p: str, knobs: list[Knob], drafter, acc, tree_nodes: int, over
         out.append(SpecError(p, "workload.acceptance.tau", acc.tau, f"expected a number in [1, k+1 = {k_lo + 1}]"))
     if drafter.kind == "medusa" and k_hi is not None and k_hi > drafter.heads:
         out.append(SpecError(p, where, k_hi, f"expected at most {drafter.heads} (one token per Medusa head)"))
-    if tree_nodes:
-        if drafter.kind not in ("model", "early-exit", "eagle"):
-            out.append(SpecError(p, "workload.tree_nodes", tree_nodes, "trees need a model, early-exit or eagle drafter"))
-        elif k_hi is not None and tree_nodes < k_hi:
-            out.append(SpecError(p, "workload.tree_nodes", tree_nodes, f"expected >= k = {k_hi} (one node per level)"))
+    tn_knob = by.get("tree_nodes")
+    tn_lo = tree_nodes or (_knob_bounds(tn_knob)[0] if tn_knob is not None else 0)
+    tn_where = "workload.tree_nodes"
+    if tree_nodes or tn_knob is not None:
+        if drafter.kind == "none":
+            out.append(SpecError(p, tn_where, tree_nodes or "searched", "a tree needs a drafter (workload.draft)"))
+        elif tn_lo and k_hi is not None and tn_lo < k_hi:
+            out.append(SpecError(p, tn_where, tn_lo, f"expected >= k = {k_hi} (one node per level)"))
+        if tn_knob is not None and acc.kind == "tau":
+            out.append(SpecError(p, tn_where, "searched", "tau is measured on one tree: fix tree_nodes with tau"))
     enabled = by.get("draft_chip_enabled")
     can_have_chip = enabled is not None and (enabled.searched or enabled.fixed is True)
     if overlap and not can_have_chip:
@@ -404,8 +412,13 @@ def load_study(path: str | Path, db: Database | None = None) -> StudySpec:
         err.add("workload.overlap", overlap, "expected true or false")
         overlap = False
     tree_nodes = wl.get("tree_nodes", 0)
-    if not _is_num(tree_nodes) or tree_nodes < 0 or not float(tree_nodes).is_integer():
-        err.add("workload.tree_nodes", tree_nodes, "expected an integer >= 0")
+    if isinstance(tree_nodes, (list, dict)):       # searched per design (the best shape is reported)
+        kn = _parse_knob(err, "workload", "tree_nodes", tree_nodes, TREE_NODES_KNOB, None, "tree_nodes")
+        if kn:
+            knobs.append(kn)
+        tree_nodes = 0
+    elif not _is_num(tree_nodes) or not 0 <= tree_nodes <= 1024 or not float(tree_nodes).is_integer():
+        err.add("workload.tree_nodes", tree_nodes, "expected an integer in [0, 1024], a list of them, or {low, high}")
         tree_nodes = 0
     k_max = wl.get("k_max", 8)
     if not _is_num(k_max) or not 1 <= k_max <= 64 or not float(k_max).is_integer():
@@ -421,14 +434,16 @@ def load_study(path: str | Path, db: Database | None = None) -> StudySpec:
             knobs.append(kn)
     acc_raw = wl.get("acceptance")
     if drafter is not None and drafter.kind != "none":
-        if not isinstance(acc_raw, dict) or len(acc_raw) != 1 or next(iter(acc_raw)) not in ("alpha", "per_position", "tau"):
+        if not isinstance(acc_raw, dict) or len(acc_raw) != 1 or next(iter(acc_raw)) not in ("alpha", "per_position",
+                                                                                                 "tau", "rank"):
             err.add("workload.acceptance", acc_raw if acc_raw is not None else MISSING,
                     "expected exactly one of {alpha: A} (i.i.d. conditional rate in [0, 1]), "
-                    "{per_position: [A1, ...]} or {tau: T} (mean tokens per target pass, >= 1)")
+                    "{per_position: [A1, ...]}, {tau: T} (mean tokens per target pass, >= 1) or "
+                    "{rank: [P1, P2, ...]} (tree acceptance per rank, or one list per depth)")
         else:
             try:
                 acc = make_acceptance(acc_raw.get("alpha"), acc_raw.get("per_position"), acc_raw.get("tau"),
-                                      where="workload.acceptance.")
+                                      acc_raw.get("rank"), where="workload.acceptance.", rank_name="rank")
             except SpecError as exc:
                 err.items.append(SpecError(p, exc.field.split(" / ")[0], exc.value, exc.allowed))
     else:
