@@ -74,8 +74,10 @@ def eval_table(r: dict) -> str:
                f"(AI {fmt(r['verify_arithmetic_intensity'])}, {r['verify_bound']}) + link "
                f"{r['link_ms_per_iter']:.3f} ms -> {r['iter_ms']:.3f} ms")
     alpha = "-" if r["alpha"] is None else f"{r['alpha']:.3f}"
+    reach = "P(deepest level accepted)" if r.get("tree_nodes") else "P(all k accepted)"
+    window = f"  P(window usable) {r['p_window']:.3f}" if r.get("overlap") and r.get("p_window") is not None else ""
     out.append(f"accounting   tau {r['tau']:.3f} tokens/pass  alpha {alpha}  k {r['k']}  "
-               f"c {r['draft_cost_ratio']:.3f}  P(all k accepted) {r['p_all_accepted']:.3f}")
+               f"c {r['draft_cost_ratio']:.3f}  {reach} {r['p_all_accepted']:.3f}{window}")
     out.append(f"TTFT         {r['ttft_ms']:.2f} ms   request {r['request_latency_ms']:.1f} ms")
     if r.get("anchor"):
         a = r["anchor"]

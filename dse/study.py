@@ -16,6 +16,7 @@ from typing import Any
 
 from .database import Database, load_database
 from .errors import MISSING, SpecError, raise_collected
+from .model.specdec import TREE_NODES_MAX
 from .specs import DTYPES, AcceptanceSpec, DrafterSpec, ModelSpec
 from .yamlio import load_yaml
 
@@ -62,7 +63,7 @@ WORKLOAD_KNOBS = {
 }
 K_KNOB = KnobDef("int", 1, 64, None)
 #: workload.tree_nodes given as a list or {low, high}: searched per design (0 in a list = a chain)
-TREE_NODES_KNOB = KnobDef("int", 0, 1024, None, desc="nodes of the best draft tree (depth <= k); 0 = a chain")
+TREE_NODES_KNOB = KnobDef("int", 0, TREE_NODES_MAX, None, desc="nodes of the best draft tree (depth <= k); 0 = a chain")
 
 WORKLOAD_KEYS = {"target", "draft", "dtype", "kv_dtype", "batch", "prompt_tokens", "output_tokens", "temperature",
                  "acceptance", "k", "runtime", "overlap", "tree_nodes", "k_max"}
@@ -417,8 +418,9 @@ def load_study(path: str | Path, db: Database | None = None) -> StudySpec:
         if kn:
             knobs.append(kn)
         tree_nodes = 0
-    elif not _is_num(tree_nodes) or not 0 <= tree_nodes <= 1024 or not float(tree_nodes).is_integer():
-        err.add("workload.tree_nodes", tree_nodes, "expected an integer in [0, 1024], a list of them, or {low, high}")
+    elif not _is_num(tree_nodes) or not 0 <= tree_nodes <= TREE_NODES_MAX or not float(tree_nodes).is_integer():
+        err.add("workload.tree_nodes", tree_nodes, f"expected an integer in [0, {TREE_NODES_MAX}], a list of them, "
+                "or {low, high}")
         tree_nodes = 0
     k_max = wl.get("k_max", 8)
     if not _is_num(k_max) or not 1 <= k_max <= 64 or not float(k_max).is_integer():

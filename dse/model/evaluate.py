@@ -304,19 +304,26 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     Tc, Dc = _cols(T), _cols(D)
     Bc, Sc = B[:, None], S[:, None]
     kf = kc.astype(np.float64)
-    tree_c, nodes_c = is_tree[:, None], nodes[:, None]
+    any_tree = bool(is_tree.any())
+    # chain-only batches keep the chain's arrays (no per-row selection): the common, fast path
+    tree_c = is_tree[:, None] if any_tree else False
+    nodes_c = nodes[:, None]
+
+    def tree_or(a, b):
+        return np.where(tree_c, a, b) if any_tree else b
 
     # ---- acceptance: chains by Leviathan / per-position rates; trees by their best shape ----
     tau_tab, p_tab, win_tab = _tau_table(w, K)
     tau, p_all, p_win = tau_tab[kc], p_tab[kc], win_tab[kc]
-    level = np.broadcast_to((np.arange(K) < kc[..., None]).astype(np.int64), kc.shape + (K,))
-    if is_tree.any():
+    level = None
+    if any_tree:
+        level = np.broadcast_to((np.arange(K) < kc[..., None]).astype(np.int64), kc.shape + (K,))
         t_tau, t_deep, t_win, t_shape = _tree_terms(w, nodes_c, kc, K)
         tau, p_all, p_win = (np.where(tree_c, a, b) for a, b in ((t_tau, tau), (t_deep, p_all), (t_win, p_win)))
         level = np.where(tree_c[..., None], t_shape.astype(np.int64), level)    # nodes per depth, (.., K)
 
     # ---- verify: q = k+1, or tree nodes + 1 under a tree mask ----
-    q_verify = np.where(tree_c, nodes_c + 1.0, kf + 1.0)
+    q_verify = tree_or(nodes_c + 1.0, kf + 1.0)
     verify = step_cost(tgt, Tc, batch=Bc, q=q_verify, context=Sc, tree_mask=tree_c, **kw)
 
     # ---- draft ----
@@ -338,7 +345,7 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
         t_draft = kf * one_step.time_s
         draft_ai, draft_bound = (np.broadcast_to(one_step.arithmetic_intensity, t_draft.shape),
                                  np.broadcast_to(one_step.bound, t_draft.shape))
-        if is_tree.any():
+        if any_tree:
             # a tree: one step per depth, over as many positions as that depth holds (EAGLE-2)
             parts = [draft_step(np.maximum(level[..., i], 1).astype(np.float64)) for i in range(K)]
             used = [level[..., i] > 0 for i in range(K)]
@@ -362,8 +369,8 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
                          Tc.kernels_per_layer * Tc.kernel_launch_s + 0.0 * flops)
         t_draft, draft_ai, draft_bound = heads.time_s, heads.arithmetic_intensity, heads.bound
     else:  # ngram / retrieval: host lookup, then copy the drafts (a tree: ids + mask) to the device
-        copy_bytes = np.where(tree_c, Bc * q_verify * TOKEN_ID_BYTES + Bc * q_verify ** 2 * MASK_BYTES,
-                              Bc * kf * TOKEN_ID_BYTES)
+        copy_bytes = tree_or(Bc * q_verify * TOKEN_ID_BYTES + Bc * q_verify ** 2 * MASK_BYTES,
+                             Bc * kf * TOKEN_ID_BYTES)
         t_draft = Tc.ngram_draft_s + Tc.host_copy_s + copy_bytes / Tc.host_link_bw_bytes_s
         draft_ai = np.zeros_like(t_draft)
         draft_bound = np.full(t_draft.shape, OVERHEAD)
@@ -372,10 +379,10 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     # accepted count and next token back; two latencies per iteration. A tree sends each
     # node's token and parent index. ----
     on_c = on_chip[:, None]
-    sent = np.where(tree_c, 2.0 * nodes_c, kf)
+    sent = tree_or(2.0 * nodes_c, kf)
     link_bytes = Bc * sent * TOKEN_ID_BYTES + 2 * Bc * TOKEN_ID_BYTES
     if w.temperature > 0:
-        link_bytes = link_bytes + Bc * np.where(tree_c, nodes_c, kf) * tgt.vocab_size * PROB_BYTES
+        link_bytes = link_bytes + Bc * tree_or(nodes_c, kf) * tgt.vocab_size * PROB_BYTES
     with np.errstate(divide="ignore", invalid="ignore"):
         t_link = 2.0 * batch.draft_link_latency_s[:, None] + link_bytes / (0.5 * batch.draft_link_bw_bytes_s[:, None])
     t_link = np.where(on_c, t_link, 0.0)
@@ -398,7 +405,8 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     t_draft, t_link, t_verify = pick(t_draft), pick(t_link), pick(verify.time_s)
     verify_ai, verify_bound = pick(verify.arithmetic_intensity), pick(verify.bound)
     draft_ai, draft_bound = pick(draft_ai), pick(draft_bound)
-    level = np.broadcast_to(level, (n, kc.shape[1], K))[np.arange(n), idx]       # (n, K)
+    if any_tree:
+        level = np.broadcast_to(level, (n, kc.shape[1], K))[np.arange(n), idx]   # (n, K)
     # k = auto may also choose k = 0: speculation off where no k beats plain decoding (a
     # server would switch it off there); the row then reports the baseline with tau = 1.
     off = ~fixed & (t_iter / tau >= base.time_s)
@@ -426,7 +434,8 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     metrics = dict(
         baseline_s_per_token=base.time_s, spec_s_per_token=spec,
         speedup=base.time_s / spec, k=k, alpha=alpha, tau=tau, p_all_accepted=p_all, p_window=p_win,
-        tree_nodes=np.where(shown, nodes, 0), tree_shape=np.where(shown, shape_text(level), ""),
+        tree_nodes=np.where(shown, nodes, 0),
+        tree_shape=np.where(shown, shape_text(level), "") if any_tree else np.full(n, ""),
         draft_s_per_iter=t_draft, verify_s_per_iter=t_verify, link_s_per_iter=t_link, iter_s=t_iter,
         draft_cost_ratio=np.where(k > 0, t_draft / (np.maximum(k, 1) * base.time_s), 0.0),
         speedup_bound=tau / (1.0 + exposed / base.time_s),

@@ -79,7 +79,7 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
         flops_lin = flops_lin + 2.0 * tf.lm_head_params(m) * B / t
     kv_tok = L * tf.kv_elems_per_token_per_layer(m) * kv_bytes
     bytes_att = B * (S + q) * kv_tok / t
-    own = np.where(tree_mask, q, 0.5 * (q + 1.0))
+    own = np.where(tree_mask, q, 0.5 * (q + 1.0)) if np.any(tree_mask) else 0.5 * (q + 1.0)
     flops_att = tf.attention_flops_per_token_per_ctx(m, L) * T * (S + own) / t
     flop_s = hw.peak_flop_s * hw.compute_efficiency
     byte_s = hw.mem_bw_bytes_s * hw.mem_efficiency

@@ -262,3 +262,20 @@ def test_vectorised_trees_match_single_evaluations(db):
                               batch=int([1, 1, 1, 4, 16][i]))
         assert m.spec_s_per_token[i] * 1e3 == pytest.approx(one["spec_ms_per_token"], rel=1e-12)
         assert m.tree_shape[i] == one["tree_shape"]
+
+
+def test_tree_size_bound_keeps_the_table_small():
+    # TREE_NODES_MAX = 1024 covers Sequoia's largest tree (768 nodes); at the bound, with the
+    # deepest k a study allows (64), the per-workload table stays a few MB and builds quickly
+    import time
+    t0 = time.perf_counter()
+    t = specdec.tree_table(specdec.rank_matrix(alpha(0.9), 65, specdec.TREE_NODES_MAX), 64, specdec.TREE_NODES_MAX)
+    assert time.perf_counter() - t0 < 5.0
+    assert t.shape.nbytes < 16e6
+    assert specdec.TREE_NODES_MAX >= 768
+    assert t.tau[64, 1024] <= 65
+
+
+def test_chain_only_batches_report_no_tree():
+    r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=0.8, k=4)
+    assert r["tree_shape"] == "" and r["tree_nodes"] is None
