@@ -279,3 +279,43 @@ def test_tree_size_bound_keeps_the_table_small():
 def test_chain_only_batches_report_no_tree():
     r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=0.8, k=4)
     assert r["tree_shape"] == "" and r["tree_nodes"] is None
+
+
+def test_cli_prints_the_tree_and_refuses_bad_rank_vectors():
+    from click.testing import CliRunner
+
+    from dse.cli import main
+    r = CliRunner().invoke(main, ["eval", "--hw", "h100-sxm", "--target", "llama-3.1-8b", "--draft", "eagle",
+                                  "--alpha", "0.6", "--tree-nodes", "64", "--k", "8"])
+    assert r.exit_code == 0
+    assert "tree of 64 nodes (per depth 5-10-19-15-6-7-1-1)" in r.output and "tau 4.691" in r.output
+    bad = CliRunner().invoke(main, ["eval", "--hw", "h100-sxm", "--target", "llama-3.1-8b", "--draft", "ngram",
+                                    "--rank-acceptance", "0.7,0.4", "--tree-nodes", "8"])
+    assert bad.exit_code == 2 and "--rank-acceptance" in bad.output and "Traceback" not in bad.output
+
+
+def test_tree_draft_steps_take_each_depths_own_width(db, ideal):
+    # alpha 0.3, 26 nodes, depth <= 3: the best tree is 8-15-3 (wide and shallow). On an ideal
+    # H100 with 21 TFLOP/s the EAGLE step is memory-bound at 3 positions and compute-bound at 8
+    # and 15, so sum_i max(compute(n_i), memory) is not 3 x max(compute(26/3), memory): the
+    # uniform-width model is >= 5% off, and the model must equal the per-depth sum.
+    from dse.api import apply_overrides, hardware_arrays
+    from dse.model.evaluate import eagle_head
+    from dse.model.roofline import step_cost
+    fields = {**ideal, "peak_tflops_bf16": 21.0}
+    r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="eagle", alpha=0.3, tree_nodes=26, k=3,
+                        set_fields=fields)
+    assert r["tree_shape"] == "8-15-3"
+    dev, rt = apply_overrides(db.device("h100-sxm"), db.runtime("graphs"), fields)
+    hw = hardware_arrays(dev, rt, 1, "bf16")
+    tgt = db.model("llama-3.1-8b")
+    fc = 2 * tgt.hidden_size ** 2                      # EAGLE's fc(2d -> d), bf16
+
+    def step(q):
+        c = step_cost(eagle_head(tgt), hw, batch=1.0, q=q, context=192.0, weight_bytes=2.0, kv_bytes=2.0)
+        return c.time_s[0] + max(2 * fc * q / 21e12, fc * 2 / 3.35e12)
+
+    per_depth = step(8.0) + step(15.0) + step(3.0)
+    uniform = 3 * step(26 / 3)
+    assert abs(per_depth - uniform) / per_depth > 0.05
+    assert r["draft_ms_per_iter"] == pytest.approx(per_depth * 1e3, rel=1e-9)
