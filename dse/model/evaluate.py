@@ -366,7 +366,7 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
         mem_bound = t_m >= t_c
         heads = StepCost(np.maximum(t_m, t_c) + Tc.kernels_per_layer * Tc.kernel_launch_s, flops, nbytes,
                          np.where(mem_bound, t_m, 0.0), np.where(mem_bound, 0.0, t_c),
-                         Tc.kernels_per_layer * Tc.kernel_launch_s + 0.0 * flops)
+                         Tc.kernels_per_layer * Tc.kernel_launch_s)
         t_draft, draft_ai, draft_bound = heads.time_s, heads.arithmetic_intensity, heads.bound
     else:  # ngram / retrieval: host lookup, then copy the drafts (a tree: ids + mask) to the device
         copy_bytes = tree_or(Bc * q_verify * TOKEN_ID_BYTES + Bc * q_verify ** 2 * MASK_BYTES,

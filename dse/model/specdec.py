@@ -20,7 +20,6 @@ def tau_iid(alpha, k):
     return np.where(a >= 1.0, k + 1.0, tau)
 
 
-
 def position_rates(acc: AcceptanceSpec, k_max: int) -> np.ndarray:
     """Conditional acceptance rate per draft position 1..k_max, shape (k_max,).
 
