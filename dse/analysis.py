@@ -293,6 +293,8 @@ def front_table(df: pd.DataFrame, objectives=None, top: int | None = None) -> pd
     f = front(df, objs)
     cols = [m for m, _ in objs]
     cols += [c for c in SPEC_COLUMNS if c in f.columns and c not in cols]
+    if "tree_shape" in f.columns and f["tree_shape"].fillna("").astype(str).str.len().gt(0).any():
+        cols.append("tree_shape")          # nodes per depth of each design's best tree
     cols += [c for c in ("trial",) if c in f.columns]
     cols += [c for c in f.columns if c.startswith("params_") and c not in cols]
     out = f[cols]

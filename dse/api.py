@@ -18,7 +18,16 @@ from .errors import SpecError, raise_collected
 from .model.arrays import DesignBatch, HardwareArrays
 from .model.evaluate import Metrics, evaluate
 from .results.columns import BOUND_COLUMNS
-from .workload import AcceptanceSpec, Workload, check_workload, make_acceptance, parse_drafter, parse_k
+from .units import FACTOR
+from .workload import (
+    TREE_NODES_MAX,
+    AcceptanceSpec,
+    Workload,
+    check_workload,
+    make_acceptance,
+    parse_drafter,
+    parse_k,
+)
 
 #: `--set` fields that belong to the runtime rather than the device
 RUNTIME_FIELDS = ("kernels_per_layer", "spec_overhead_us", "ngram_draft_us", "memory_reserve_fraction")
@@ -58,7 +67,7 @@ def apply_overrides(dev: DeviceSpec, rt: RuntimeSpec, assignments: dict[str, Any
 def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1,
                     draft_hw: str | None = None, draft_chips: int = 1, k: int | str = "auto",
                     alpha: float | None = None, acceptance=None, tau: float | None = None,
-                    tree_nodes: int = 0, batch: int = 1, prompt: int = 128, output: int = 128,
+                    rank_acceptance=None, tree_nodes: int = 0, datastore_gb: float = 0.0, batch: int = 1, prompt: int = 128, output: int = 128,
                     dtype: str = "bf16", kv_dtype: str | None = None, temperature: float = 0.0,
                     overlap: bool = False, runtime: str | None = None, baseline_ms: float | None = None,
                     set_fields: dict[str, Any] | None = None, k_max: int = 8,
@@ -80,6 +89,8 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         if value not in DTYPES:
             raise one_of(None, name, value, DTYPES)
     as_number(temperature, "--temperature", rng=Range(lo=0.0))
+    Range(integer=True, lo=0, hi=TREE_NODES_MAX).check(tree_nodes, None, "--tree-nodes")
+    as_number(datastore_gb, "--datastore-gb", rng=Range(lo=0.0, unit="GB of host memory"))
     dev = db.device(hw, where="--hw: ")
     rt = db.runtime(runtime or dev.default_runtime, where="--runtime: ")
     dev, rt = apply_overrides(dev, rt, set_fields or {})
@@ -88,18 +99,20 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         raise SpecError(None, "--target", target, f"{tgt.name} is a {tgt.kind}, not a model to serve")
     drafter = parse_drafter(draft, tgt, db)
     on_chip = draft_hw is not None
-    given = any(x is not None for x in (alpha, acceptance, tau))
+    given = any(x is not None for x in (alpha, acceptance, tau, rank_acceptance))
     if drafter.kind == "none" and not on_chip:
         k_val, acc = parse_k(k, drafter), AcceptanceSpec(kind="alpha", alpha=0.0)
     elif drafter.kind == "none":
         k_val, acc = 0, None
     else:
         k_val = parse_k(k, drafter)
-        acc = make_acceptance(alpha, acceptance, tau, where="--")
+        acc = make_acceptance(alpha, acceptance, tau, rank_acceptance, where="--", rank_name="rank-acceptance")
     k_given = k_val if k_val else None
     raise_collected(check_workload(drafter, acc, k_lo=k_given, k_hi=k_given, k_fixed=k_val > 0,
                                    tree_nodes=tree_nodes, overlap=overlap, draft_chip=on_chip,
                                    acceptance_given=given))
+    if datastore_gb and drafter.kind != "ngram":
+        raise SpecError(None, "--datastore-gb", datastore_gb, "a datastore belongs to a retrieval draft (--draft ngram)")
     if chips > 1 and dev.link_bw_bytes_s <= 0:
         raise SpecError(None, "--chips", chips, f"{dev.name} has no scale-up link (link_bw_gb_s = 0); use 1")
     target_hw = hardware_arrays(dev, rt, chips, dtype)
@@ -113,6 +126,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         ddev, draft_arrays, link_bw, link_lat = None, target_hw, 0.0, 0.0
     w = Workload(target=tgt, drafter=drafter, acceptance=acc, dtype=dtype, kv_dtype=kv_dtype or dtype,
                  temperature=float(temperature), overlap=overlap, tree_nodes=tree_nodes,
+                 datastore_bytes=float(datastore_gb) * FACTOR["gb"],
                  k_max=k_max if drafter.kind != "medusa" else drafter.heads)
     design = DesignBatch(target=target_hw, draft=draft_arrays, draft_on_chip=on_chip,
                          draft_link_bw_bytes_s=link_bw, draft_link_latency_s=link_lat,
@@ -126,11 +140,13 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                draft_hw=ddev.name if ddev else None, draft_chips=draft_chips if ddev else None,
                runtime=rt.name, dtype=dtype, kv_dtype=kv_dtype or dtype, batch=batch,
                prompt_tokens=prompt, output_tokens=output, temperature=float(temperature), overlap=overlap,
-               tree_nodes=tree_nodes or None, acceptance=acc.describe() if drafter.kind != "none" else None,
+               acceptance=acc.describe() if drafter.kind != "none" else None,
                alpha_meaning=("i.i.d. conditional per-token acceptance rate (Leviathan et al. 2023)"
                               if acc.kind == "alpha" else
+                              "none: a tree's tau maps to no single chain alpha" if tree_nodes else
                               "i.i.d. rate that gives the same tau at this k (input was "
-                              f"{'per-position rates' if acc.kind == 'per_position' else 'tau'})")
+                              + {"per_position": "per-position rates", "tau": "tau", "rank": "per-rank rates"}[acc.kind]
+                              + ")")
                if drafter.kind != "none" else None,
                k_mode="auto" if k_val == 0 else "fixed", anchor=anchor)
     return out

@@ -69,7 +69,10 @@ def _kv(ctx, param, values):
 @click.option("--alpha", type=float, default=None, help="i.i.d. conditional per-token acceptance rate.")
 @click.option("--acceptance", default=None, help="Per-position conditional rates A1,A2,...")
 @click.option("--tau", type=float, default=None, help="Mean tokens per target pass (at the given --k).")
-@click.option("--tree-nodes", default=0, type=int, help="Verify a draft tree of N nodes (depth k).")
+@click.option("--rank-acceptance", default=None,
+              help="Tree acceptance per rank P1,P2,... (Sequoia), or rows per depth P1,P2;Q1,Q2 (Medusa heads).")
+@click.option("--tree-nodes", default=0, type=int, help="Verify the best draft tree of N nodes (depth <= k).")
+@click.option("--datastore-gb", default=0.0, type=float, help="Retrieval datastore in host memory (--draft ngram).")
 @click.option("--batch", default=1, show_default=True, type=int, help="Concurrent sequences per step.")
 @click.option("--prompt", default=128, show_default=True, type=int, help="Prompt tokens.")
 @click.option("--output", default=128, show_default=True, type=int, help="Generated tokens.")

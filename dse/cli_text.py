@@ -64,14 +64,21 @@ def eval_table(r: dict) -> str:
     if r["draft"] != "none":
         where = (f"on {r['draft_chips']}x {r['draft_hw']} (draft chip"
                  f"{', overlapped' if r['overlap'] else ''})" if r["draft_hw"] else "on the target chips")
-        tree = f", tree of {r['tree_nodes']} nodes" if r.get("tree_nodes") else ""
+        tree = (f", tree of {r['tree_nodes']} nodes (per depth {r['tree_shape'] or '-'})"
+                if r.get("tree_nodes") else "")
         out.append(f"draft {r['draft']} {where}; {r['acceptance']}; k={r['k']} ({r['k_mode']}){tree}")
     out.append("")
-    fit = "fits" if r["fits"] else f"DOES NOT FIT: short by {r['memory_shortfall_gb']:.2f} GB"
+    short_d = r.get("draft_memory_shortfall_gb") or 0.0
+    fit = ("fits" if not r["memory_shortfall_gb"] else
+           f"DOES NOT FIT: short by {r['memory_shortfall_gb']:.2f} GB")
     out.append(f"memory       {r['memory_required_gb']:.2f} GB needed of {r['memory_capacity_gb']:.2f} GB   {fit}")
     if r["draft"] != "none" and r["draft_memory_required_gb"]:
-        out.append(f"  draft      {r['draft_memory_required_gb']:.2f} GB (weights + KV) on a device of "
-                   f"{r['draft_memory_capacity_gb']:.2f} GB")
+        what = "head weights" if str(r["draft"]).startswith("medusa") else "weights + KV"
+        out.append(f"  draft      {r['draft_memory_required_gb']:.2f} GB ({what}) on a device of "
+                   f"{r['draft_memory_capacity_gb']:.2f} GB"
+                   + (f"   DRAFT CHIP DOES NOT FIT: short by {short_d:.2f} GB" if short_d else ""))
+    if r.get("datastore_gb"):
+        out.append(f"  datastore  {r['datastore_gb']:.2f} GB in host memory (not device memory)")
     if not r["fits"]:
         out.append("latency      - (the design does not fit; no latency is reported)")
         return "\n".join(out)
@@ -87,8 +94,10 @@ def eval_table(r: dict) -> str:
                f"(AI {fmt(r['verify_arithmetic_intensity'])}, {r['verify_bound']}) + link "
                f"{r['link_ms_per_iter']:.3f} ms -> {r['iter_ms']:.3f} ms")
     alpha = "-" if r["alpha"] is None else f"{r['alpha']:.3f}"
+    reach = "P(deepest level accepted)" if r.get("tree_nodes") else "P(all k accepted)"
+    window = f"  P(window usable) {r['p_window']:.3f}" if r.get("overlap") and r.get("p_window") is not None else ""
     out.append(f"accounting   tau {r['tau']:.3f} tokens/pass  alpha {alpha}  k {r['k']}  "
-               f"c {r['draft_cost_ratio']:.3f}  P(all k accepted) {r['p_all_accepted']:.3f}")
+               f"c {r['draft_cost_ratio']:.3f}  {reach} {r['p_all_accepted']:.3f}{window}")
     out.append(f"TTFT         {r['ttft_ms']:.2f} ms   request {r['request_latency_ms']:.1f} ms")
     if r.get("anchor"):
         a = r["anchor"]

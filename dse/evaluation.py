@@ -133,7 +133,8 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
     batch = DesignBatch(target=target, draft=draft, draft_on_chip=on,
                         draft_link_bw_bytes_s=np.minimum(draft.link_bw_bytes_s, target.link_bw_bytes_s),
                         draft_link_latency_s=draft.link_latency_s,
-                        batch=kn["batch"], prompt_tokens=kn["prompt_tokens"], output_tokens=kn["output_tokens"], k=k)
+                        batch=kn["batch"], prompt_tokens=kn["prompt_tokens"], output_tokens=kn["output_tokens"], k=k,
+                        tree_nodes=np.asarray(kn["tree_nodes"], dtype=np.int64) if "tree_nodes" in kn else 0)
     chips = tc["chips"]
     hwcols = {
         "chips": chips,
@@ -198,14 +199,15 @@ def metric_table(designs: Designs, metrics: Metrics) -> dict[str, np.ndarray]:
 def constraint_values(cols: dict[str, np.ndarray], study) -> np.ndarray:
     """Optuna-style constraint values, (n, 1 + len(constraints)); <= 0 is feasible.
 
-    Column 0 is the memory fit: shortfall in GB when short, else minus the slack in GB.
+    Column 0 is the memory fit: shortfall in GB (target chips plus draft chip) when short, else
+    minus the target's slack in GB.
     Column 1 is buildability (memory stacks fit the die edges, the stack height exists for
     that memory, the group has bandwidth and, across chips, a link; a design that fits must
     have a finite latency): +1 when not, -1 when it is. Then one column per study constraint (value - max, or min - value); a metric that is
     undefined (NaN, e.g. a latency of a design that does not fit) counts as violated (+1).
     """
-    fit = np.where(cols["memory_shortfall_gb"] > 0, cols["memory_shortfall_gb"],
-                   cols["memory_required_gb"] - cols["memory_capacity_gb"])
+    short = cols["memory_shortfall_gb"] + cols["draft_memory_shortfall_gb"]     # target chips + draft chip
+    fit = np.where(short > 0, short, cols["memory_required_gb"] - cols["memory_capacity_gb"])
     finite = ~cols["fits"] | np.isfinite(cols["spec_ms_per_token"])
     out = [fit, np.where(cols["buildable"] & finite, -1.0, 1.0)]
     for c in study.constraints:

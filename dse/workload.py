@@ -25,6 +25,9 @@ if TYPE_CHECKING:   # the database loader pulls in yaml; the model imports this 
 #: trees stay far below it (EAGLE-2 depth 6-8, Medusa 5 heads, Sequoia depth <= 16)
 K_LIMIT = 32
 K_RANGE = Range(integer=True, lo=1, hi=K_LIMIT)
+#: the largest draft tree: Sequoia's largest published tree has 768 nodes (Chen et al. 2024,
+#: arXiv 2402.12374); the best-tree table for 1024 nodes stays small (tests/model/test_trees.py)
+TREE_NODES_MAX = 1024
 _FROZEN = dict(frozen=True, slots=True, kw_only=True)
 
 DRAFTER_KINDS = ("none", "model", "ngram", "early-exit", "eagle", "medusa")
@@ -53,19 +56,25 @@ class AcceptanceSpec:
 
     kind 'alpha': i.i.d. conditional per-token acceptance rate (Leviathan et al. 2023);
     kind 'per_position': conditional rates a_1..a_m for positions 1..m;
-    kind 'tau': the mean tokens emitted per target pass, as papers publish it, for the given k.
+    kind 'tau': the mean tokens emitted per target pass, as papers publish it, for the given k;
+    kind 'rank': positional acceptance for trees (Sequoia, arXiv 2402.12374): rank[d][r] is the
+    probability that the rank-(r+1) child of an accepted node is the accepted one; one row for
+    every depth, or one row per depth (Medusa: head d+1). A chain uses the rank-1 column.
     """
 
     kind: str
     alpha: float = 0.0
     per_position: tuple[float, ...] = ()
     tau: float = 0.0
+    rank: tuple[tuple[float, ...], ...] = ()
 
     def describe(self) -> str:
         if self.kind == "alpha":
             return f"alpha={self.alpha:g} (i.i.d. conditional per token)"
         if self.kind == "per_position":
             return "alpha per position=" + ",".join(f"{a:g}" for a in self.per_position)
+        if self.kind == "rank":
+            return "acceptance per rank=" + ";".join(",".join(f"{a:g}" for a in row) for row in self.rank)
         return f"tau={self.tau:g} (given)"
 
 
@@ -80,8 +89,9 @@ class Workload:
     kv_dtype: str = "bf16"
     temperature: float = 0.0
     overlap: bool = False
-    tree_nodes: int = 0               # 0 = a chain of k drafts
+    tree_nodes: int = 0               # 0 = a chain of k drafts (DesignBatch.tree_nodes > 0 overrides per design)
     k_max: int = 8                    # candidates for k = auto
+    datastore_bytes: float = 0.0      # retrieval drafts (REST): host-memory datastore, never device memory
 
 
 def parse_drafter(spec: str, target: ModelSpec, db: Database, where: str = "--draft") -> DrafterSpec:
@@ -110,14 +120,19 @@ def parse_drafter(spec: str, target: ModelSpec, db: Database, where: str = "--dr
     return DrafterSpec(kind="model", label=model.name, model=model)
 
 
-def make_acceptance(alpha=None, per_position=None, tau=None, *, where: str = "") -> AcceptanceSpec:
-    """Exactly one of alpha in [0, 1], per-position rates in [0, 1], or tau >= 1."""
-    given = [x is not None for x in (alpha, per_position, tau)]
+def make_acceptance(alpha=None, per_position=None, tau=None, rank=None, *, where: str = "",
+                    rank_name: str = "rank_acceptance") -> AcceptanceSpec:
+    """Exactly one of alpha in [0, 1], per-position rates in [0, 1], tau >= 1, or per-rank
+    acceptance (Sequoia): 'P1,P2,...' for every depth, or rows per depth 'P1,P2;Q1,Q2'
+    (Medusa head i, rank r), each p in [0, 1] and each row summing to <= 1."""
+    given = [x is not None for x in (alpha, per_position, tau, rank)]
     if sum(given) != 1:
-        raise SpecError(None, f"{where}alpha / {where}acceptance / {where}tau",
+        raise SpecError(None, f"{where}alpha / {where}acceptance / {where}tau / {where}{rank_name}",
                         None if not any(given) else "several",
                         "give exactly one: alpha (i.i.d. conditional acceptance rate), "
-                        "per-position rates, or tau (mean tokens per target pass)")
+                        "per-position rates, tau (mean tokens per target pass) or per-rank acceptance")
+    if rank is not None:
+        return _rank_acceptance(rank, f"{where}{rank_name}")
     if alpha is not None:
         return AcceptanceSpec(kind="alpha", alpha=as_number(alpha, f"{where}alpha", rng=Range(lo=0.0, hi=1.0)))
     if per_position is not None:
@@ -132,6 +147,26 @@ def make_acceptance(alpha=None, per_position=None, tau=None, *, where: str = "")
     if not t >= 1.0:
         raise SpecError(None, f"{where}tau", tau, "expected a number >= 1 (it counts the bonus token)")
     return AcceptanceSpec(kind="tau", tau=t)
+
+
+def _rank_acceptance(rank, field: str) -> AcceptanceSpec:
+    """'0.6,0.2,0.1' or '0.7,0.1;0.5,0.1' (or lists) -> AcceptanceSpec(kind='rank')."""
+    rows = rank
+    if isinstance(rows, str):
+        rows = [[p for p in row.split(",") if p.strip()] for row in rows.split(";") if row.strip()]
+    elif isinstance(rows, (list, tuple)) and rows and not isinstance(rows[0], (list, tuple)):
+        rows = [rows]
+    allowed = ("expected rates per rank 'P1,P2,...' (rows per depth separated by ';'), "
+               "each in [0, 1], each row summing to <= 1")
+    if not isinstance(rows, (list, tuple)) or not rows or any(not isinstance(r, (list, tuple)) or not r for r in rows):
+        raise SpecError(None, field, rank, allowed)
+    try:
+        out = tuple(tuple(as_number(x, field, rng=Range(lo=0.0, hi=1.0)) for x in row) for row in rows)
+    except SpecError:
+        raise SpecError(None, field, rank, allowed) from None
+    if any(sum(row) > 1.0 + 1e-9 for row in out):
+        raise SpecError(None, field, rank, allowed)
+    return AcceptanceSpec(kind="rank", rank=out)
 
 
 def parse_k(k: Any, drafter: DrafterSpec, where: str = "--k") -> int:
@@ -159,6 +194,7 @@ class WorkloadNames:
     tau: str = "--tau"
     acceptance: str = "--alpha/--acceptance/--tau"
     per_position: str = "--acceptance"
+    rank: str = "--rank-acceptance"
     tree_nodes: str = "--tree-nodes"
     overlap: str = "--overlap"
     draft_chip: str = "--draft-hw"
@@ -170,8 +206,9 @@ CLI_NAMES = WorkloadNames()
 
 def check_workload(drafter: DrafterSpec, acc: AcceptanceSpec | None, *, k_lo: int | None, k_hi: int | None,
                    k_fixed: bool, tree_nodes: int, overlap: bool, draft_chip: bool, acceptance_given: bool,
-                   names: WorkloadNames = CLI_NAMES) -> list[SpecError]:
-    """Every rule between drafter, acceptance, k (bounds; None = auto), tree and draft chip."""
+                   tree_lo: int | None = None, names: WorkloadNames = CLI_NAMES) -> list[SpecError]:
+    """Every rule between drafter, acceptance, k (bounds; None = auto), tree and draft chip.
+    ``tree_nodes`` is a fixed tree size (0 = a chain); ``tree_lo`` the smallest of a searched one."""
     p, out = names.path, []
     if draft_chip and drafter.kind == "none":
         return [SpecError(p, names.draft_chip, True, "a draft chip holds a draft model: give the draft model too")]
@@ -188,13 +225,20 @@ def check_workload(drafter: DrafterSpec, acc: AcceptanceSpec | None, *, k_lo: in
         if acc.kind == "per_position" and k_hi is not None and k_hi > len(acc.per_position):
             out.append(SpecError(p, names.k, k_hi, f"expected at most {len(acc.per_position)} (one rate per "
                                  f"drafted position in {names.per_position})"))
+        if acc.kind == "rank" and len(acc.rank) > 1 and k_hi is not None and k_hi > len(acc.rank):
+            out.append(SpecError(p, names.k, k_hi, f"expected at most {len(acc.rank)} (one row of {names.rank} "
+                                 "per depth)"))
+        if tree_lo is not None and acc.kind == "tau":
+            out.append(SpecError(p, names.tree_nodes, "searched", "tau is measured on one tree: fix tree_nodes "
+                                 "with tau"))
     if drafter.kind == "medusa" and k_hi is not None and k_hi > drafter.heads:
         out.append(SpecError(p, names.k, k_hi, f"expected at most {drafter.heads} (one token per Medusa head)"))
-    if tree_nodes:
-        if drafter.kind not in ("model", "early-exit", "eagle"):
-            out.append(SpecError(p, names.tree_nodes, tree_nodes, "trees need a model, early-exit or eagle drafter"))
-        elif k_hi is not None and tree_nodes < k_hi:
-            out.append(SpecError(p, names.tree_nodes, tree_nodes, f"expected >= k = {k_hi} (one node per level)"))
+    smallest = tree_nodes or tree_lo or 0
+    if tree_nodes or tree_lo is not None:
+        if drafter.kind == "none":
+            out.append(SpecError(p, names.tree_nodes, tree_nodes or "searched", "a tree needs a drafter (draft)"))
+        elif smallest and k_hi is not None and smallest < k_hi:
+            out.append(SpecError(p, names.tree_nodes, smallest, f"expected >= k = {k_hi} (one node per level)"))
     if draft_chip and not drafter.can_use_draft_chip:
         out.append(SpecError(p, names.draft_chip, True, f"the {drafter.kind} drafter needs the target's hidden "
                              "states (or no weights) and runs on the target chips; a draft chip needs a draft model"))

@@ -127,3 +127,17 @@ def test_cli_validate_json_matches_api(report):
 def test_doc_table_is_what_dse_validate_prints(report):
     """docs/calibration.md quotes `dse validate`; refresh with `python -m dse.calibration docs/calibration.md`."""
     assert calibration.doc_block(DOC) == calibration.format_report(report)
+
+
+def test_eagle_rows_are_modelled_as_the_default_tree():
+    # specdec:16-17 (EAGLE + gpt-fast): a speedup through EAGLE's default tree, mc_sim_7b_63 =
+    # 4 + 8 + 8 + 3 + 2 = 25 nodes below the root, depth 5, anchored at the measured baseline
+    rows = {c.id: c for c in calibration.cases()}
+    for rid, baseline in (("specdec:16", 30.1), ("specdec:17", 21.1)):
+        c = rows[rid]
+        assert c.metric == "speedup" and c.role == "held-out"
+        assert (c.design["tree_nodes"], c.design["k"], c.design["draft"]) == (25, 5, "eagle")
+        assert c.design["baseline_ms"] == baseline
+        r = evaluate_design(**c.design)
+        assert r["tau"] == pytest.approx(c.design["tau"]) and r["tree_nodes"] == 25
+        assert r["baseline_ms_per_token"] == pytest.approx(baseline)

@@ -172,11 +172,13 @@ def metrics(tm: dict, dm: dict, T: dict, D: dict | None, *, B: int, P: int, G: i
     req_t = need_t + (0.0 if on else draft_bytes) + RESERVE * cap_t
     cap_d = D["cap"] * D["chips"] if on else cap_t
     req_d = draft_bytes + (RESERVE * cap_d if on else 0.0)
-    short = max(0.0, req_t - cap_t) + (max(0.0, req_d - cap_d) if on else 0.0)
-    fits = short <= 0
+    short = max(0.0, req_t - cap_t)                          # the target chips' shortfall
+    short_d = max(0.0, req_d - cap_d) if on else 0.0         # the draft chip's, carried on its own
+    fits = short + short_d <= 0
     out = dict(fits=fits, memory_required_gb=req_t / 1e9, memory_capacity_gb=cap_t / 1e9,
                memory_shortfall_gb=short / 1e9, draft_memory_required_gb=req_d / 1e9,
-               draft_memory_capacity_gb=cap_d / 1e9, k=k)
+               draft_memory_capacity_gb=cap_d / 1e9, draft_memory_shortfall_gb=short_d / 1e9,
+               datastore_gb=0.0, k=k, tree_nodes=0, tree_shape="")    # a chain, no retrieval datastore
     # ---- steps ----
     base = step(tm, T, B=B, q=1, S=S)
     verify = step(tm, T, B=B, q=k + 1, S=S)
@@ -195,6 +197,7 @@ def metrics(tm: dict, dm: dict, T: dict, D: dict | None, *, B: int, P: int, G: i
     lat = dict(
         baseline_ms_per_token=base["time"] * 1e3, spec_ms_per_token=spec * 1e3, speedup=base["time"] / spec,
         alpha=alpha, tau=tau, p_all_accepted=alpha ** k,
+        p_window=alpha ** (k + 1),          # the overlap window: all k drafts and the bonus token match
         draft_ms_per_iter=t_draft * 1e3, verify_ms_per_iter=verify["time"] * 1e3, link_ms_per_iter=t_link * 1e3,
         iter_ms=t_iter * 1e3, draft_cost_ratio=t_draft / (k * base["time"]),
         speedup_bound=tau / (1 + t_draft / base["time"]),      # Leviathan tau/(1 + k*c)
@@ -224,8 +227,8 @@ def derived(row: dict) -> dict:
 def violation(row: dict, constraints: list[dict]) -> float:
     """Sum of positive parts of the constraint values: memory fit (shortfall, or required minus
     capacity), buildable (+1 / -1), then value - max or min - value; an undefined metric is +1."""
-    fit = row["memory_shortfall_gb"] if row["memory_shortfall_gb"] > 0 \
-        else row["memory_required_gb"] - row["memory_capacity_gb"]
+    short = row["memory_shortfall_gb"] + row["draft_memory_shortfall_gb"]     # target chips + draft chip
+    fit = short if short > 0 else row["memory_required_gb"] - row["memory_capacity_gb"]
     total = max(fit, 0.0) + (0.0 if row["buildable"] else 1.0)
     for c in constraints:
         v = row[c["metric"]]
@@ -388,7 +391,8 @@ def synth_grid(tmp_path_factory):
 GLUE_ONLY = {"mem_bw_tb_s", "peak_tflops", "chip_memory_capacity_gb", "draft_chip_memory_capacity_gb", "die_area_mm2", "chip_cost_usd", "chip_power_w", "draft_mem_bw_tb_s",
              "draft_peak_tflops", "draft_die_area_mm2", "draft_chip_cost_usd", "draft_chip_power_w", "cost_usd",
              "power_w", "total_die_area_mm2", "memory_required_gb", "memory_capacity_gb", "memory_shortfall_gb",
-             "draft_memory_required_gb", "draft_memory_capacity_gb", "alpha", "tau", "p_all_accepted",
+             "draft_memory_required_gb", "draft_memory_capacity_gb", "draft_memory_shortfall_gb", "datastore_gb",
+             "alpha", "tau", "p_all_accepted", "p_window",
              "link_ms_per_iter"}
 
 
@@ -624,10 +628,11 @@ def test_evaluate_design_agrees_with_the_row(known):
 # The schema: no column without a pinned value, and each column's type
 # ---------------------------------------------------------------------------------------------
 
-INT = ("trial", "seed", "chips", "draft_chips", "k", "pareto_rank", "params_target_chip_chips",
+INT = ("trial", "seed", "chips", "draft_chips", "k", "tree_nodes", "pareto_rank", "params_target_chip_chips",
        "params_target_chip_memory_stacks")
 BOOL = ("buildable", "fits", "feasible", "is_pareto", "params_draft_chip_enabled")
-STR = ("study", "state", "sampler", "params_target_chip_device", "baseline_bound", "verify_bound", "draft_bound")
+STR = ("study", "state", "sampler", "params_target_chip_device", "baseline_bound", "verify_bound", "draft_bound",
+       "tree_shape")
 TIME = ("datetime_start", "datetime_complete")
 
 

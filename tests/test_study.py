@@ -82,7 +82,7 @@ def test_technology_override_is_validated(tmp_path):
     (lambda r: r["workload"].update(acceptance={"tau": 5}, k=2), "workload.acceptance.tau"),
     (lambda r: r["workload"].update(draft="medusa:2", k=5), "workload.k"),
     (lambda r: r["workload"].update(tree_nodes=2, k=4), "workload.tree_nodes"),
-    (lambda r: r["workload"].update(draft="ngram", tree_nodes=8), "workload.tree_nodes"),
+    (lambda r: r["workload"].update(draft="ngram", tree_nodes=2000), "workload.tree_nodes"),   # > 1024
     (lambda r: r["workload"].update(overlap=True), "workload.overlap"),
     (lambda r: r["space"].update(draft_chip={"enabled": True, "peak_tflops": 50, "link_bw_gb_s": 0}),
      "space.draft_chip.link_bw_gb_s"),

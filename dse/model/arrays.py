@@ -30,7 +30,10 @@ class HardwareArrays:
     Per-chip quantities: capacity_bytes, mem_bw_bytes_s, peak_flop_s (at the weight dtype),
     link_bw_bytes_s (both directions added), link_latency_s. Fixed costs come from the
     runtime: kernel_launch_s * kernels_per_layer per layer, step_overhead_s per step,
-    spec_overhead_s per speculative iteration, ngram_draft_s per n-gram proposal.
+    spec_overhead_s per speculative iteration, ngram_draft_s per n-gram / retrieval lookup on
+    the host. A retrieval draft (REST, prompt lookup) copies its tree to the device each
+    iteration: host_copy_s + bytes / host_link_bw_bytes_s. Defaults are ESTIMATES: 10 us for a
+    small pinned host-to-device copy (launch + completion), 25 GB/s for PCIe 4.0 x16 one way.
     """
 
     chips: np.ndarray
@@ -47,6 +50,8 @@ class HardwareArrays:
     spec_overhead_s: np.ndarray
     ngram_draft_s: np.ndarray
     memory_reserve_fraction: np.ndarray
+    host_copy_s: np.ndarray = 10e-6
+    host_link_bw_bytes_s: np.ndarray = 25e9
 
     def __post_init__(self):
         _as_arrays(self, int_fields=("chips",))
@@ -62,7 +67,9 @@ class HardwareArrays:
 @dataclass(frozen=True, slots=True)
 class DesignBatch:
     """Everything that may vary per design: the target group, the optional draft chip group,
-    the link between them, and the workload sizes. ``k == 0`` means choose k per design."""
+    the link between them, and the workload sizes. ``k == 0`` means choose k per design;
+    ``tree_nodes > 0`` verifies a token tree of that many nodes (depth <= k) instead of the
+    workload's (Workload.tree_nodes, used where this is 0)."""
 
     target: HardwareArrays
     draft: HardwareArrays            # used where draft_on_chip; ignored elsewhere
@@ -72,10 +79,11 @@ class DesignBatch:
     batch: np.ndarray                # sequences decoded together, B
     prompt_tokens: np.ndarray        # P
     output_tokens: np.ndarray        # G
-    k: np.ndarray                    # drafted tokens per iteration; 0 = auto
+    k: np.ndarray                    # drafted tokens per iteration (tree depth); 0 = auto
+    tree_nodes: np.ndarray = 0       # nodes of the draft tree; 0 = the workload's
 
     def __post_init__(self):
-        n = _as_arrays(self, int_fields=("batch", "prompt_tokens", "output_tokens", "k"),
+        n = _as_arrays(self, int_fields=("batch", "prompt_tokens", "output_tokens", "k", "tree_nodes"),
                        bool_fields=("draft_on_chip",), n=max(self.target.n, self.draft.n))
         for name in ("target", "draft"):
             hw = getattr(self, name)

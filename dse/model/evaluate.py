@@ -16,7 +16,7 @@ import numpy as np
 
 from ..catalog.specs import ModelSpec
 from ..units import FACTOR
-from ..workload import Workload
+from ..workload import AcceptanceSpec, Workload
 from . import specdec
 from . import transformer as tf
 from .arrays import DesignBatch, HardwareArrays
@@ -24,6 +24,7 @@ from .roofline import BOUND_NAMES, OVERHEAD, StepCost, step_cost
 
 TOKEN_ID_BYTES = 4.0     # int32 token ids over the draft-chip link
 PROB_BYTES = 2.0         # fp16 draft probabilities (sent only when sampling, T > 0)
+MASK_BYTES = 1.0         # one byte per element of a tree's attention mask copied from the host
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,8 @@ class Metrics:
     memory_shortfall_bytes: np.ndarray
     draft_memory_required_bytes: np.ndarray
     draft_memory_capacity_bytes: np.ndarray
+    draft_memory_shortfall_bytes: np.ndarray
+    datastore_bytes: np.ndarray
     baseline_s_per_token: np.ndarray
     spec_s_per_token: np.ndarray
     speedup: np.ndarray
@@ -43,6 +46,9 @@ class Metrics:
     alpha: np.ndarray
     tau: np.ndarray
     p_all_accepted: np.ndarray
+    p_window: np.ndarray
+    tree_nodes: np.ndarray
+    tree_shape: np.ndarray
     draft_s_per_iter: np.ndarray
     verify_s_per_iter: np.ndarray
     link_s_per_iter: np.ndarray
@@ -67,6 +73,8 @@ class Metrics:
             v = getattr(self, attr)
             if scale == "bound":
                 v = BOUND_NAMES[v]
+            elif scale == "text":
+                pass
             elif scale is not None:
                 v = v / scale
             out[name] = v
@@ -76,7 +84,7 @@ class Metrics:
         return Metrics(**{f.name: getattr(self, f.name)[idx] for f in dataclasses.fields(self)})
 
 
-#: (external name, Metrics attribute, SI per display unit | None | "bound"). This is the
+#: (external name, Metrics attribute, SI per display unit | None | "bound" | "text"). This is the
 #: vocabulary of `dse eval --json`, study metrics and result columns.
 METRIC_COLUMNS = (
     ("fits", "fits", None),
@@ -85,6 +93,8 @@ METRIC_COLUMNS = (
     ("memory_shortfall_gb", "memory_shortfall_bytes", FACTOR["gb"]),
     ("draft_memory_required_gb", "draft_memory_required_bytes", FACTOR["gb"]),
     ("draft_memory_capacity_gb", "draft_memory_capacity_bytes", FACTOR["gb"]),
+    ("draft_memory_shortfall_gb", "draft_memory_shortfall_bytes", FACTOR["gb"]),
+    ("datastore_gb", "datastore_bytes", FACTOR["gb"]),
     ("baseline_ms_per_token", "baseline_s_per_token", FACTOR["ms"]),
     ("spec_ms_per_token", "spec_s_per_token", FACTOR["ms"]),
     ("speedup", "speedup", None),
@@ -92,6 +102,9 @@ METRIC_COLUMNS = (
     ("alpha", "alpha", None),
     ("tau", "tau", None),
     ("p_all_accepted", "p_all_accepted", None),
+    ("p_window", "p_window", None),
+    ("tree_nodes", "tree_nodes", None),
+    ("tree_shape", "tree_shape", "text"),
     ("draft_ms_per_iter", "draft_s_per_iter", FACTOR["ms"]),
     ("verify_ms_per_iter", "verify_s_per_iter", FACTOR["ms"]),
     ("link_ms_per_iter", "link_s_per_iter", FACTOR["ms"]),
@@ -110,7 +123,8 @@ METRIC_COLUMNS = (
     ("request_latency_ms", "request_latency_s", FACTOR["ms"]),
 )
 #: metrics that are latencies or depend on them: NaN (null) where the design does not fit
-LATENCY_METRICS = frozenset(name for name, _, _ in METRIC_COLUMNS[6:])
+LATENCY_METRICS = frozenset(name for name, _, _ in
+                            METRIC_COLUMNS[[c[0] for c in METRIC_COLUMNS].index("baseline_ms_per_token"):])
 
 
 def _cols(hw: HardwareArrays) -> SimpleNamespace:
@@ -133,8 +147,11 @@ def eagle_head(target: ModelSpec) -> ModelSpec:
 
 def draft_weight_bytes(w: Workload) -> float:
     """Bytes of weights the drafter adds: a draft model's own weights; EAGLE one layer +
-    fc(2d -> d) (LM head shared); Medusa H heads of d*d + d*V (Cai et al. 2024, arXiv
-    2401.10774); early exit, n-gram and none add nothing."""
+    fc(2d -> d) (LM head shared); Medusa H heads of d*d + d*V, each head with its own LM head
+    as in the Medusa-1 checkpoints (Cai et al. 2024, arXiv 2401.10774; hardware_db
+    medusa-vicuna-7b): 5 heads on Llama-3-8B, 5*(4096^2 + 4096*128256)*2 bytes = 5.42 GB bf16;
+    early exit and n-gram/retrieval drafts add nothing on the device (a retrieval datastore
+    lives in host memory: Workload.datastore_bytes, reported as datastore_gb)."""
     d, wb = w.drafter, tf.WEIGHT_BYTES[w.dtype]
     t = w.target
     if d.kind == "model":
@@ -143,45 +160,71 @@ def draft_weight_bytes(w: Workload) -> float:
         head = eagle_head(t)
         return (tf.non_embedding_params(head) + 2 * t.hidden_size ** 2) * wb
     if d.kind == "medusa":
-        return d.heads * (t.hidden_size ** 2 + t.hidden_size * t.vocab_size) * wb
+        return d.heads * medusa_head_params(t) * wb
     return 0.0
 
 
+def medusa_head_params(target: ModelSpec) -> int:
+    """One Medusa head: a residual block Linear(d -> d) and its own LM head d*V (arXiv 2401.10774)."""
+    return target.hidden_size ** 2 + target.hidden_size * target.vocab_size
+
+
 def _k_range(w: Workload) -> int:
+    """Largest k (chain length, or tree depth) to consider."""
     d, acc = w.drafter, w.acceptance
     k_max = w.k_max
     if d.kind == "medusa":
         k_max = min(k_max, d.heads)
     if acc.kind == "per_position":
         k_max = min(k_max, len(acc.per_position))
+    if acc.kind == "rank" and len(acc.rank) > 1:      # one row per depth (Medusa head)
+        k_max = min(k_max, len(acc.rank))
     if w.tree_nodes:
         k_max = min(k_max, w.tree_nodes)
     return max(1, k_max)
 
 
 def _tau_table(w: Workload, K: int):
-    """tau and p_all for k = 0..K (index = k), from the workload's acceptance.
+    """Chains: tau, p_all and p_window for k = 0..K (index = k), from the workload's acceptance.
 
-    Chains use the per-position rates; a tree of N nodes and depth k puts N//k (+1 for the
-    first N%k levels) candidates on each level (specdec.tree_level_rates). Given tau is used
-    as is, with p_all from the i.i.d. alpha it implies.
+    tau = 1 + sum_{i<=k} prod_{j<=i} a_j, p_all = prod_{j<=k} a_j, p_window = prod_{j<=k+1} a_j
+    (MODEL.md section 3: the window drafted during verification is usable only if the draft's
+    (k+1)-th token is also the target's bonus token). Given tau is used as is, with p_all and
+    p_window from the i.i.d. alpha it implies.
     """
     acc = w.acceptance
-    taus, ps = np.ones(K + 1), np.ones(K + 1)
+    kk = np.arange(K + 1)
     if acc.kind == "tau":
-        alpha = specdec.implied_alpha(np.full(K + 1, acc.tau), np.arange(K + 1))
-        taus[:] = acc.tau
-        ps[:] = alpha ** np.arange(K + 1)
-        return taus, ps
-    rates = specdec.position_rates(acc, K)
-    for k in range(1, K + 1):
-        r = rates[:k]
-        if w.tree_nodes:
-            widths = w.tree_nodes // k + (np.arange(k) < w.tree_nodes % k)
-            r = specdec.tree_level_rates(r, widths)
-        tau, p = specdec.tokens_per_iteration(r, np.int64(k))
-        taus[k], ps[k] = tau, p
-    return taus, ps
+        alpha = specdec.implied_alpha(np.full(K + 1, acc.tau), kk)
+        return np.full(K + 1, acc.tau), alpha ** kk, alpha ** (kk + 1)
+    rates = specdec.position_rates(acc, K + 1)
+    taus, ps = specdec.tokens_per_iteration(rates[None, :], kk)
+    return taus, ps, ps * rates[kk]
+
+
+def _tree_terms(w: Workload, nodes, kc, K: int):
+    """Trees: tau, p_deepest, p_window and nodes per depth (shape (..., K)) for N = ``nodes``
+    (n, 1) and depth <= kc (broadcast), from the best tree (specdec.tree_table): one table per
+    workload, gathered per design. Given tau is used as is; the shape and the window are those
+    of the i.i.d. alpha whose best tree has that tau (one per distinct N)."""
+    acc = w.acceptance
+    n_max = int(nodes.max())
+    if acc.kind != "tau":
+        p = specdec.rank_matrix(acc, K + 1, n_max)
+        t = specdec.tree_table(p, K, n_max)
+        return t.tau[kc, nodes], t.p_deepest[kc, nodes], t.p_window[kc, nodes], t.shape[kc, nodes]
+    out = None
+    for n_val in np.unique(nodes[nodes > 0]):
+        depth = int(np.max(kc))
+        a = specdec.implied_tree_alpha(acc.tau, depth, int(n_val))
+        t = specdec.tree_table(specdec.rank_matrix(AcceptanceSpec(kind="alpha", alpha=a), K + 1, int(n_val)),
+                               K, int(n_val))
+        nn = np.minimum(nodes, n_val)
+        got = (np.full(np.broadcast_shapes(kc.shape, nodes.shape), acc.tau), t.p_deepest[kc, nn],
+               t.p_window[kc, nn], t.shape[kc, nn])
+        out = got if out is None else tuple(np.where(nodes[..., None] == n_val, g, o) if g.ndim == 3
+                                            else np.where(nodes == n_val, g, o) for g, o in zip(got, out))
+    return out
 
 
 def evaluate(batch: DesignBatch, w: Workload) -> Metrics:
@@ -205,6 +248,8 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     S = P + 0.5 * G          # mean context during generation (exact for terms linear in S)
     wf = tf.WEIGHT_BW_FACTOR[w.dtype]
     kw = dict(weight_bytes=wb, kv_bytes=kvb, weight_bw_factor=wf)
+    nodes = np.where(batch.tree_nodes > 0, batch.tree_nodes, w.tree_nodes) if d.kind != "none" else np.zeros(n, int)
+    is_tree = nodes > 0
 
     base = step_cost(tgt, T, batch=B, q=1.0, context=S, **kw)
     prefill = step_cost(tgt, T, batch=B, q=P, context=0.0, lm_head_last_only=True, **kw)
@@ -212,20 +257,24 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     on_chip = batch.draft_on_chip & d.can_use_draft_chip
     D = _select(on_chip, batch.draft, T)     # the group the drafter runs on
 
-    # ---- capacity (MODEL.md section 4) ----
+    # ---- capacity (MODEL.md section 4); the target's and the draft chip's shortfalls apart ----
     K = _k_range(w)
     cap_t = T.capacity_bytes * T.chips
     need_t = tf.total_params(tgt) * wb + tf.kv_cache_bytes(tgt, B, P + G, kvb)
     draft_bytes = np.full(n, draft_weight_bytes(w))
+    extra = np.maximum(K, nodes)              # draft-cache slots for the drafted tokens
     if d.kind == "model":
-        draft_bytes = draft_bytes + tf.kv_cache_bytes(d.model, B, P + G + K, kvb)
+        draft_bytes = draft_bytes + tf.kv_cache_bytes(d.model, B, P + G + extra, kvb)
     elif d.kind == "eagle":
-        draft_bytes = draft_bytes + tf.kv_cache_bytes(eagle_head(tgt), B, P + G + K, kvb)
+        draft_bytes = draft_bytes + tf.kv_cache_bytes(eagle_head(tgt), B, P + G + extra, kvb)
     req_t = need_t + np.where(on_chip, 0.0, draft_bytes) + T.memory_reserve_fraction * cap_t
     cap_d = np.where(on_chip, D.capacity_bytes * D.chips, cap_t)
     req_d = draft_bytes + np.where(on_chip, D.memory_reserve_fraction * cap_d, 0.0)
-    short = np.maximum(0.0, req_t - cap_t) + np.where(on_chip, np.maximum(0.0, req_d - cap_d), 0.0)
-    fits = short <= 0.0
+    short = np.maximum(0.0, req_t - cap_t)
+    short_d = np.where(on_chip, np.maximum(0.0, req_d - cap_d), 0.0)
+    fits = (short <= 0.0) & (short_d <= 0.0)
+    store = np.full(n, w.datastore_bytes if d.kind == "ngram" else 0.0)
+    caps = (fits, req_t, cap_t, short, req_d, cap_d, short_d, store)
     ttft = prefill.time_s
 
     if d.kind == "none":
@@ -235,6 +284,7 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
         metrics = dict(
             baseline_s_per_token=base.time_s, spec_s_per_token=spec, speedup=one,
             k=np.zeros(n, dtype=np.int64), alpha=np.full(n, np.nan), tau=one, p_all_accepted=one,
+            p_window=one, tree_nodes=np.zeros(n, dtype=np.int64), tree_shape=np.full(n, ""),
             draft_s_per_iter=zero, verify_s_per_iter=base.time_s, link_s_per_iter=zero,
             iter_s=base.time_s, draft_cost_ratio=zero, speedup_bound=one,
             baseline_arithmetic_intensity=base.arithmetic_intensity,
@@ -242,9 +292,10 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
             draft_arithmetic_intensity=zero, baseline_bound=base.bound, verify_bound=base.bound,
             draft_bound=np.full(n, OVERHEAD), tokens_per_s=B / spec,
             baseline_tokens_per_s=B / base.time_s, ttft_s=ttft, request_latency_s=ttft + G * spec)
-        return _finish(metrics, fits, req_t, cap_t, short, req_d, cap_d)
+        return _finish(metrics, *caps)
 
-    # ---- k candidates: (1, K) for auto rows, (n, 1) when every row fixes k ----
+    # ---- k candidates: (1, K) for auto rows, (n, 1) when every row fixes k. For a tree, k is
+    # its depth bound. ----
     fixed = batch.k > 0
     if fixed.all():
         kc = batch.k[:, None]
@@ -255,28 +306,63 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     Tc, Dc = _cols(T), _cols(D)
     Bc, Sc = B[:, None], S[:, None]
     kf = kc.astype(np.float64)
+    any_tree = bool(is_tree.any())
+    # chain-only batches keep the chain's arrays (no per-row selection): the common, fast path
+    tree_c = is_tree[:, None] if any_tree else False
+    nodes_c = nodes[:, None]
 
-    # ---- verify: q = k+1, or tree nodes + 1 ----
-    q_verify = (w.tree_nodes + 1.0) if w.tree_nodes else kf + 1.0
-    verify = step_cost(tgt, Tc, batch=Bc, q=q_verify, context=Sc, **kw)
+    def tree_or(a, b):
+        return np.where(tree_c, a, b) if any_tree else b
+
+    # ---- acceptance: chains by Leviathan / per-position rates; trees by their best shape ----
+    tau_tab, p_tab, win_tab = _tau_table(w, K)
+    tau, p_all, p_win = tau_tab[kc], p_tab[kc], win_tab[kc]
+    level = None
+    if any_tree:
+        level = np.broadcast_to((np.arange(K) < kc[..., None]).astype(np.int64), kc.shape + (K,))
+        t_tau, t_deep, t_win, t_shape = _tree_terms(w, nodes_c, kc, K)
+        tau, p_all, p_win = (np.where(tree_c, a, b) for a, b in ((t_tau, tau), (t_deep, p_all), (t_win, p_win)))
+        level = np.where(tree_c[..., None], t_shape.astype(np.int64), level)    # nodes per depth, (.., K)
+
+    # ---- verify: q = k+1, or tree nodes + 1 under a tree mask ----
+    q_verify = tree_or(nodes_c + 1.0, kf + 1.0)
+    verify = step_cost(tgt, Tc, batch=Bc, q=q_verify, context=Sc, tree_mask=tree_c, **kw)
 
     # ---- draft ----
-    q_draft = (w.tree_nodes / kf) if w.tree_nodes else 1.0
     if d.kind in ("model", "eagle", "early-exit"):
         model = {"model": d.model, "eagle": eagle_head(tgt), "early-exit": tgt}[d.kind]
         layers = d.exit_layer if d.kind == "early-exit" else None
-        one_step = step_cost(model, Dc, batch=Bc, q=q_draft, context=Sc, layers=layers, **kw)
-        t_step = one_step.time_s
-        if d.kind == "eagle":    # fc(2d -> d) on the concatenated feature and token embedding
-            fc = 2.0 * tgt.hidden_size ** 2
-            t_step = t_step + np.maximum(2 * fc * Bc * q_draft / (Tc.peak_flop_s * Tc.compute_efficiency),
-                                         fc * wb / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * wf)) / Tc.chips
-        t_draft = kf * t_step
-        draft_ai, draft_bound = one_step.arithmetic_intensity, one_step.bound
+
+        def draft_step(q):
+            """One autoregressive draft step over q positions per sequence (EAGLE adds its fc)."""
+            c = step_cost(model, Dc, batch=Bc, q=q, context=Sc, layers=layers, **kw)
+            if d.kind != "eagle":
+                return c
+            fc = 2.0 * tgt.hidden_size ** 2      # fc(2d -> d) on the concatenated feature and token embedding
+            f_c = 2 * fc * Bc * q / (Tc.peak_flop_s * Tc.compute_efficiency) / Tc.chips
+            f_m = fc * wb / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * wf) / Tc.chips
+            return c._replace(time_s=c.time_s + np.maximum(f_c, f_m))
+
+        one_step = draft_step(1.0)
+        t_draft = kf * one_step.time_s
+        draft_ai, draft_bound = (np.broadcast_to(one_step.arithmetic_intensity, t_draft.shape),
+                                 np.broadcast_to(one_step.bound, t_draft.shape))
+        if any_tree:
+            # a tree: one step per depth, over as many positions as that depth holds (EAGLE-2)
+            parts = [draft_step(np.maximum(level[..., i], 1).astype(np.float64)) for i in range(K)]
+            used = [level[..., i] > 0 for i in range(K)]
+            tot = [sum(np.where(u, getattr(c, f), 0.0) for c, u in zip(parts, used))
+                   for f in ("time_s", "flops", "bytes", "t_memory_s", "t_compute_s", "t_overhead_s")]
+            tree_cost = StepCost(*tot)
+            t_draft = np.where(tree_c, tree_cost.time_s, t_draft)
+            draft_ai = np.where(tree_c, tree_cost.arithmetic_intensity, draft_ai)
+            draft_bound = np.where(tree_c, tree_cost.bound, draft_bound)
     elif d.kind == "medusa":
-        # one pass of k heads (each d*d + d*V) on the last hidden state, inside the verify step
-        per_head = tgt.hidden_size ** 2 + tgt.hidden_size * tgt.vocab_size
-        nbytes, flops = kf * per_head * wb / Tc.chips, 2.0 * Bc * kf * per_head / Tc.chips
+        # all H heads (each d*d + d*V) on every verified position, inside the verify pass:
+        # their weights are read once per pass, their FLOPs scale with the positions
+        per_head = medusa_head_params(tgt)
+        nbytes = d.heads * per_head * wb / Tc.chips
+        flops = 2.0 * Bc * q_verify * d.heads * per_head / Tc.chips
         t_m = nbytes / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * wf)
         t_c = flops / (Tc.peak_flop_s * Tc.compute_efficiency)
         mem_bound = t_m >= t_c
@@ -284,26 +370,28 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
                          np.where(mem_bound, t_m, 0.0), np.where(mem_bound, 0.0, t_c),
                          Tc.kernels_per_layer * Tc.kernel_launch_s)
         t_draft, draft_ai, draft_bound = heads.time_s, heads.arithmetic_intensity, heads.bound
-    else:  # ngram: no weights, no HBM traffic; a fixed cost per iteration
-        t_draft = np.broadcast_to(Tc.ngram_draft_s, np.broadcast_shapes(Tc.ngram_draft_s.shape, kc.shape))
+    else:  # ngram / retrieval: host lookup, then copy the drafts (a tree: ids + mask) to the device
+        copy_bytes = tree_or(Bc * q_verify * TOKEN_ID_BYTES + Bc * q_verify ** 2 * MASK_BYTES,
+                             Bc * kf * TOKEN_ID_BYTES)
+        t_draft = Tc.ngram_draft_s + Tc.host_copy_s + copy_bytes / Tc.host_link_bw_bytes_s
         draft_ai = np.zeros_like(t_draft)
         draft_bound = np.full(t_draft.shape, OVERHEAD)
 
     # ---- link to a draft chip: drafts (and probabilities when sampling) one way, the
-    # accepted count and next token back; two latencies per iteration ----
+    # accepted count and next token back; two latencies per iteration. A tree sends each
+    # node's token and parent index. ----
     on_c = on_chip[:, None]
-    link_bytes = Bc * kf * TOKEN_ID_BYTES + 2 * Bc * TOKEN_ID_BYTES
+    sent = tree_or(2.0 * nodes_c, kf)
+    link_bytes = Bc * sent * TOKEN_ID_BYTES + 2 * Bc * TOKEN_ID_BYTES
     if w.temperature > 0:
-        link_bytes = link_bytes + Bc * kf * tgt.vocab_size * PROB_BYTES
+        link_bytes = link_bytes + Bc * tree_or(nodes_c, kf) * tgt.vocab_size * PROB_BYTES
     with np.errstate(divide="ignore", invalid="ignore"):
         t_link = 2.0 * batch.draft_link_latency_s[:, None] + link_bytes / (0.5 * batch.draft_link_bw_bytes_s[:, None])
     t_link = np.where(on_c, t_link, 0.0)
 
     # ---- accounting ----
-    tau_tab, p_tab = _tau_table(w, K)
-    tau, p_all = tau_tab[kc], p_tab[kc]
     t_iter, exposed = specdec.iteration_time_s(t_draft, verify.time_s, t_link, Tc.spec_overhead_s,
-                                               p_all, on_c & w.overlap)
+                                               p_win, on_c & w.overlap)
     per_token = t_iter / tau
     if fixed.all():
         idx = np.zeros(n, dtype=np.int64)
@@ -315,15 +403,18 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
         return np.take_along_axis(a, idx[:, None], axis=1)[:, 0]
 
     k = pick(np.broadcast_to(kc, (n, kc.shape[1])))
-    tau, p_all, t_iter, exposed = pick(tau), pick(p_all), pick(t_iter), pick(exposed)
+    tau, p_all, p_win, t_iter, exposed = pick(tau), pick(p_all), pick(p_win), pick(t_iter), pick(exposed)
     t_draft, t_link, t_verify = pick(t_draft), pick(t_link), pick(verify.time_s)
     verify_ai, verify_bound = pick(verify.arithmetic_intensity), pick(verify.bound)
     draft_ai, draft_bound = pick(draft_ai), pick(draft_bound)
+    if any_tree:
+        level = np.broadcast_to(level, (n, kc.shape[1], K))[np.arange(n), idx]   # (n, K)
     # k = auto may also choose k = 0: speculation off where no k beats plain decoding (a
     # server would switch it off there); the row then reports the baseline with tau = 1.
     off = ~fixed & (t_iter / tau >= base.time_s)
     if off.any():
         k, tau, p_all = np.where(off, 0, k), np.where(off, 1.0, tau), np.where(off, 1.0, p_all)
+        p_win = np.where(off, 1.0, p_win)
         t_iter, t_verify = np.where(off, base.time_s, t_iter), np.where(off, base.time_s, t_verify)
         exposed, t_draft, t_link = (np.where(off, 0.0, x) for x in (exposed, t_draft, t_link))
         verify_ai = np.where(off, base.arithmetic_intensity, verify_ai)
@@ -332,10 +423,9 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     spec = t_iter / tau
     if w.acceptance.kind == "alpha":
         alpha = np.full(n, w.acceptance.alpha)
-    elif w.tree_nodes:      # a tree's tau maps to no single chain alpha
-        alpha = np.full(n, np.nan)
-    else:                   # the i.i.d. alpha that gives the same tau at this k
-        alpha = np.where(k > 0, specdec.implied_alpha(tau, k), np.nan)
+    else:                   # the i.i.d. alpha that gives the same tau for a chain at this k
+        alpha = np.where((k > 0) & ~is_tree, specdec.implied_alpha(tau, k), np.nan)
+    shown = is_tree & (k > 0)
 
     pre_d = np.zeros(n)
     if d.kind == "model":
@@ -345,7 +435,9 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     ttft = np.where(off, prefill.time_s, ttft)       # speculation off: no draft prefill either
     metrics = dict(
         baseline_s_per_token=base.time_s, spec_s_per_token=spec,
-        speedup=base.time_s / spec, k=k, alpha=alpha, tau=tau, p_all_accepted=p_all,
+        speedup=base.time_s / spec, k=k, alpha=alpha, tau=tau, p_all_accepted=p_all, p_window=p_win,
+        tree_nodes=np.where(shown, nodes, 0),
+        tree_shape=np.where(shown, shape_text(level), "") if any_tree else np.full(n, ""),
         draft_s_per_iter=t_draft, verify_s_per_iter=t_verify, link_s_per_iter=t_link, iter_s=t_iter,
         draft_cost_ratio=np.where(k > 0, t_draft / (np.maximum(k, 1) * base.time_s), 0.0),
         speedup_bound=tau / (1.0 + exposed / base.time_s),
@@ -355,10 +447,18 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
         verify_bound=verify_bound, draft_bound=draft_bound,
         tokens_per_s=B / spec, baseline_tokens_per_s=B / base.time_s,
         ttft_s=ttft, request_latency_s=ttft + G * spec)
-    return _finish(metrics, fits, req_t, cap_t, short, req_d, cap_d)
+    return _finish(metrics, *caps)
 
 
-def _finish(metrics, fits, req_t, cap_t, short, req_d, cap_d) -> Metrics:
+def shape_text(level: np.ndarray) -> np.ndarray:
+    """Nodes per depth as text, '5-10-19-15-6-7-1-1' (trailing empty depths dropped); formatted
+    once per distinct shape, not per design."""
+    uniq, inv = np.unique(level.reshape(-1, level.shape[-1]), axis=0, return_inverse=True)
+    text = np.array(["-".join(str(int(x)) for x in np.trim_zeros(row, "b")) for row in uniq], dtype=object)
+    return text[inv.reshape(level.shape[:-1])].astype(str)
+
+
+def _finish(metrics, fits, req_t, cap_t, short, req_d, cap_d, short_d, store) -> Metrics:
     """Attach capacity results and blank every latency of a design that does not fit."""
     out = {}
     for name, attr, _ in METRIC_COLUMNS:
@@ -369,4 +469,5 @@ def _finish(metrics, fits, req_t, cap_t, short, req_d, cap_d) -> Metrics:
             out[attr] = v
     return Metrics(fits=fits, memory_required_bytes=req_t, memory_capacity_bytes=cap_t,
                    memory_shortfall_bytes=short, draft_memory_required_bytes=req_d,
-                   draft_memory_capacity_bytes=cap_d, **out)
+                   draft_memory_capacity_bytes=cap_d, draft_memory_shortfall_bytes=short_d,
+                   datastore_bytes=store, **out)

@@ -51,13 +51,15 @@ def allreduce_time_s(nbytes, chips, link_bw_bytes_s, link_latency_s):
 def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_bytes: float,
               act_bytes: float = 2.0, layers: int | None = None, lm_head: bool = True,
               lm_head_last_only: bool = False,
-              step_overhead: bool = True, weight_bw_factor: float = 1.0) -> StepCost:
+              step_overhead: bool = True, weight_bw_factor: float = 1.0, tree_mask=False) -> StepCost:
     """step(model, device, B, q, S): B sequences, q new tokens each, S tokens cached.
 
     Linear: F = 2*N_active*B*q (+ LM head at every position, or at the last one only for a
     prefill, ``lm_head_last_only``), bytes = weights touched.
     Attention: bytes = B*L*(S+q)*kv_per_token (read the cache, write the new tokens),
-    F = 4*h*d_h*L * B*q*(S + (q+1)/2) (causal: the i-th new token sees S+i tokens).
+    F = 4*h*d_h*L * B*q*(S + (q+1)/2) (causal: the i-th new token sees S+i tokens); with a
+    ``tree_mask`` (verifying a token tree) every position reads the context once plus the
+    tree's own q keys under the mask, F = 4*h*d_h*L * B*q*(S + q) (MODEL.md section 3).
     Each part: max(F/(P*eta_c), bytes/(BW*eta_m)); parts add; weight bytes stream at
     BW*eta_m*``weight_bw_factor`` (transformer.WEIGHT_BW_FACTOR: the dequantisation cost of
     weight-only int8/int4; 1.0 for bf16). Fixed: L*kernels*t_launch +
@@ -77,7 +79,8 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
         flops_lin = flops_lin + 2.0 * tf.lm_head_params(m) * B / t
     kv_tok = L * tf.kv_elems_per_token_per_layer(m) * kv_bytes
     bytes_att = B * (S + q) * kv_tok / t
-    flops_att = tf.attention_flops_per_token_per_ctx(m, L) * T * (S + 0.5 * (q + 1.0)) / t
+    own = np.where(tree_mask, q, 0.5 * (q + 1.0)) if np.any(tree_mask) else 0.5 * (q + 1.0)
+    flops_att = tf.attention_flops_per_token_per_ctx(m, L) * T * (S + own) / t
     flop_s = hw.peak_flop_s * hw.compute_efficiency
     byte_s = hw.mem_bw_bytes_s * hw.mem_efficiency
     lin_c, lin_m = flops_lin / flop_s, bytes_lin / (byte_s * weight_bw_factor)

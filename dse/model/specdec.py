@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import heapq
+from typing import NamedTuple
+
 import numpy as np
 
 from ..workload import AcceptanceSpec
@@ -16,16 +20,17 @@ def tau_iid(alpha, k):
     return np.where(a >= 1.0, k + 1.0, tau)
 
 
-def tree_level_rates(rates, widths):
-    """A level holding w candidate children of the accepted node is accepted with
-    1 - (1 - a)^w (candidates treated as independent: an optimistic model, see README)."""
-    return 1.0 - (1.0 - rates) ** widths
-
-
 def position_rates(acc: AcceptanceSpec, k_max: int) -> np.ndarray:
-    """Conditional acceptance rate per draft position 1..k_max, shape (k_max,)."""
+    """Conditional acceptance rate per draft position 1..k_max, shape (k_max,).
+
+    Per-position rates past the given ones repeat the last (used only for the overlap window's
+    (k+1)-th token); a rank vector's chain uses its rank-1 column (a chain drafts the top token).
+    """
     if acc.kind == "per_position":
-        return np.asarray(acc.per_position[:k_max], dtype=np.float64)
+        a = np.asarray(acc.per_position, dtype=np.float64)
+        return a[np.minimum(np.arange(k_max), a.size - 1)]
+    if acc.kind == "rank":
+        return rank_matrix(acc, k_max, 1)[:, 0]
     return np.full(k_max, acc.alpha, dtype=np.float64)
 
 
@@ -76,3 +81,118 @@ def iteration_time_s(t_draft, t_verify, t_link, t_spec_overhead, p_all, overlapp
     hidden = (1.0 - p_all) * t_draft + p_all * np.maximum(0.0, t_draft - t_verify)
     exposed = np.where(overlapped, hidden, t_draft)
     return exposed + t_link + t_verify + t_spec_overhead, exposed
+
+
+# ---- token trees (Sequoia, Chen et al. 2024, arXiv 2402.12374) ----
+
+#: Largest tree evaluated: dse.workload.TREE_NODES_MAX. Published static trees are far smaller
+#: (EAGLE 26 nodes, Medusa 64, EAGLE-2 60, SpecInfer <= 128); Sequoia's largest (768 nodes) was
+#: built for offloading, where a verify pass costs the same at any size. 1024 covers it, and keeps
+#: the per-workload table of best trees (depth x nodes x depth int16) a few MB and quick to build.
+
+
+def rank_matrix(acc: AcceptanceSpec, depth: int, ranks: int) -> np.ndarray:
+    """p[d, r]: the rank-(r+1) child of an accepted node at depth d is the accepted one.
+
+    alpha (i.i.d. conditional rate, each candidate accepted independently and tried in rank
+    order): p_r = alpha*(1 - alpha)^(r-1) (Sequoia section 3.1). Per-position rates a_d: the same
+    with a_d at depth d. A given rank vector (one row) applies at every depth; rows per depth
+    (Medusa head i, rank r) are used as given. Depths past the given rows repeat the last row;
+    ranks past the given ones have p = 0. Shape (depth, ranks).
+    """
+    r = np.arange(ranks, dtype=np.float64)
+    if acc.kind in ("alpha", "per_position"):
+        a = np.asarray([acc.alpha] if acc.kind == "alpha" else acc.per_position, dtype=np.float64)
+        a = a[np.minimum(np.arange(depth), a.size - 1)][:, None]
+        return a * (1.0 - a) ** r
+    if acc.kind == "rank":
+        rows = np.zeros((len(acc.rank), ranks))
+        for i, row in enumerate(acc.rank):
+            m = min(len(row), ranks)
+            rows[i, :m] = row[:m]
+        return rows[np.minimum(np.arange(depth), len(acc.rank) - 1)]
+    raise ValueError(f"rank_matrix: acceptance kind {acc.kind!r} has no rank probabilities")
+
+
+def best_tree_nodes(p: np.ndarray, depth: int, n_max: int) -> tuple[np.ndarray, np.ndarray]:
+    """The n_max most valuable nodes of depth <= ``depth``, best first: (values, depths 1..D).
+
+    A node's value is the product of p along its path (the probability it is accepted); the
+    best N-node tree is the first N of this list (Sequoia, arXiv 2402.12374, section 3.2), a
+    valid tree because a child never outweighs its parent (p <= 1). Best-first search: a node
+    enters the queue only after its parent (first child) or its elder sibling (next rank), so
+    ties never put a child before its parent. Ranks are used in order of decreasing p at each
+    depth. Cost O(n_max log n_max) per (p, depth): built once per workload, not per design.
+    """
+    p = -np.sort(-p[:depth], axis=1)
+    R = p.shape[1]
+    vals, deps = np.zeros(n_max), np.zeros(n_max, dtype=np.int64)
+    heap = [(-p[0, 0], 0, 0, 0, 1.0)] if R else []   # (-value, seq, depth index, rank index, parent value)
+    seq, i = 1, 0
+    while heap and i < n_max:
+        nv, _, d, r, parent = heapq.heappop(heap)
+        v = -nv
+        vals[i], deps[i] = v, d + 1
+        i += 1
+        if r + 1 < R:
+            heapq.heappush(heap, (-parent * p[d, r + 1], seq, d, r + 1, parent))
+            seq += 1
+        if d + 1 < depth:
+            heapq.heappush(heap, (-v * p[d + 1, 0], seq, d + 1, 0, v))
+            seq += 1
+    deps[i:] = 1            # more nodes asked than candidates: value-0 children of the root
+    return vals, deps
+
+
+class TreeTable(NamedTuple):
+    """Best trees for every depth bound D = 0..D_max and size N = 0..N_max (index [D, N]).
+
+    tau = 1 + sum of node values; shape[D, N, d-1] = nodes at depth d; p_deepest = P(the
+    accepted path reaches the tree's deepest level); p_window = that times the rank-1 rate one
+    level further (MODEL.md section 3, overlap window).
+    """
+
+    tau: np.ndarray         # (D_max+1, N_max+1)
+    shape: np.ndarray       # (D_max+1, N_max+1, D_max) int16
+    p_deepest: np.ndarray   # (D_max+1, N_max+1)
+    p_window: np.ndarray    # (D_max+1, N_max+1)
+
+
+def tree_table(p: np.ndarray, depth_max: int, n_max: int) -> TreeTable:
+    """TreeTable for rank probabilities ``p`` (at least depth_max+1 rows: the last one is the
+    level after the deepest, for p_window)."""
+    key = (p.shape, p.tobytes(), int(depth_max), int(n_max))
+    return _tree_table_cached(key)
+
+
+@functools.lru_cache(maxsize=32)
+def _tree_table_cached(key) -> TreeTable:
+    shape_p, raw, D, N = key
+    p = np.frombuffer(raw, dtype=np.float64).reshape(shape_p)
+    tau = np.ones((D + 1, N + 1))
+    shape = np.zeros((D + 1, N + 1, max(D, 1)), dtype=np.int16)
+    p_deep, p_win = np.ones((D + 1, N + 1)), np.ones((D + 1, N + 1))
+    p_win[0, :] = np.max(p[0]) if p.size else 0.0
+    first = np.max(p, axis=1)
+    for d in range(1, D + 1):
+        vals, deps = best_tree_nodes(p, d, N)
+        tau[d, 1:] = 1.0 + np.cumsum(vals)
+        onehot = deps[:, None] == np.arange(1, d + 1)[None, :]
+        shape[d, 1:, :d] = np.cumsum(onehot, axis=0)
+        deepest = np.maximum.accumulate(deps)                                # deepest level of the first N
+        mass = np.cumsum(onehot * vals[:, None], axis=0)                     # (N, d)
+        p_deep[d, 1:] = np.take_along_axis(mass, (deepest - 1)[:, None], axis=1)[:, 0]
+        p_win[d, 1:] = p_deep[d, 1:] * first[deepest]
+    return TreeTable(tau, shape, p_deep, p_win)
+
+
+def implied_tree_alpha(tau: float, depth: int, nodes: int, iters: int = 50) -> float:
+    """The i.i.d. alpha whose best tree of ``nodes`` nodes and depth <= ``depth`` has this tau,
+    by bisection (tau rises with alpha). Used for a tree's shape when tau is given."""
+    lo, hi = 0.0, 1.0
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        p = mid * (1.0 - mid) ** np.arange(nodes, dtype=np.float64)
+        vals, _ = best_tree_nodes(np.tile(p, (depth, 1)), depth, nodes)
+        lo, hi = (mid, hi) if 1.0 + vals.sum() < tau else (lo, mid)
+    return 0.5 * (lo + hi)

@@ -35,7 +35,7 @@ CHIPS = (1, 2, 4, 8)
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 #: fewest feasible rows for importances (PED-ANOVA keeps the top 10%: at least 2 trials)
 MIN_IMPORTANCE_ROWS = 20
-_WORKLOAD_NAMES = ("batch", "prompt_tokens", "output_tokens")
+_WORKLOAD_NAMES = ("batch", "prompt_tokens", "output_tokens", "tree_nodes")
 _SCALAR_WORKLOAD = ("target", "draft", "dtype", "kv_dtype", "temperature", "acceptance", "overlap",
                     "tree_nodes", "runtime", "k_max")
 

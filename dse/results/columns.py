@@ -22,11 +22,15 @@ HARDWARE_COLUMNS = ("buildable", "chips", "mem_bw_tb_s", "chip_memory_capacity_g
 DERIVED_COLUMNS = ("tokens_per_s_per_kusd", "tokens_per_s_per_w", "tokens_per_s_per_cm2", "speedup_per_kusd")
 #: roofline bound of each phase as text ("memory", "compute", "overhead"); null where the design does not fit
 BOUND_COLUMNS = ("baseline_bound", "verify_bound", "draft_bound")
+#: text metric columns besides the bounds (tree_shape: nodes per depth, '3-6-6-5-6')
+TEXT_METRICS = ("tree_shape",)
+#: integer metric columns
+INT_METRICS = ("k", "tree_nodes")
 #: model metrics in `dse eval --json` order
 MODEL_METRICS = tuple(name for name, _, _ in METRIC_COLUMNS)
 #: what a study may optimise or constrain
 NUMERIC_METRICS = tuple(dict.fromkeys(
-    [n for n in MODEL_METRICS if n not in BOUND_COLUMNS and n != "fits"] + list(HARDWARE_COLUMNS[1:])
+    [n for n in MODEL_METRICS if n not in BOUND_COLUMNS + TEXT_METRICS and n != "fits"] + list(HARDWARE_COLUMNS[1:])
     + list(DERIVED_COLUMNS)))
 #: names of the constraint columns set on every Optuna trial, in constraint_values order
 BASE_CONSTRAINTS = ("memory_fit_gb", "buildable")

@@ -13,7 +13,7 @@ import pandas as pd
 from ..evaluation import Designs, constraint_values, metric_table
 from ..model.evaluate import Metrics
 from ..pareto import pareto_mask, pareto_ranks
-from .columns import BOUND_COLUMNS, DERIVED_COLUMNS, HARDWARE_COLUMNS
+from .columns import BOUND_COLUMNS, DERIVED_COLUMNS, HARDWARE_COLUMNS, INT_METRICS, TEXT_METRICS
 
 
 def results_frame(study, designs: Designs, metrics: Metrics, params: dict[str, np.ndarray], *,
@@ -48,9 +48,11 @@ def results_frame(study, designs: Designs, metrics: Metrics, params: dict[str, n
     for name, arr in metrics.columns().items():
         if name in BOUND_COLUMNS:
             data[name] = pd.array(np.where(cols["fits"], arr, None), dtype="string")
+        elif name in TEXT_METRICS:
+            data[name] = pd.array(arr, dtype="string")
         elif name == "fits":
             data[name] = np.asarray(arr, dtype=bool)
-        elif name == "k":
+        elif name in INT_METRICS:
             data[name] = np.asarray(arr, dtype=np.int64)
         else:
             data[name] = np.asarray(arr, dtype=np.float64)

@@ -21,6 +21,7 @@ from ..errors import MISSING, DseError, SpecError, UnknownEntryError, raise_coll
 from ..results.columns import NUMERIC_METRICS
 from ..workload import (
     K_LIMIT,
+    TREE_NODES_MAX,
     AcceptanceSpec,
     Workload,
     WorkloadNames,
@@ -35,6 +36,7 @@ from .spec import (
     SAMPLERS,
     SEARCH_DEFAULTS,
     TOP_KEYS,
+    TREE_NODES_KNOB,
     WORKLOAD_KEYS,
     WORKLOAD_KNOBS,
     Constraint,
@@ -53,6 +55,7 @@ GRID_POINTS = Range(True, 2, 1000)
 TECH_KEYS = ("process_node", "peak_tflops", "memory", "memory_stacks", "stack_height", "sram_mb")
 STUDY_NAMES = WorkloadNames(path=None, k="workload.k", tau="workload.acceptance.tau",
                             acceptance="workload.acceptance", per_position="workload.acceptance.per_position",
+                            rank="workload.acceptance.rank",
                             tree_nodes="workload.tree_nodes", overlap="workload.overlap",
                             draft_chip="space.draft_chip.enabled",
                             overlap_needs="a draft chip (space.draft_chip.enabled)")
@@ -247,28 +250,40 @@ def _workload(wl: Any, db: Database, err: _Errors) -> tuple[dict, list[Knob]]:
         err.add("workload.overlap", overlap, "expected true or false")
         overlap = False
     out["overlap"] = overlap
-    out["tree_nodes"] = err.check(Range(True, 0, 1024), wl.get("tree_nodes", 0), "workload.tree_nodes", 0)
+    tree = wl.get("tree_nodes", 0)
+    knobs = []
+    if isinstance(tree, (list, dict)):       # searched per design (the best shape is reported)
+        kn = parse_knob(err, "workload.tree_nodes", tree, TREE_NODES_KNOB, None, "tree_nodes", "workload",
+                        "tree_nodes")
+        knobs += [kn] if kn else []
+        out["tree_nodes"] = 0
+    elif Range(True, 0, TREE_NODES_MAX).contains(tree):
+        out["tree_nodes"] = int(tree)
+    else:
+        err.add("workload.tree_nodes", tree, f"expected an integer in [0, {TREE_NODES_MAX}], a list of them, "
+                "or {low, high}")
     out["k_max"] = err.check(Range(True, 1, K_LIMIT), wl.get("k_max", 8), "workload.k_max", 8)
     runtime = wl.get("runtime", "graphs")
     if runtime not in db.names("runtime"):
         err.items.append(one_of(err.path, "workload.runtime", runtime, db.names("runtime")))
         runtime = "graphs"
     out["runtime"] = runtime
-    knobs = [kn for key, d in WORKLOAD_KNOBS.items()
-             if (kn := parse_knob(err, f"workload.{key}", wl.get(key, d.default), d, None, key, "workload", key))]
+    knobs += [kn for key, d in WORKLOAD_KNOBS.items()
+              if (kn := parse_knob(err, f"workload.{key}", wl.get(key, d.default), d, None, key, "workload", key))]
     acc_raw = wl.get("acceptance")
     out["acc_given"] = acc_raw is not None
     drafter = out["drafter"]
     if drafter is not None and drafter.kind != "none":
         if not isinstance(acc_raw, dict) or len(acc_raw) != 1 or next(iter(acc_raw)) not in ("alpha", "per_position",
-                                                                                            "tau"):
+                                                                                            "tau", "rank"):
             err.add("workload.acceptance", acc_raw if acc_raw is not None else MISSING,
                     "expected exactly one of {alpha: A} (i.i.d. conditional rate in [0, 1]), "
-                    "{per_position: [A1, ...]} or {tau: T} (mean tokens per target pass, >= 1)")
+                    "{per_position: [A1, ...]}, {tau: T} (mean tokens per target pass, >= 1) or "
+                    "{rank: [P1, P2, ...]} (tree acceptance per rank, or one list per depth)")
         else:
             try:
                 out["acc"] = make_acceptance(acc_raw.get("alpha"), acc_raw.get("per_position"), acc_raw.get("tau"),
-                                             where="workload.acceptance.")
+                                             acc_raw.get("rank"), where="workload.acceptance.", rank_name="rank")
             except SpecError as exc:
                 err.keep(SpecError(None, exc.field.split(" / ")[0], exc.value, exc.allowed))
     else:
@@ -450,7 +465,7 @@ def parse_study(raw: Any, path: str | Path, db: Database | None = None) -> Study
         names = WorkloadNames(**{**vars(names), "path": p})
         err.items.extend(check_workload(
             drafter, acc, k_lo=k_lo, k_hi=k_hi, k_fixed=k_knob is not None and not k_knob.searched,
-            tree_nodes=wl["tree_nodes"], overlap=wl["overlap"],
+            tree_nodes=wl["tree_nodes"], tree_lo=_knob_bounds(by.get("tree_nodes"))[0], overlap=wl["overlap"],
             draft_chip=enabled is not None and (enabled.searched or enabled.fixed is True),
             acceptance_given=wl["acc_given"], names=names))
         link_lo = _knob_bounds(by.get("draft_chip_link_bw_gb_s"))[0]

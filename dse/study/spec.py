@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..workload import K_LIMIT, Workload
+from ..workload import K_LIMIT, TREE_NODES_MAX, Workload
 
 SAMPLERS = ("nsga2", "nsga3", "tpe", "gp", "random", "qmc")
 
@@ -50,6 +50,8 @@ WORKLOAD_KNOBS = {
     "output_tokens": KnobDef("int", 1, 1e7, 256),
 }
 K_KNOB = KnobDef("int", 1, K_LIMIT, None)
+#: workload.tree_nodes given as a list or {low, high}: searched per design (0 in a list = a chain)
+TREE_NODES_KNOB = KnobDef("int", 0, TREE_NODES_MAX, None, desc="nodes of the best draft tree (depth <= k); 0 = a chain")
 
 WORKLOAD_KEYS = {"target", "draft", "dtype", "kv_dtype", "batch", "prompt_tokens", "output_tokens", "temperature",
                  "acceptance", "k", "runtime", "overlap", "tree_nodes", "k_max"}
@@ -152,7 +154,8 @@ class StudySpec:
             return out
         acc = self.acceptance
         acc_d = ({"alpha": acc.alpha} if acc.kind == "alpha" else
-                 {"per_position": list(acc.per_position)} if acc.kind == "per_position" else {"tau": acc.tau})
+                 {"per_position": list(acc.per_position)} if acc.kind == "per_position" else
+                 {"rank": [list(r) for r in acc.rank]} if acc.kind == "rank" else {"tau": acc.tau})
         return {
             "name": self.name, "description": self.description, "file": self.path,
             "workload": {"target": self.target.name, "draft": self.drafter.label, "dtype": self.dtype,
