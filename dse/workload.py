@@ -190,6 +190,7 @@ class WorkloadNames:
     """How the caller names each input in messages (CLI options or study keys)."""
 
     path: str | None = None
+    draft: str = "--draft"
     k: str = "--k"
     tau: str = "--tau"
     acceptance: str = "--alpha/--acceptance/--tau"
@@ -211,12 +212,12 @@ def check_workload(drafter: DrafterSpec, acc: AcceptanceSpec | None, *, k_lo: in
     ``tree_nodes`` is a fixed tree size (0 = a chain); ``tree_lo`` the smallest of a searched one."""
     p, out = names.path, []
     if draft_chip and drafter.kind == "none":
-        return [SpecError(p, names.draft_chip, True, "a draft chip holds a draft model: give the draft model too")]
+        return [SpecError(p, names.draft_chip, True, f"a draft chip holds a draft model: give {names.draft} too")]
     if drafter.kind == "none":
         if acceptance_given:
-            out.append(SpecError(p, names.acceptance, "given", "acceptance needs a drafter (draft)"))
+            out.append(SpecError(p, names.acceptance, "given", f"acceptance needs a drafter ({names.draft})"))
         if k_hi is not None:
-            out.append(SpecError(p, names.k, k_hi, "k needs a drafter (draft)"))
+            out.append(SpecError(p, names.k, k_hi, f"k needs a drafter ({names.draft})"))
     elif acc is not None:
         if acc.kind == "tau" and not k_fixed:
             out.append(SpecError(p, names.tau, acc.tau, f"tau is measured at one k: give {names.k} as an integer"))
@@ -236,7 +237,7 @@ def check_workload(drafter: DrafterSpec, acc: AcceptanceSpec | None, *, k_lo: in
     smallest = tree_nodes or tree_lo or 0
     if tree_nodes or tree_lo is not None:
         if drafter.kind == "none":
-            out.append(SpecError(p, names.tree_nodes, tree_nodes or "searched", "a tree needs a drafter (draft)"))
+            out.append(SpecError(p, names.tree_nodes, tree_nodes or "searched", f"a tree needs a drafter ({names.draft})"))
         elif smallest and k_hi is not None and smallest < k_hi:
             out.append(SpecError(p, names.tree_nodes, smallest, f"expected >= k = {k_hi} (one node per level)"))
     if draft_chip and not drafter.can_use_draft_chip:

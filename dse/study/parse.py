@@ -53,7 +53,7 @@ SEARCH_RANGES = {"n_trials": Range(True, 1, 10_000_000), "batch_size": Range(Tru
 #: grid points per continuous knob (points^knobs designs: 1000 points on 2 knobs is 10^6)
 GRID_POINTS = Range(True, 2, 1000)
 TECH_KEYS = ("process_node", "peak_tflops", "memory", "memory_stacks", "stack_height", "sram_mb")
-STUDY_NAMES = WorkloadNames(path=None, k="workload.k", tau="workload.acceptance.tau",
+STUDY_NAMES = WorkloadNames(path=None, draft="workload.draft", k="workload.k", tau="workload.acceptance.tau",
                             acceptance="workload.acceptance", per_position="workload.acceptance.per_position",
                             rank="workload.acceptance.rank",
                             tree_nodes="workload.tree_nodes", overlap="workload.overlap",
