@@ -118,10 +118,12 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     target_hw = hardware_arrays(dev, rt, chips, dtype)
     if on_chip:
         ddev = db.device(draft_hw, where="--draft-hw: ")
-        if ddev.link_bw_bytes_s <= 0:
-            raise SpecError(None, "--draft-hw", draft_hw, f"{ddev.name} has no link (link_bw_gb_s = 0) to reach the target")
+        for end in (ddev, dev):      # both ends need a link, as in studies (evaluation.build_designs)
+            if end.link_bw_bytes_s <= 0:
+                raise SpecError(None, "--draft-hw", draft_hw, f"{end.name} has no link (link_bw_gb_s = 0) between "
+                                "the target and the draft chip")
         draft_arrays = hardware_arrays(ddev, db.runtime(runtime or ddev.default_runtime), draft_chips, dtype)
-        link_bw, link_lat = min(ddev.link_bw_bytes_s, dev.link_bw_bytes_s or ddev.link_bw_bytes_s), ddev.link_latency_s
+        link_bw, link_lat = min(ddev.link_bw_bytes_s, dev.link_bw_bytes_s), ddev.link_latency_s
     else:
         ddev, draft_arrays, link_bw, link_lat = None, target_hw, 0.0, 0.0
     w = Workload(target=tgt, drafter=drafter, acceptance=acc, dtype=dtype, kv_dtype=kv_dtype or dtype,

@@ -109,3 +109,11 @@ def test_one_design_is_the_vector_model_on_length_one_arrays():
     r = evaluate_design(hw="h200", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=0.8, k=4)
     assert np.isclose(r["spec_ms_per_token"] * r["speedup"], r["baseline_ms_per_token"], rtol=1e-12)
     assert np.isclose(r["tokens_per_s"], 1e3 / r["spec_ms_per_token"], rtol=1e-12)
+
+
+def test_draft_chip_needs_a_link_at_both_ends_as_in_studies():
+    """jetson-agx-orin has no scale-up link (link_bw_gb_s = 0): the l4 draft chip cannot reach it."""
+    with pytest.raises(SpecError) as e:
+        evaluate_design(hw="jetson-agx-orin", target="llama-3.2-1b", draft="llama-3.2-1b", draft_hw="l4", alpha=0.8)
+    assert str(e.value) == ("--draft-hw = 'l4': jetson-agx-orin has no link (link_bw_gb_s = 0) between the target "
+                            "and the draft chip")
