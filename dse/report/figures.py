@@ -502,7 +502,7 @@ def _rc():
 
 
 def _table_html(table: pd.DataFrame) -> str:
-    shown = table.rename(columns={c: axis_label(c) for c in table.columns})
+    shown = table.rename(columns={c: axis_label(c).replace(c, short_knob(c)) for c in table.columns})
     return shown.to_html(index=False, escape=True, na_rep="—", border=0, classes="front",
                          float_format=lambda v: f"{v:.4g}")
 
