@@ -117,3 +117,65 @@ def test_draft_chip_needs_a_link_at_both_ends_as_in_studies():
         evaluate_design(hw="jetson-agx-orin", target="llama-3.2-1b", draft="llama-3.2-1b", draft_hw="l4", alpha=0.8)
     assert str(e.value) == ("--draft-hw = 'l4': jetson-agx-orin has no link (link_bw_gb_s = 0) between the target "
                             "and the draft chip")
+
+
+def test_baseline_anchor_scales_every_fixed_cost_by_one_factor():
+    """T = T_var + s * T_fixed; s = (X - T_var) / T_fixed (api.anchor_to_baseline), with T_var the
+    step without fixed costs and T_fixed the rest; the spec overhead (graphs: 100 us) scales too."""
+    kw = dict(hw="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=0.8, k=4, runtime="graphs")
+    plain = evaluate_design(**kw)
+    var = evaluate_design(**kw, set_fields={"kernel_launch_us": 0, "step_overhead_us": 0})["baseline_ms_per_token"]
+    fixed = plain["baseline_ms_per_token"] - var
+    s = (12.0 - var) / fixed
+    a = evaluate_design(**kw, baseline_ms=12.0)
+    assert a["baseline_ms_per_token"] == pytest.approx(12.0, rel=1e-9)
+    assert a["anchor"] == {"scaled": ["kernel_launch_us", "step_overhead_us", "spec_overhead_us"],
+                           "factor": pytest.approx(s, rel=1e-9), "baseline_ms": 12.0}
+    overhead = a["iter_ms"] - a["draft_ms_per_iter"] - a["verify_ms_per_iter"] - a["link_ms_per_iter"]
+    assert overhead == pytest.approx(0.100 * s, rel=1e-9)
+    assert plain["anchor"] is None
+    with pytest.raises(SpecError) as e:
+        evaluate_design(**kw, baseline_ms=var * 0.9)
+    assert str(e.value) == (f"--baseline-ms = {var * 0.9 * 1e-3 * 1e3!r}: expected more than {var:.3f} ms, the "
+                            "model's time without fixed costs at these efficiencies (lower mem_efficiency with "
+                            "--set instead)")
+    with pytest.raises(SpecError, match=r"^--baseline-ms = 0.0: expected a number in \(0, inf\)$"):
+        evaluate_design(**kw, baseline_ms=0.0)
+
+
+def test_record_echoes_what_was_evaluated():
+    r = evaluate_design(hw="h200", target="llama-3.1-8b", draft="llama-3.2-1b", tau=3.0, k=4, dtype="fp8",
+                        overlap=False)
+    assert (r["runtime"], r["dtype"], r["kv_dtype"], r["overlap"], r["k_mode"]) == ("graphs", "fp8", "fp8", False,
+                                                                                    "fixed")
+    assert r["acceptance"] == "tau=3 (given)"
+    assert r["alpha_meaning"] == "i.i.d. rate that gives the same tau at this k (input was tau)"
+    r = evaluate_design(hw="h200", target="llama-3.1-8b", draft="llama-3.2-1b", acceptance="0.9,0.8", dtype="fp8",
+                        kv_dtype="bf16")
+    assert (r["kv_dtype"], r["k_mode"]) == ("bf16", "auto")
+    assert r["k"] in (0, 1, 2)                                         # auto, at most one rate per position
+    assert r["alpha_meaning"] == "i.i.d. rate that gives the same tau at this k (input was per-position rates)"
+    r = evaluate_design(hw="h200", target="llama-3.1-8b")
+    assert (r["draft"], r["acceptance"], r["alpha_meaning"], r["k"], r["k_mode"]) == ("none", None, None, 0, "auto")
+    assert r["speedup"] == 1.0 and r["tau"] == 1.0
+    r = evaluate_design(hw="h200", target="llama-3.1-8b", draft="medusa:3", alpha=0.7)
+    assert 1 <= r["k"] <= 3                                            # k auto never beyond the heads
+    r = evaluate_design(hw="h200", target="llama-3.1-8b", draft="eagle", rank_acceptance="0.6,0.2", tree_nodes=8,
+                        k=4)
+    assert r["alpha_meaning"] == "none: a tree's tau maps to no single chain alpha"
+    assert r["acceptance"] == "acceptance per rank=0.6,0.2"
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(hw="jetson-agx-orin", target="llama-3.2-1b", chips=2),
+     "--chips = 2: jetson-agx-orin has no scale-up link (link_bw_gb_s = 0); use 1"),
+    (dict(target="eagle-llama3-8b"),
+     "--target = 'eagle-llama3-8b': eagle-llama3-8b is a eagle-head, not a model to serve"),
+    (dict(draft="llama-3.2-1b", alpha=0.8, datastore_gb=5.0),
+     "--datastore-gb = 5.0: a datastore belongs to a retrieval draft (--draft ngram)"),
+])
+def test_refusals_name_the_option(kw, message):
+    args = {"hw": "h200", "target": "llama-3.1-8b", **kw}
+    with pytest.raises(SpecError) as e:
+        evaluate_design(**args)
+    assert str(e.value) == message
