@@ -15,6 +15,7 @@ from .database import Database, load_database
 from .errors import SpecError
 from .model.arrays import DesignBatch, HardwareArrays
 from .model.evaluate import Metrics, evaluate
+from .model.transformer import default_kv_dtype
 from .specs import (
     DTYPES,
     AcceptanceSpec,
@@ -28,7 +29,8 @@ from .specs import (
 )
 
 #: `--set` fields that belong to the runtime rather than the device
-RUNTIME_FIELDS = ("kernels_per_layer", "spec_overhead_us", "ngram_draft_us", "memory_reserve_fraction")
+RUNTIME_FIELDS = ("kernels_per_layer", "spec_overhead_us", "ngram_draft_us", "memory_reserve_fraction",
+                  "sequence_overhead_us", "request_overhead_us", "roofline_p")
 
 
 def parse_drafter(spec: str, target: ModelSpec, db: Database, where: str = "--draft") -> DrafterSpec:
@@ -96,11 +98,13 @@ def _number(x, field: str) -> float:
     return v
 
 
-def hardware_arrays(dev: DeviceSpec, rt: RuntimeSpec, chips, dtype: str) -> HardwareArrays:
+def hardware_arrays(dev: DeviceSpec, rt: RuntimeSpec, chips, dtype: str,
+                    kv_dtype: str | None = None) -> HardwareArrays:
     """A device and runtime as length-1 (or broadcast) arrays; a device's own fixed costs
-    (kernel_launch_us, step_overhead_us) override the runtime's."""
+    (kernel_launch_us, step_overhead_us) override the runtime's. Attention runs at the
+    KV dtype's rate (16-bit unless given)."""
     return HardwareArrays(
-        chips=np.atleast_1d(chips), capacity_bytes=dev.capacity_bytes, mem_bw_bytes_s=dev.mem_bw_bytes_s,
+        chips=np.atleast_1d(chips), capacity_bytes=dev.memory_bytes, mem_bw_bytes_s=dev.mem_bw_bytes_s,
         peak_flop_s=dev.peak_flop_s(dtype), mem_efficiency=dev.mem_efficiency,
         compute_efficiency=dev.compute_efficiency, link_bw_bytes_s=dev.link_bw_bytes_s,
         link_latency_s=dev.link_latency_s,
@@ -108,7 +112,9 @@ def hardware_arrays(dev: DeviceSpec, rt: RuntimeSpec, chips, dtype: str) -> Hard
         kernels_per_layer=rt.kernels_per_layer,
         step_overhead_s=rt.step_overhead_s if dev.step_overhead_s is None else dev.step_overhead_s,
         spec_overhead_s=rt.spec_overhead_s, ngram_draft_s=rt.ngram_draft_s,
-        memory_reserve_fraction=rt.memory_reserve_fraction)
+        memory_reserve_fraction=rt.memory_reserve_fraction, link_efficiency=dev.link_efficiency,
+        sequence_overhead_s=rt.sequence_overhead_s, request_overhead_s=rt.request_overhead_s,
+        roofline_p=rt.roofline_p, peak_attention_flop_s=dev.peak_flop_s(kv_dtype or default_kv_dtype(dtype)))
 
 
 def apply_overrides(dev: DeviceSpec, rt: RuntimeSpec, assignments: dict[str, Any]):
@@ -147,7 +153,8 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                             ("--prompt", prompt, 0), ("--output", output, 1), ("--tree-nodes", tree_nodes, 0)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
             raise SpecError(None, name, value, f"expected an integer >= {lo}")
-    for name, value in (("--dtype", dtype), ("--kv-dtype", kv_dtype or dtype)):
+    kv_dtype = kv_dtype or default_kv_dtype(dtype)
+    for name, value in (("--dtype", dtype), ("--kv-dtype", kv_dtype)):
         if value not in DTYPES:
             raise SpecError(None, name, value, f"expected one of {', '.join(DTYPES)}")
     if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
@@ -181,7 +188,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         raise SpecError(None, "--tree-nodes", tree_nodes, f"expected >= k = {k_val} (one node per level at least)")
     if chips > 1 and dev.link_bw_bytes_s <= 0:
         raise SpecError(None, "--chips", chips, f"{dev.name} has no scale-up link (link_bw_gb_s = 0); use 1")
-    target_hw = hardware_arrays(dev, rt, chips, dtype)
+    target_hw = hardware_arrays(dev, rt, chips, dtype, kv_dtype)
     on_chip = draft_hw is not None
     if on_chip:
         if not drafter.can_use_draft_chip:
@@ -190,13 +197,14 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         ddev = db.device(draft_hw, where="--draft-hw: ")
         if ddev.link_bw_bytes_s <= 0:
             raise SpecError(None, "--draft-hw", draft_hw, f"{ddev.name} has no link (link_bw_gb_s = 0) to reach the target")
-        draft_arrays = hardware_arrays(ddev, db.runtime(runtime or ddev.default_runtime), draft_chips, dtype)
+        draft_arrays = hardware_arrays(ddev, db.runtime(runtime or ddev.default_runtime), draft_chips, dtype,
+                                       kv_dtype)
         link_bw, link_lat = min(ddev.link_bw_bytes_s, dev.link_bw_bytes_s or ddev.link_bw_bytes_s), ddev.link_latency_s
     else:
         ddev, draft_arrays, link_bw, link_lat = None, target_hw, 0.0, 0.0
     if overlap and not on_chip:
         raise SpecError(None, "--overlap", True, "overlapped drafting needs a draft chip (--draft-hw)")
-    w = Workload(target=tgt, drafter=drafter, acceptance=acc, dtype=dtype, kv_dtype=kv_dtype or dtype,
+    w = Workload(target=tgt, drafter=drafter, acceptance=acc, dtype=dtype, kv_dtype=kv_dtype,
                  temperature=float(temperature), overlap=overlap, tree_nodes=tree_nodes,
                  k_max=k_max if drafter.kind != "medusa" else drafter.heads)
     design = DesignBatch(target=target_hw, draft=draft_arrays, draft_on_chip=on_chip,
@@ -209,7 +217,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     out = to_record(m, 0)
     out.update(hw=dev.name, chips=chips, target=tgt.name, draft=drafter.label,
                draft_hw=ddev.name if ddev else None, draft_chips=draft_chips if ddev else None,
-               runtime=rt.name, dtype=dtype, kv_dtype=kv_dtype or dtype, batch=batch,
+               runtime=rt.name, dtype=dtype, kv_dtype=kv_dtype, batch=batch,
                prompt_tokens=prompt, output_tokens=output, temperature=float(temperature), overlap=overlap,
                tree_nodes=tree_nodes or None, acceptance=acc.describe() if drafter.kind != "none" else None,
                alpha_meaning=("i.i.d. conditional per-token acceptance rate (Leviathan et al. 2023)"
@@ -252,14 +260,17 @@ def anchor_to_baseline(design: DesignBatch, w: Workload, baseline_s: float):
     """Scale the target runtime's fixed costs (kernel launch, step, spec overhead) so the
     autoregressive step equals a measured ``baseline_s``: T = T_var + s*T_fixed, s = (X - T_var)/T_fixed."""
     from .model.roofline import step_cost
-    from .model.transformer import KV_BYTES, WEIGHT_BW_FACTOR, WEIGHT_BYTES
+    from .model.transformer import COMPUTE_EFFICIENCY_FACTOR, KV_BYTES, WEIGHT_BW_FACTOR, WEIGHT_BYTES
     hw = design.target
     S = design.prompt_tokens + 0.5 * design.output_tokens
     kw = dict(batch=design.batch, q=1.0, context=S, weight_bytes=WEIGHT_BYTES[w.dtype], kv_bytes=KV_BYTES[w.kv_dtype],
-              weight_bw_factor=WEIGHT_BW_FACTOR[w.dtype])
+              weight_bw_factor=WEIGHT_BW_FACTOR[w.dtype],
+              linear_compute_factor=COMPUTE_EFFICIENCY_FACTOR[w.dtype],
+              attention_compute_factor=COMPUTE_EFFICIENCY_FACTOR[w.kv_dtype])
     full = step_cost(w.target, hw, **kw)
     no_fixed = dataclasses.replace(hw, kernel_launch_s=np.zeros_like(hw.kernel_launch_s),
-                                   step_overhead_s=np.zeros_like(hw.step_overhead_s))
+                                   step_overhead_s=np.zeros_like(hw.step_overhead_s),
+                                   sequence_overhead_s=np.zeros_like(hw.sequence_overhead_s))
     var = step_cost(w.target, no_fixed, **kw).time_s      # roofline + all-reduces
     fixed = full.time_s - var
     if float(var[0]) >= baseline_s or float(fixed[0]) <= 0:
@@ -268,8 +279,9 @@ def anchor_to_baseline(design: DesignBatch, w: Workload, baseline_s: float):
                         "at these efficiencies (lower mem_efficiency with --set instead)")
     s = float((baseline_s - var[0]) / fixed[0])
     scaled = dataclasses.replace(hw, kernel_launch_s=hw.kernel_launch_s * s, step_overhead_s=hw.step_overhead_s * s,
-                                 spec_overhead_s=hw.spec_overhead_s * s)
+                                 sequence_overhead_s=hw.sequence_overhead_s * s, spec_overhead_s=hw.spec_overhead_s * s)
     draft = design.draft if bool(design.draft_on_chip[0]) else scaled
     new = dataclasses.replace(design, target=scaled, draft=draft)
-    return new, {"scaled": ["kernel_launch_us", "step_overhead_us", "spec_overhead_us"], "factor": s,
+    return new, {"scaled": ["kernel_launch_us", "step_overhead_us", "sequence_overhead_us", "spec_overhead_us"],
+                 "factor": s,
                  "baseline_ms": baseline_s * 1e3}

@@ -15,6 +15,7 @@ import numpy as np
 from .database import Database
 from .model.arrays import DesignBatch, HardwareArrays
 from .model.technology import synthesize_chip
+from .model.transformer import default_kv_dtype
 from .specs import DeviceSpec, RuntimeSpec
 from .study import StudySpec
 from .techdb import TechConstants
@@ -47,11 +48,13 @@ def _codes(values, index_of) -> np.ndarray:
     return np.array([index_of(u) for u in uniq], dtype=np.int64)[inverse]
 
 
-def _device_table(devs: list[DeviceSpec], dtype: str) -> dict[str, np.ndarray]:
+def _device_table(devs: list[DeviceSpec], dtype: str, kv_dtype: str) -> dict[str, np.ndarray]:
     def col(fn):
         return np.array([_NAN if fn(d) is None else fn(d) for d in devs], dtype=np.float64)
     return {
-        "capacity_bytes": col(lambda d: d.capacity_bytes), "mem_bw_bytes_s": col(lambda d: d.mem_bw_bytes_s),
+        "capacity_bytes": col(lambda d: d.memory_bytes), "mem_bw_bytes_s": col(lambda d: d.mem_bw_bytes_s),
+        "peak_attention_flop_s": col(lambda d: d.peak_flop_s(kv_dtype)),
+        "link_efficiency": col(lambda d: d.link_efficiency),
         "peak_flop_s": col(lambda d: d.peak_flop_s(dtype)), "peak_bf16_flop_s": col(lambda d: d.peak_bf16_flop_s),
         "mem_efficiency": col(lambda d: d.mem_efficiency), "compute_efficiency": col(lambda d: d.compute_efficiency),
         "link_bw_bytes_s": col(lambda d: d.link_bw_bytes_s), "link_latency_s": col(lambda d: d.link_latency_s),
@@ -62,8 +65,10 @@ def _device_table(devs: list[DeviceSpec], dtype: str) -> dict[str, np.ndarray]:
 
 
 def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db: Database,
-               tech: TechConstants, rt: RuntimeSpec) -> tuple[HardwareArrays, dict[str, np.ndarray]]:
+               tech: TechConstants, rt: RuntimeSpec, kv_dtype: str | None = None
+               ) -> tuple[HardwareArrays, dict[str, np.ndarray]]:
     """One chip group (target_chip_* or draft_chip_* knobs) -> HardwareArrays and SI columns."""
+    kv_dtype = kv_dtype or default_kv_dtype(dtype)
     def get(key, default=None):
         return knobs.get(prefix + key, default)
 
@@ -71,7 +76,7 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
     if prefix + "device" in knobs:
         names = np.asarray(knobs[prefix + "device"]).astype(str)
         uniq, code = np.unique(names, return_inverse=True)
-        table = _device_table([db.device(u) for u in uniq], dtype)
+        table = _device_table([db.device(u) for u in uniq], dtype, kv_dtype)
         col = {k: v[code] for k, v in table.items()}
         link_bw = np.asarray(get("link_bw_gb_s"), dtype=np.float64) * 1e9 if prefix + "link_bw_gb_s" in knobs \
             else col["link_bw_bytes_s"]
@@ -81,6 +86,7 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
         area, peak_bf16 = col["die_area_mm2"], col["peak_bf16_flop_s"]
         cap, bw, peak = col["capacity_bytes"], col["mem_bw_bytes_s"], col["peak_flop_s"]
         eff_m, eff_c, lat = col["mem_efficiency"], col["compute_efficiency"], col["link_latency_s"]
+        peak_att, eta_link = col["peak_attention_flop_s"], col["link_efficiency"]
         buildable = np.ones(n, dtype=bool)
     else:
         node = _codes(get("process_node"), tech.node_index)
@@ -93,6 +99,8 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
         cap, bw = chip.capacity_bytes, chip.mem_bw_bytes_s
         peak_bf16 = chip.peak_bf16_flop_s
         peak = chip.peak_fp8_flop_s if dtype == "fp8" else chip.peak_bf16_flop_s
+        peak_att = chip.peak_fp8_flop_s if kv_dtype == "fp8" else chip.peak_bf16_flop_s
+        eta_link = np.full(n, DeviceSpec.__dataclass_fields__["link_efficiency"].default)
         link_bw = chip.link_bw_bytes_s
         eff_m = np.asarray(get("mem_efficiency"), dtype=np.float64)
         eff_c = np.asarray(get("compute_efficiency"), dtype=np.float64)
@@ -104,7 +112,9 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
                         mem_efficiency=eff_m, compute_efficiency=eff_c, link_bw_bytes_s=link_bw,
                         link_latency_s=lat, kernel_launch_s=launch, kernels_per_layer=rt.kernels_per_layer,
                         step_overhead_s=step, spec_overhead_s=rt.spec_overhead_s, ngram_draft_s=rt.ngram_draft_s,
-                        memory_reserve_fraction=rt.memory_reserve_fraction)
+                        memory_reserve_fraction=rt.memory_reserve_fraction, link_efficiency=eta_link,
+                        sequence_overhead_s=rt.sequence_overhead_s, request_overhead_s=rt.request_overhead_s,
+                        roofline_p=rt.roofline_p, peak_attention_flop_s=peak_att)
     cols = {"capacity_bytes": cap, "mem_bw_bytes_s": bw, "peak_bf16_flop_s": peak_bf16, "die_area_mm2": area,
             "chip_cost_usd": cost_chip, "chip_power_w": power_chip, "chips": chips,
             # a group needs memory bandwidth, and a link when it spans chips
@@ -118,11 +128,11 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
     """Knob arrays -> DesignBatch and hardware result columns (display units)."""
     kn = knob_arrays(study, params, n)
     rt = db.runtime(study.runtime)
-    target, tc = chip_group("target_chip_", kn, n, study.dtype, db, tech, rt)
+    target, tc = chip_group("target_chip_", kn, n, study.dtype, db, tech, rt, study.kv_dtype)
     has_draft = "draft_chip_enabled" in kn
     on = np.asarray(kn["draft_chip_enabled"], dtype=bool) if has_draft else np.zeros(n, dtype=bool)
     if has_draft and (on.any() or study.knob("draft_chip_enabled").searched):
-        draft, dc = chip_group("draft_chip_", kn, n, study.dtype, db, tech, rt)
+        draft, dc = chip_group("draft_chip_", kn, n, study.dtype, db, tech, rt, study.kv_dtype)
     else:
         draft, dc = target, None
     k = np.asarray(kn["k"], dtype=np.int64) if "k" in kn else np.zeros(n, dtype=np.int64)

@@ -16,6 +16,7 @@ from typing import Any
 
 from .database import Database, load_database
 from .errors import MISSING, SpecError, raise_collected
+from .model.transformer import default_kv_dtype
 from .specs import DTYPES, AcceptanceSpec, DrafterSpec, ModelSpec
 from .yamlio import load_yaml
 
@@ -388,7 +389,7 @@ def load_study(path: str | Path, db: Database | None = None) -> StudySpec:
         except Exception as exc:  # UnknownEntryError: the message lists close names
             err.items.append(SpecError(p, "workload.draft", wl.get("draft"), str(exc)))
     for key in ("dtype", "kv_dtype"):
-        v = wl.get(key, dtype if key == "kv_dtype" else "bf16")
+        v = wl.get(key, default_kv_dtype(dtype) if key == "kv_dtype" else "bf16")
         if v not in DTYPES:
             err.add(f"workload.{key}", v, f"expected one of {', '.join(DTYPES)}")
         elif key == "dtype":

@@ -133,16 +133,30 @@ def draft_weight_bytes(w: Workload) -> float:
     """Bytes of weights the drafter adds: a draft model's own weights; EAGLE one layer +
     fc(2d -> d) (LM head shared); Medusa H heads of d*d + d*V (Cai et al. 2024, arXiv
     2401.10774); early exit, n-gram and none add nothing."""
+    return float(draft_weight_bytes_per_chip(w, 1))
+
+
+def draft_weight_bytes_per_chip(w: Workload, chips):
+    """draft_weight_bytes on one of t chips: a draft model shards like the target
+    (transformer.per_chip: replicated MLA down-projections and router stay whole); EAGLE
+    and Medusa heads divide by t."""
     d, wb = w.drafter, tf.WEIGHT_BYTES[w.dtype]
-    t = w.target
+    t, c = w.target, np.asarray(chips, dtype=np.float64)
     if d.kind == "model":
-        return tf.total_params(d.model) * wb
+        return tf.per_chip(tf.total_params(d.model), tf.replicated_params(d.model), c) * wb
     if d.kind == "eagle":
         head = eagle_head(t)
-        return (tf.non_embedding_params(head) + 2 * t.hidden_size ** 2) * wb
+        return (tf.non_embedding_params(head) + 2 * t.hidden_size ** 2) * wb / c
     if d.kind == "medusa":
-        return d.heads * (t.hidden_size ** 2 + t.hidden_size * t.vocab_size) * wb
-    return 0.0
+        return d.heads * (t.hidden_size ** 2 + t.hidden_size * t.vocab_size) * wb / c
+    return 0.0 * c
+
+
+def memory_per_chip(m: ModelSpec, chips, batch, tokens, weight_bytes: float, kv_bytes: float):
+    """Weights and KV cache on one of t tensor-parallel chips (MODEL.md sections 2 and 4):
+    (W - W_rep)/t + W_rep + KV / min(t, h_kv) (MLA: KV whole on every chip)."""
+    w = tf.per_chip(tf.total_params(m), tf.replicated_params(m), chips) * weight_bytes
+    return w + tf.kv_cache_bytes(m, batch, tokens, kv_bytes) / tf.kv_shards(m, chips)
 
 
 def _k_range(w: Workload) -> int:
@@ -202,7 +216,9 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     G = batch.output_tokens.astype(np.float64)
     S = P + 0.5 * G          # mean context during generation (exact for terms linear in S)
     wf = tf.WEIGHT_BW_FACTOR[w.dtype]
-    kw = dict(weight_bytes=wb, kv_bytes=kvb, weight_bw_factor=wf)
+    kw = dict(weight_bytes=wb, kv_bytes=kvb, weight_bw_factor=wf,
+              linear_compute_factor=tf.COMPUTE_EFFICIENCY_FACTOR[w.dtype],
+              attention_compute_factor=tf.COMPUTE_EFFICIENCY_FACTOR[w.kv_dtype])
 
     base = step_cost(tgt, T, batch=B, q=1.0, context=S, **kw)
     prefill = step_cost(tgt, T, batch=B, q=P, context=0.0, lm_head_last_only=True, **kw)
@@ -210,21 +226,30 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     on_chip = batch.draft_on_chip & d.can_use_draft_chip
     D = _select(on_chip, batch.draft, T)     # the group the drafter runs on
 
-    # ---- capacity (MODEL.md section 4) ----
+    # ---- capacity (MODEL.md section 4), checked per chip; reported for the whole group
+    # (per-chip need x chips, so replicated weights and KV count once per chip) ----
     K = _k_range(w)
-    cap_t = T.capacity_bytes * T.chips
-    need_t = tf.total_params(tgt) * wb + tf.kv_cache_bytes(tgt, B, P + G, kvb)
-    draft_bytes = np.full(n, draft_weight_bytes(w))
-    if d.kind == "model":
-        draft_bytes = draft_bytes + tf.kv_cache_bytes(d.model, B, P + G + K, kvb)
-    elif d.kind == "eagle":
-        draft_bytes = draft_bytes + tf.kv_cache_bytes(eagle_head(tgt), B, P + G + K, kvb)
-    req_t = need_t + np.where(on_chip, 0.0, draft_bytes) + T.memory_reserve_fraction * cap_t
-    cap_d = np.where(on_chip, D.capacity_bytes * D.chips, cap_t)
-    req_d = draft_bytes + np.where(on_chip, D.memory_reserve_fraction * cap_d, 0.0)
+    t_chips = T.chips.astype(np.float64)
+    need_t = memory_per_chip(tgt, t_chips, B, P + G, wb, kvb)
+
+    def draft_per_chip(chips):
+        out = draft_weight_bytes_per_chip(w, chips) + np.zeros(n)
+        if d.kind == "model":
+            out = out + tf.kv_cache_bytes(d.model, B, P + G + K, kvb) / tf.kv_shards(d.model, chips)
+        elif d.kind == "eagle":
+            out = out + tf.kv_cache_bytes(eagle_head(tgt), B, P + G + K, kvb) / tf.kv_shards(tgt, chips)
+        return out
+
+    d_chips = np.where(on_chip, D.chips, T.chips).astype(np.float64)
+    draft_chip = draft_per_chip(d_chips)          # on the draft group, or on the target chips
+    req_t = (need_t + np.where(on_chip, 0.0, draft_chip) + T.memory_reserve_fraction * T.capacity_bytes) * t_chips
+    cap_t = T.capacity_bytes * t_chips
+    cap_d = np.where(on_chip, D.capacity_bytes * d_chips, cap_t)
+    req_d = np.where(on_chip, (draft_chip + D.memory_reserve_fraction * D.capacity_bytes) * d_chips,
+                     draft_chip * t_chips)
     short = np.maximum(0.0, req_t - cap_t) + np.where(on_chip, np.maximum(0.0, req_d - cap_d), 0.0)
     fits = short <= 0.0
-    ttft = prefill.time_s
+    ttft = prefill.time_s + T.request_overhead_s
 
     if d.kind == "none":
         one = np.ones(n)
@@ -239,7 +264,8 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
             verify_arithmetic_intensity=base.arithmetic_intensity,
             draft_arithmetic_intensity=zero, baseline_bound=base.bound, verify_bound=base.bound,
             draft_bound=np.full(n, OVERHEAD), tokens_per_s=B / spec,
-            baseline_tokens_per_s=B / base.time_s, ttft_s=ttft, request_latency_s=ttft + G * spec)
+            baseline_tokens_per_s=B / base.time_s, ttft_s=ttft,
+            request_latency_s=request_latency_s(ttft, G, spec))
         return _finish(metrics, fits, req_t, cap_t, short, req_d, cap_d)
 
     # ---- k candidates: (1, K) for auto rows, (n, 1) when every row fixes k ----
@@ -341,6 +367,7 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     ttft = np.where(on_chip, np.maximum(prefill.time_s, pre_d + batch.draft_link_latency_s),
                     prefill.time_s + pre_d)
     ttft = np.where(off, prefill.time_s, ttft)       # speculation off: no draft prefill either
+    ttft = ttft + T.request_overhead_s
     metrics = dict(
         baseline_s_per_token=base.time_s, spec_s_per_token=spec,
         speedup=base.time_s / spec, k=k, alpha=alpha, tau=tau, p_all_accepted=p_all,
@@ -352,8 +379,14 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
         draft_arithmetic_intensity=draft_ai, baseline_bound=base.bound,
         verify_bound=verify_bound, draft_bound=draft_bound,
         tokens_per_s=B / spec, baseline_tokens_per_s=B / base.time_s,
-        ttft_s=ttft, request_latency_s=ttft + G * spec)
+        ttft_s=ttft, request_latency_s=request_latency_s(ttft, G, spec))
     return _finish(metrics, fits, req_t, cap_t, short, req_d, cap_d)
+
+
+def request_latency_s(ttft_s, output_tokens, s_per_token):
+    """TTFT + (G - 1) x per-token latency: the prefill emits the first of the G tokens
+    (MODEL.md section 3)."""
+    return ttft_s + (np.asarray(output_tokens, dtype=np.float64) - 1.0) * s_per_token
 
 
 def _finish(metrics, fits, req_t, cap_t, short, req_d, cap_d) -> Metrics:

@@ -23,6 +23,21 @@ KV_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5 + 2.0
 #: `dse validate`); they describe those kernels, and other int4 kernels may differ. fp8 is
 #: taken as native W8A8 (no dequantisation): 1.0, an estimate without a measurement.
 WEIGHT_BW_FACTOR = {"bf16": 1.0, "fp16": 1.0, "fp8": 1.0, "int8": 0.84, "int4": 0.59}
+#: Achieved fraction of a dtype's peak matmul rate, relative to the device's compute_efficiency
+#: (which is a 16-bit MFU). fp8 GEMMs reach a lower fraction of their (2x) peak than bf16:
+#: TensorRT-LLM v0.5 prefill MFU, batch 1 x 2048 tokens, was ~66% on A100 FP16 and ~39% on
+#: H100 FP8 (shared/reference/hardware.md section 3), so fp8 = 0.39/0.66 = 0.59 of the 16-bit
+#: fraction. One public pair, two devices: an estimate. int8/int4 are weight-only and
+#: compute in 16 bits (1.0). Used for the linear layers at the weight dtype and for attention
+#: at the KV (attention) dtype.
+COMPUTE_EFFICIENCY_FACTOR = {"bf16": 1.0, "fp16": 1.0, "fp8": 0.39 / 0.66, "int8": 1.0, "int4": 1.0}
+
+
+def default_kv_dtype(dtype: str) -> str:
+    """The KV cache stays 16-bit unless the user quantises it (--kv-dtype, workload.kv_dtype):
+    fp16 with fp16 weights, else bf16. MLC q4f16, AWQ, GPTQ, gpt-fast and vLLM keep a 16-bit
+    cache with quantised weights unless told otherwise (MODEL.md section 1)."""
+    return "fp16" if dtype == "fp16" else "bf16"
 
 
 def attention_params(m: ModelSpec) -> int:
@@ -119,6 +134,36 @@ def linear_flops_per_token(m: ModelSpec, layers: int | None = None, lm_head: boo
     L = m.num_layers if layers is None else layers
     per_layer_active = (active_params_per_token(m) - lm_head_params(m)) / m.num_layers
     return 2.0 * (per_layer_active * L + (lm_head_params(m) if lm_head else 0))
+
+
+def replicated_params(m: ModelSpec, layers: int | None = None) -> int:
+    """Weights every tensor-parallel chip holds whole (MODEL.md section 2, sharding rules).
+
+    MLA's down-projections, d*r_q (Q) and d*(r_kv + d_rope) (the latent KV), produce the
+    replicated latent and are replicated with it (vLLM/SGLang DeepseekV2Attention:
+    q_a_proj and kv_a_proj_with_mqa are ReplicatedLinear); an MoE router d*E is replicated
+    on every MoE layer (the gate is ReplicatedLinear). 0 for a dense GQA/MHA model.
+    """
+    L = m.num_layers if layers is None else layers
+    moe = L - min(layer_counts(m)[0], L)
+    mla = m.hidden_size * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim) if m.kv_lora_rank else 0
+    return mla * L + m.hidden_size * m.num_experts * moe
+
+
+def per_chip(total, replicated, chips):
+    """Share of one chip of t: (total - replicated)/t + replicated (MODEL.md section 2)."""
+    t = np.asarray(chips, dtype=np.float64)
+    return (total - replicated) / t + replicated
+
+
+def kv_shards(m: ModelSpec, chips):
+    """Chips the KV cache is divided over under tensor parallel t: min(t, h_kv) for MHA/GQA
+    (with fewer KV heads than chips, heads are replicated); 1 for MLA (its latent is one
+    shared head, replicated on every chip). MODEL.md section 2."""
+    t = np.asarray(chips, dtype=np.float64)
+    if m.kv_lora_rank:
+        return np.ones_like(t)
+    return np.minimum(t, m.num_kv_heads)
 
 
 def kv_elems_per_token_per_layer(m: ModelSpec) -> int:

@@ -1,0 +1,183 @@
+"""Issue 9: tensor-parallel sharding, the 16-bit KV default, serving costs, request latency,
+capacity in GiB, the smooth roofline. Every number is worked out by hand in the comments."""
+
+import numpy as np
+import pytest
+
+from dse.api import evaluate_design
+from dse.model import transformer as tf
+from dse.model.evaluate import memory_per_chip
+from dse.model.roofline import allreduce_time_s, smooth_roofline, step_cost
+
+GIB = 2 ** 30
+
+
+# ---- (a) sharding rules -------------------------------------------------------------------
+
+def test_405b_on_16_chips_keeps_one_eighth_of_the_kv(db):
+    m = db.model("llama-3.1-405b")
+    # KV per token: 126 layers * 2 * 8 kv heads * 128 * 2 B = 516,096 B; 1,000 tokens = 516,096,000 B.
+    # 8 KV heads over 16 chips: each head lives on 2 chips, so a chip holds 1/min(16, 8) = 1/8.
+    kv = 126 * 2 * 8 * 128 * 2 * 1000
+    assert kv == 516_096_000
+    per_chip = {t: memory_per_chip(m, t, 1, 1000, 2.0, 2.0) - memory_per_chip(m, t, 1, 0, 2.0, 2.0)
+                for t in (4, 8, 16)}
+    assert per_chip[16] == pytest.approx(kv / 8)        # 64,512,000 B, not kv/16
+    assert per_chip[8] == pytest.approx(kv / 8)
+    assert per_chip[4] == pytest.approx(kv / 4)
+    assert tf.kv_shards(m, np.array([1, 4, 8, 16, 32])).tolist() == [1, 4, 8, 8, 8]
+
+
+def test_405b_kv_bytes_read_per_step_follow_the_same_rule(db):
+    from types import SimpleNamespace
+    m = db.model("llama-3.1-405b")
+    hw = SimpleNamespace(chips=np.array([16]), mem_bw_bytes_s=1e12, mem_efficiency=1.0, peak_flop_s=1e15,
+                         peak_attention_flop_s=0.0, compute_efficiency=1.0, kernels_per_layer=0.0,
+                         kernel_launch_s=0.0, step_overhead_s=0.0, sequence_overhead_s=0.0, link_bw_bytes_s=1e12,
+                         link_latency_s=0.0, link_efficiency=1.0, roofline_p=np.inf)
+    a = step_cost(m, hw, batch=1.0, q=1.0, context=999.0, weight_bytes=2.0, kv_bytes=2.0)
+    b = step_cost(m, hw, batch=1.0, q=1.0, context=1999.0, weight_bytes=2.0, kv_bytes=2.0)
+    # 1,000 more cached tokens: 516,096,000 B of KV over min(16, 8) = 8 chips read per step
+    assert (b.bytes - a.bytes)[0] == pytest.approx(516_096_000 / 8)
+
+
+def test_deepseek_v3_latent_cache_is_the_same_on_every_chip(db):
+    m = db.model("deepseek-v3")
+    # MLA latent: (r_kv 512 + d_rope 64) * 2 B * 61 layers = 70,272 B per token, one copy per chip
+    kv = (512 + 64) * 2 * 61 * 1000
+    for t in (1, 8, 16):
+        got = memory_per_chip(m, t, 1, 1000, 1.0, 2.0) - memory_per_chip(m, t, 1, 0, 1.0, 2.0)
+        assert got == pytest.approx(kv)
+    # replicated weights: MLA down-projections d*(r_q + r_kv + d_rope) = 7168*(1536+512+64) =
+    # 15,138,816 per layer x 61 = 923,467,776; router d*E = 7168*256 on 58 MoE layers = 106,430,464
+    assert tf.replicated_params(m) == 923_467_776 + 106_430_464
+    # weights per chip: (W - W_rep)/t + W_rep
+    w = tf.total_params(m)
+    assert memory_per_chip(m, 8, 1, 0, 1.0, 2.0) == pytest.approx((w - 1_029_898_240) / 8 + 1_029_898_240)
+
+
+def test_dense_gqa_model_replicates_nothing(db):
+    assert tf.replicated_params(db.model("llama-3.1-70b")) == 0
+
+
+def test_deepseek_v3_batch_256_on_8_h200_does_not_fit(db):
+    # issue 9: 671B fp8 weights ~84.8 GB per chip beside a 16-bit latent cache of
+    # 256 * (8192 + 1024) tokens * 70,272 B = 165.8e9 B on *every* chip; an H200 holds 141 GiB.
+    r = evaluate_design(hw="h200", chips=8, target="deepseek-v3", dtype="fp8", draft="none", batch=256,
+                        prompt=8192, output=1024)
+    assert r["fits"] is False and r["kv_dtype"] == "bf16"
+    m = db.model("deepseek-v3")
+    w_chip = (tf.total_params(m) - 1_029_898_240) / 8 + 1_029_898_240          # fp8: 1 B per weight
+    kv_chip = 256 * 9216 * 70_272
+    cap = 141 * GIB
+    assert r["memory_required_gb"] == pytest.approx(8 * (w_chip + kv_chip + 0.05 * cap) / 1e9, rel=1e-9)
+    assert r["memory_capacity_gb"] == pytest.approx(8 * cap / 1e9)
+    # even an fp8 cache (82.9e9 B per chip) leaves it short: 84.8 + 82.9 + 7.6 > 151.4 GB per chip
+    assert evaluate_design(hw="h200", chips=8, target="deepseek-v3", dtype="fp8", kv_dtype="fp8", batch=256,
+                           prompt=8192, output=1024)["fits"] is False
+
+
+# ---- (b) the KV cache stays 16-bit unless asked -------------------------------------------
+
+def test_int4_llama2_7b_batch16_on_rtx4090_does_not_fit():
+    # KV: 16 seqs * 2,560 tokens * 32 layers * 2*32*128 * 2 B = 21,474,836,480 B (16-bit);
+    # weights 32*(4*4096^2 + 3*4096*11008) + 2*32000*4096 = 6,738,149,376, int4 g128:
+    # * (0.5 + 2/128) = 3,474,358,272 B; reserve 5% of 24 GiB
+    # = 1,288,490,189 B; total 26.24e9 B > 24 GiB = 25.77e9 B.
+    r = evaluate_design(hw="rtx-4090", target="llama-2-7b", dtype="int4", batch=16, prompt=2048, output=512)
+    assert r["kv_dtype"] == "bf16" and r["fits"] is False
+    need = 16 * 2560 * 32 * 2 * 32 * 128 * 2 + 6_738_149_376 * (0.5 + 2 / 128) + 0.05 * 24 * GIB
+    assert r["memory_required_gb"] == pytest.approx(need / 1e9, rel=1e-9)
+    assert r["memory_required_gb"] == pytest.approx(26.24, abs=0.01)
+    # quantising the cache is explicit: an int4 cache (5.54e9 B) fits
+    q = evaluate_design(hw="rtx-4090", target="llama-2-7b", dtype="int4", kv_dtype="int4", batch=16,
+                        prompt=2048, output=512)
+    assert q["kv_dtype"] == "int4" and q["fits"] is True
+
+
+def test_fp16_weights_keep_an_fp16_cache():
+    assert evaluate_design(hw="h100-sxm", target="llama-3.1-8b", dtype="fp16")["kv_dtype"] == "fp16"
+    assert evaluate_design(hw="h100-sxm", target="llama-3.1-8b", dtype="fp8")["kv_dtype"] == "bf16"
+
+
+def test_study_kv_dtype_defaults_to_16_bit(tmp_path):
+    from dse.study import load_study
+    p = tmp_path / "s.yaml"
+    p.write_text("name: s\nworkload: {target: llama-3.1-8b, dtype: fp8}\n"
+                 "space: {target_chip: {device: [h100-sxm, h200]}}\n"
+                 "objectives: [{metric: spec_ms_per_token, direction: minimize}]\n")
+    assert load_study(str(p)).kv_dtype == "bf16"
+
+
+# ---- (c) serving costs and request latency ------------------------------------------------
+
+def test_request_latency_is_ttft_plus_g_minus_1_tokens():
+    for draft, kw in (("none", {}), ("llama-3.2-1b", {"alpha": 0.8, "k": 4})):
+        r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft=draft, prompt=512, output=200, **kw)
+        # the prefill emits token 1; 199 more at the per-token latency
+        assert r["request_latency_ms"] == pytest.approx(r["ttft_ms"] + 199 * r["spec_ms_per_token"], rel=1e-12)
+    one = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", prompt=512, output=1)
+    assert one["request_latency_ms"] == pytest.approx(one["ttft_ms"], rel=1e-12)
+
+
+def test_per_request_cost_adds_to_ttft_once(ideal):
+    a = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", prompt=512, output=64, batch=4,
+                        set_fields={**ideal, "request_overhead_us": 0})
+    b = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", prompt=512, output=64, batch=4,
+                        set_fields={**ideal, "request_overhead_us": 2500})
+    assert b["ttft_ms"] - a["ttft_ms"] == pytest.approx(2.5, rel=1e-9)
+    assert b["baseline_ms_per_token"] == a["baseline_ms_per_token"]
+
+
+def test_per_sequence_cost_scales_with_batch_in_every_step(ideal):
+    kw = dict(hw="h100-sxm", target="llama-3.1-8b", prompt=512, output=64, batch=32)
+    a = evaluate_design(**kw, set_fields={**ideal, "sequence_overhead_us": 0})
+    b = evaluate_design(**kw, set_fields={**ideal, "sequence_overhead_us": 10})
+    # 32 sequences * 10 us = 0.32 ms per decode step
+    assert b["baseline_ms_per_token"] - a["baseline_ms_per_token"] == pytest.approx(0.32, rel=1e-9)
+    s = dict(draft="llama-3.2-1b", alpha=0.8, k=3)
+    va = evaluate_design(**kw, **s, set_fields={**ideal, "sequence_overhead_us": 0})
+    vb = evaluate_design(**kw, **s, set_fields={**ideal, "sequence_overhead_us": 10})
+    assert vb["verify_ms_per_iter"] - va["verify_ms_per_iter"] == pytest.approx(0.32, rel=1e-9)
+    # 3 draft steps on the same chips pay it too
+    assert vb["draft_ms_per_iter"] - va["draft_ms_per_iter"] == pytest.approx(3 * 0.32, rel=1e-9)
+
+
+def test_allreduce_link_efficiency_by_hand():
+    # t = 2, 1 MB, 900 GB/s both ways -> 450 GB/s one way at 80%: 1e6/(360e9) s + 2*1*2 us = 6.7778 us
+    got = allreduce_time_s(1e6, np.array([2]), 900e9, 2e-6, 0.8)
+    np.testing.assert_allclose(got, [1e6 / 360e9 + 4e-6])
+
+
+def test_device_link_efficiency_slows_tensor_parallel(ideal):
+    kw = dict(hw="h100-sxm", chips=8, target="llama-3.1-70b", batch=256, prompt=512, output=64)
+    full = evaluate_design(**kw, set_fields={**ideal, "link_efficiency": 1.0})
+    part = evaluate_design(**kw, set_fields={**ideal, "link_efficiency": 0.5})
+    # 80 layers * 2 all-reduces of 256*8192*2 B: ring 2*7/8 * 4,194,304 B / (450e9 B/s * eta)
+    extra = 160 * 2 * 7 / 8 * 256 * 8192 * 2 * (1 / 225e9 - 1 / 450e9)
+    assert part["baseline_ms_per_token"] - full["baseline_ms_per_token"] == pytest.approx(extra * 1e3, rel=1e-9)
+
+
+# ---- (e) capacity in GiB as vendors mean it ----------------------------------------------
+
+def test_dram_capacity_is_binary_sram_decimal(db):
+    assert db.device("h100-sxm").memory_bytes == 80 * GIB                   # "80 GB" HBM3 = 85.9e9 B
+    assert db.device("rtx-4090").memory_bytes == 24 * GIB                   # GDDR6X
+    assert db.device("groq-lpu-v1").memory_bytes == pytest.approx(0.23e9)   # on-die SRAM: decimal
+    r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b")
+    assert r["memory_capacity_gb"] == pytest.approx(85.899345920)           # outputs: 1 GB = 1e9 B
+
+
+# ---- (d) smooth roofline ------------------------------------------------------------------
+
+def test_smooth_roofline_equals_hard_max_when_one_term_is_zero():
+    for p in (1.0, 2.0, 3.7, np.inf):
+        assert smooth_roofline(0.0, 5e-3, p) == 5e-3
+        assert smooth_roofline(7e-3, 0.0, p) == 7e-3
+    assert smooth_roofline(0.0, 0.0, 2.0) == 0.0
+    # 3 ms and 4 ms at p = 2: sqrt(9 + 16) = 5 ms; p = 1 adds them; p = inf is the max
+    assert smooth_roofline(3e-3, 4e-3, 2.0) == pytest.approx(5e-3)
+    assert smooth_roofline(3e-3, 4e-3, 1.0) == pytest.approx(7e-3)
+    assert smooth_roofline(3e-3, 4e-3, np.inf) == 4e-3
+    # huge p does not overflow and tends to the max
+    assert smooth_roofline(3e-3, 4e-3, 500.0) == pytest.approx(4e-3, rel=1e-6)
