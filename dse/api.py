@@ -15,7 +15,7 @@ from .database import Database, load_database
 from .errors import SpecError
 from .model.arrays import DesignBatch, HardwareArrays
 from .model.evaluate import Metrics, evaluate
-from .model.transformer import default_kv_dtype
+from .model.transformer import WEIGHT_FORMATS, default_kv_dtype
 from .specs import (
     DTYPES,
     AcceptanceSpec,
@@ -105,7 +105,7 @@ def hardware_arrays(dev: DeviceSpec, rt: RuntimeSpec, chips, dtype: str,
     KV dtype's rate (16-bit unless given)."""
     return HardwareArrays(
         chips=np.atleast_1d(chips), capacity_bytes=dev.memory_bytes, mem_bw_bytes_s=dev.mem_bw_bytes_s,
-        peak_flop_s=dev.peak_flop_s(dtype), mem_efficiency=dev.mem_efficiency,
+        peak_flop_s=dev.peak_flop_s(WEIGHT_FORMATS[dtype].compute_dtype), mem_efficiency=dev.mem_efficiency,
         compute_efficiency=dev.compute_efficiency, link_bw_bytes_s=dev.link_bw_bytes_s,
         link_latency_s=dev.link_latency_s,
         kernel_launch_s=rt.kernel_launch_s if dev.kernel_launch_s is None else dev.kernel_launch_s,
@@ -154,9 +154,9 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
             raise SpecError(None, name, value, f"expected an integer >= {lo}")
     kv_dtype = kv_dtype or default_kv_dtype(dtype)
-    for name, value in (("--dtype", dtype), ("--kv-dtype", kv_dtype)):
-        if value not in DTYPES:
-            raise SpecError(None, name, value, f"expected one of {', '.join(DTYPES)}")
+    for name, value, allowed in (("--dtype", dtype, tuple(WEIGHT_FORMATS)), ("--kv-dtype", kv_dtype, DTYPES)):
+        if value not in allowed:
+            raise SpecError(None, name, value, f"expected one of {', '.join(allowed)}")
     if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
         raise SpecError(None, "--temperature", temperature, "expected a number >= 0")
     dev = db.device(hw, where="--hw: ")
@@ -217,7 +217,8 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     out = to_record(m, 0)
     out.update(hw=dev.name, chips=chips, target=tgt.name, draft=drafter.label,
                draft_hw=ddev.name if ddev else None, draft_chips=draft_chips if ddev else None,
-               runtime=rt.name, dtype=dtype, kv_dtype=kv_dtype, batch=batch,
+               runtime=rt.name, dtype=dtype, kv_dtype=kv_dtype, weight_format=WEIGHT_FORMATS[dtype].desc,
+               price_usd=dev.price_usd, batch=batch,
                prompt_tokens=prompt, output_tokens=output, temperature=float(temperature), overlap=overlap,
                tree_nodes=tree_nodes or None, acceptance=acc.describe() if drafter.kind != "none" else None,
                alpha_meaning=("i.i.d. conditional per-token acceptance rate (Leviathan et al. 2023)"
@@ -260,13 +261,10 @@ def anchor_to_baseline(design: DesignBatch, w: Workload, baseline_s: float):
     """Scale the target runtime's fixed costs (kernel launch, step, spec overhead) so the
     autoregressive step equals a measured ``baseline_s``: T = T_var + s*T_fixed, s = (X - T_var)/T_fixed."""
     from .model.roofline import step_cost
-    from .model.transformer import COMPUTE_EFFICIENCY_FACTOR, KV_BYTES, WEIGHT_BW_FACTOR, WEIGHT_BYTES
+    from .model.transformer import step_kwargs
     hw = design.target
     S = design.prompt_tokens + 0.5 * design.output_tokens
-    kw = dict(batch=design.batch, q=1.0, context=S, weight_bytes=WEIGHT_BYTES[w.dtype], kv_bytes=KV_BYTES[w.kv_dtype],
-              weight_bw_factor=WEIGHT_BW_FACTOR[w.dtype],
-              linear_compute_factor=COMPUTE_EFFICIENCY_FACTOR[w.dtype],
-              attention_compute_factor=COMPUTE_EFFICIENCY_FACTOR[w.kv_dtype])
+    kw = dict(batch=design.batch, q=1.0, context=S, **step_kwargs(w.dtype, w.kv_dtype))
     full = step_cost(w.target, hw, **kw)
     no_fixed = dataclasses.replace(hw, kernel_launch_s=np.zeros_like(hw.kernel_launch_s),
                                    step_overhead_s=np.zeros_like(hw.step_overhead_s),

@@ -342,8 +342,7 @@ def _decode_step_s(design: dict[str, Any], db: Database, overrides: dict[str, fl
     hw = hardware_arrays(dev, rt, design.get("chips", 1), design["dtype"])
     S = design["prompt"] + 0.5 * design["output"]
     cost = step_cost(db.model(design["target"]), hw, batch=1.0, q=1.0, context=S,
-                     weight_bytes=tf.WEIGHT_BYTES[design["dtype"]], kv_bytes=tf.KV_BYTES[design["kv_dtype"]],
-                     weight_bw_factor=weight_bw_factor)
+                     **tf.step_kwargs(design["dtype"], design["kv_dtype"], weight_bw_factor))
     return float(cost.time_s[0])
 
 

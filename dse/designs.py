@@ -15,7 +15,7 @@ import numpy as np
 from .database import Database
 from .model.arrays import DesignBatch, HardwareArrays
 from .model.technology import synthesize_chip
-from .model.transformer import default_kv_dtype
+from .model.transformer import WEIGHT_FORMATS, default_kv_dtype
 from .specs import DeviceSpec, RuntimeSpec
 from .study import StudySpec
 from .techdb import TechConstants
@@ -55,7 +55,7 @@ def _device_table(devs: list[DeviceSpec], dtype: str, kv_dtype: str) -> dict[str
         "capacity_bytes": col(lambda d: d.memory_bytes), "mem_bw_bytes_s": col(lambda d: d.mem_bw_bytes_s),
         "peak_attention_flop_s": col(lambda d: d.peak_flop_s(kv_dtype)),
         "link_efficiency": col(lambda d: d.link_efficiency),
-        "peak_flop_s": col(lambda d: d.peak_flop_s(dtype)), "peak_bf16_flop_s": col(lambda d: d.peak_bf16_flop_s),
+        "peak_flop_s": col(lambda d: d.peak_flop_s(WEIGHT_FORMATS[dtype].compute_dtype)), "peak_bf16_flop_s": col(lambda d: d.peak_bf16_flop_s),
         "mem_efficiency": col(lambda d: d.mem_efficiency), "compute_efficiency": col(lambda d: d.compute_efficiency),
         "link_bw_bytes_s": col(lambda d: d.link_bw_bytes_s), "link_latency_s": col(lambda d: d.link_latency_s),
         "die_area_mm2": col(lambda d: d.die_area_mm2), "cost_usd": col(lambda d: d.price_usd),
@@ -98,7 +98,7 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
                                link_bw_gb_s=np.asarray(get("link_bw_gb_s"), dtype=np.float64))
         cap, bw = chip.capacity_bytes, chip.mem_bw_bytes_s
         peak_bf16 = chip.peak_bf16_flop_s
-        peak = chip.peak_fp8_flop_s if dtype == "fp8" else chip.peak_bf16_flop_s
+        peak = chip.peak_fp8_flop_s if WEIGHT_FORMATS[dtype].compute_dtype in ("fp8", "fp4") else chip.peak_bf16_flop_s
         peak_att = chip.peak_fp8_flop_s if kv_dtype == "fp8" else chip.peak_bf16_flop_s
         eta_link = np.full(n, DeviceSpec.__dataclass_fields__["link_efficiency"].default)
         link_bw = chip.link_bw_bytes_s

@@ -186,7 +186,7 @@ class DeviceSpec:
     peak_int8_op_s: float | None = num("peak_tops_int8", "tops", 0, 1e6, lo_open=True, default=None,
                                        desc="dense INT8 (informational: int8 weights are weight-only)")
     peak_fp4_flop_s: float | None = num("peak_tflops_fp4", "tflops", 0, 1e7, lo_open=True, default=None,
-                                        desc="dense FP4 (informational; int4 weights compute in BF16)")
+                                        desc="dense FP4 (nvfp4 weights run at it; int4 weights compute in BF16)")
     sram_bytes: float = num("sram_mb", "mb", 0, 1e8, default=0.0, desc="on-chip SRAM (L2/cache/scratch)")
     link_bw_bytes_s: float = num("link_bw_gb_s", "gb_s", 0, 1e6, default=0.0,
                                  desc="scale-up link bandwidth per chip, both directions added")
@@ -222,6 +222,8 @@ class DeviceSpec:
             return self.peak_fp16_flop_s or bf16
         if dtype == "fp8":
             return self.peak_fp8_flop_s or bf16
+        if dtype == "fp4":      # NVFP4 W4A4 where the part has FP4 tensor cores, else dequantised
+            return self.peak_fp4_flop_s or bf16
         return bf16
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from .database import Database, load_database
 from .errors import MISSING, SpecError, raise_collected
-from .model.transformer import default_kv_dtype
+from .model.transformer import WEIGHT_FORMATS, default_kv_dtype
 from .specs import DTYPES, AcceptanceSpec, DrafterSpec, ModelSpec
 from .yamlio import load_yaml
 
@@ -390,8 +390,9 @@ def load_study(path: str | Path, db: Database | None = None) -> StudySpec:
             err.items.append(SpecError(p, "workload.draft", wl.get("draft"), str(exc)))
     for key in ("dtype", "kv_dtype"):
         v = wl.get(key, default_kv_dtype(dtype) if key == "kv_dtype" else "bf16")
-        if v not in DTYPES:
-            err.add(f"workload.{key}", v, f"expected one of {', '.join(DTYPES)}")
+        allowed = tuple(WEIGHT_FORMATS) if key == "dtype" else DTYPES
+        if v not in allowed:
+            err.add(f"workload.{key}", v, f"expected one of {', '.join(allowed)}")
         elif key == "dtype":
             dtype = v
         else:

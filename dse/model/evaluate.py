@@ -143,7 +143,7 @@ def draft_weight_bytes_per_chip(w: Workload, chips):
     d, wb = w.drafter, tf.WEIGHT_BYTES[w.dtype]
     t, c = w.target, np.asarray(chips, dtype=np.float64)
     if d.kind == "model":
-        return tf.per_chip(tf.total_params(d.model), tf.replicated_params(d.model), c) * wb
+        return weights_per_chip(d.model, c, w.dtype)
     if d.kind == "eagle":
         head = eagle_head(t)
         return (tf.non_embedding_params(head) + 2 * t.hidden_size ** 2) * wb / c
@@ -152,11 +152,20 @@ def draft_weight_bytes_per_chip(w: Workload, chips):
     return 0.0 * c
 
 
-def memory_per_chip(m: ModelSpec, chips, batch, tokens, weight_bytes: float, kv_bytes: float):
+def weights_per_chip(m: ModelSpec, chips, weight_format: str):
+    """Weight bytes on one of t chips: layers (W - W_rep)/t + W_rep at the format's bytes per
+    weight, embedding and LM head /t at its head bytes (MODEL.md sections 1-2)."""
+    f = tf.WEIGHT_FORMATS[weight_format]
+    head = tf.lm_head_params(m) * (1 if m.tied_embeddings else 2)
+    layers = tf.per_chip(tf.non_embedding_params(m), tf.replicated_params(m), chips)
+    return layers * f.bytes_per_weight + head * f.head_bytes / np.asarray(chips, dtype=np.float64)
+
+
+def memory_per_chip(m: ModelSpec, chips, batch, tokens, weight_format: str, kv_dtype: str):
     """Weights and KV cache on one of t tensor-parallel chips (MODEL.md sections 2 and 4):
-    (W - W_rep)/t + W_rep + KV / min(t, h_kv) (MLA: KV whole on every chip)."""
-    w = tf.per_chip(tf.total_params(m), tf.replicated_params(m), chips) * weight_bytes
-    return w + tf.kv_cache_bytes(m, batch, tokens, kv_bytes) / tf.kv_shards(m, chips)
+    weights_per_chip + KV / min(t, h_kv) (MLA: KV whole on every chip)."""
+    kv = tf.kv_cache_bytes(m, batch, tokens, tf.KV_BYTES[kv_dtype])
+    return weights_per_chip(m, chips, weight_format) + kv / tf.kv_shards(m, chips)
 
 
 def _k_range(w: Workload) -> int:
@@ -209,16 +218,16 @@ def evaluate(batch: DesignBatch, w: Workload) -> Metrics:
 def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     tgt, d = w.target, w.drafter
     wb, kvb = tf.WEIGHT_BYTES[w.dtype], tf.KV_BYTES[w.kv_dtype]
+    fmt = tf.WEIGHT_FORMATS[w.dtype]
     n = batch.n
     T = batch.target
     B = batch.batch.astype(np.float64)
     P = batch.prompt_tokens.astype(np.float64)
     G = batch.output_tokens.astype(np.float64)
     S = P + 0.5 * G          # mean context during generation (exact for terms linear in S)
-    wf = tf.WEIGHT_BW_FACTOR[w.dtype]
-    kw = dict(weight_bytes=wb, kv_bytes=kvb, weight_bw_factor=wf,
-              linear_compute_factor=tf.COMPUTE_EFFICIENCY_FACTOR[w.dtype],
-              attention_compute_factor=tf.COMPUTE_EFFICIENCY_FACTOR[w.kv_dtype])
+    wf = fmt.bw_factor
+    kw = tf.step_kwargs(w.dtype, w.kv_dtype)
+    cf = tf.COMPUTE_EFFICIENCY_FACTOR[fmt.compute_dtype]
 
     base = step_cost(tgt, T, batch=B, q=1.0, context=S, **kw)
     prefill = step_cost(tgt, T, batch=B, q=P, context=0.0, lm_head_last_only=True, **kw)
@@ -230,7 +239,7 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     # (per-chip need x chips, so replicated weights and KV count once per chip) ----
     K = _k_range(w)
     t_chips = T.chips.astype(np.float64)
-    need_t = memory_per_chip(tgt, t_chips, B, P + G, wb, kvb)
+    need_t = memory_per_chip(tgt, t_chips, B, P + G, w.dtype, w.kv_dtype)
 
     def draft_per_chip(chips):
         out = draft_weight_bytes_per_chip(w, chips) + np.zeros(n)
@@ -293,7 +302,7 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
         t_step = one_step.time_s
         if d.kind == "eagle":    # fc(2d -> d) on the concatenated feature and token embedding
             fc = 2.0 * tgt.hidden_size ** 2
-            t_step = t_step + np.maximum(2 * fc * Bc * q_draft / (Tc.peak_flop_s * Tc.compute_efficiency),
+            t_step = t_step + np.maximum(2 * fc * Bc * q_draft / (Tc.peak_flop_s * Tc.compute_efficiency * cf),
                                          fc * wb / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * wf)) / Tc.chips
         t_draft = kf * t_step
         draft_ai, draft_bound = one_step.arithmetic_intensity, one_step.bound
@@ -302,7 +311,7 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
         per_head = tgt.hidden_size ** 2 + tgt.hidden_size * tgt.vocab_size
         nbytes, flops = kf * per_head * wb / Tc.chips, 2.0 * Bc * kf * per_head / Tc.chips
         t_m = nbytes / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * wf)
-        t_c = flops / (Tc.peak_flop_s * Tc.compute_efficiency)
+        t_c = flops / (Tc.peak_flop_s * Tc.compute_efficiency * cf)
         mem_bound = t_m >= t_c
         heads = StepCost(np.maximum(t_m, t_c) + Tc.kernels_per_layer * Tc.kernel_launch_s, flops, nbytes,
                          np.where(mem_bound, t_m, 0.0), np.where(mem_bound, 0.0, t_c),

@@ -70,11 +70,13 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
               act_bytes: float = 2.0, layers: int | None = None, lm_head: bool = True,
               lm_head_last_only: bool = False,
               step_overhead: bool = True, weight_bw_factor: float = 1.0,
-              linear_compute_factor: float = 1.0, attention_compute_factor: float = 1.0) -> StepCost:
+              linear_compute_factor: float = 1.0, attention_compute_factor: float = 1.0,
+              head_bytes: float | None = None) -> StepCost:
     """step(model, device, B, q, S): B sequences, q new tokens each, S tokens cached.
 
     Linear: F = 2*N_active*B*q (+ LM head at every position, or at the last one only for a
-    prefill, ``lm_head_last_only``), bytes = weights touched.
+    prefill, ``lm_head_last_only``), bytes = weights touched, the LM head at ``head_bytes``
+    per weight (16-bit in AWQ/GPTQ/fp8 checkpoints; None = ``weight_bytes``).
     Attention: bytes = B*L*(S+q)*kv_per_token (read the cache, write the new tokens),
     F = 4*h*d_h*L * B*q*(S + (q+1)/2) (causal: the i-th new token sees S+i tokens).
     Each part: (t_c^p + t_m^p)^(1/p) with t_c = F/(P*eta_c*factor), t_m = bytes/(BW*eta_m)
@@ -96,7 +98,10 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     t = hw.chips
     T = B * q
     rep = tf.replicated_params(m, L)
-    bytes_lin = tf.per_chip(tf.weight_params_touched(m, T, L, lm_head), rep, t) * weight_bytes
+    hb = weight_bytes if head_bytes is None else head_bytes
+    head = tf.lm_head_params(m) if lm_head else 0
+    bytes_lin = (tf.per_chip(tf.weight_params_touched(m, T, L, lm_head) - head, rep, t) * weight_bytes
+                 + head * hb / t)
     flops_lin = tf.per_chip(tf.linear_flops_per_token(m, L, lm_head and not lm_head_last_only) * T,
                             2.0 * rep * T, t)
     if lm_head and lm_head_last_only:      # prefill: logits of the last prompt position only

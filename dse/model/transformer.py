@@ -6,12 +6,12 @@ Norms, biases and rotary tables are ignored (< 0.1% of bytes).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..specs import ModelSpec
 
-#: bytes per stored weight: int4 carries one fp16 scale per 128 weights (2/128 bytes)
-WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5 + 2.0 / 128}
 #: bytes per KV-cache element
 KV_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5 + 2.0 / 128}
 #: Effective weight-streaming bandwidth of a decode GEMV with weights of this dtype, as a
@@ -28,9 +28,79 @@ WEIGHT_BW_FACTOR = {"bf16": 1.0, "fp16": 1.0, "fp8": 1.0, "int8": 0.84, "int4": 
 #: TensorRT-LLM v0.5 prefill MFU, batch 1 x 2048 tokens, was ~66% on A100 FP16 and ~39% on
 #: H100 FP8 (shared/reference/hardware.md section 3), so fp8 = 0.39/0.66 = 0.59 of the 16-bit
 #: fraction. One public pair, two devices: an estimate. int8/int4 are weight-only and
-#: compute in 16 bits (1.0). Used for the linear layers at the weight dtype and for attention
-#: at the KV (attention) dtype.
-COMPUTE_EFFICIENCY_FACTOR = {"bf16": 1.0, "fp16": 1.0, "fp8": 0.39 / 0.66, "int8": 1.0, "int4": 1.0}
+#: compute in 16 bits (1.0); fp4 (NVFP4 W4A4) is taken like fp8, an estimate. Used for the
+#: linear layers at the format's compute dtype and for attention at the KV dtype.
+COMPUTE_EFFICIENCY_FACTOR = {"bf16": 1.0, "fp16": 1.0, "fp8": 0.39 / 0.66, "int8": 1.0, "int4": 1.0,
+                             "fp4": 0.39 / 0.66}
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """How a checkpoint stores its weights (MODEL.md section 1).
+
+    bytes_per_weight: transformer-layer weights, group scales and zeros included;
+    head_bytes: the LM head and embeddings (16-bit in AWQ/GPTQ/fp8/fp4 checkpoints);
+    compute_dtype: the matmul rate it runs at (weight-only formats compute in bf16);
+    bw_factor: the streaming factor of its kernel against bf16 (WEIGHT_BW_FACTOR).
+    """
+
+    name: str
+    bytes_per_weight: float
+    head_bytes: float
+    compute_dtype: str
+    bw_factor: float
+    desc: str
+
+
+#: Weight formats. The five plain dtypes keep their meaning (every weight, head included, at
+#: that width; "int4" = 4 bits + one fp16 scale per 128, the form the gpt-fast rows are fitted
+#: with); the named formats carry their own group bytes and a 16-bit head. Group arithmetic:
+#: g128 GPTQ/AWQ: 4 bits + fp16 scale + packed 4-bit zero per 128 = 0.5 + 2.5/128 = 0.51953;
+#: gpt-fast int4 g32: bf16 scale + bf16 zero per 32 = 0.5 + 4/32 = 0.625 (gpt-fast quantize.py);
+#: MLC q4f16_1: fp16 scale per 32, symmetric = 0.5 + 2/32 = 0.5625 (mlc-llm quantization docs);
+#: NVFP4: E4M3 scale per 16 = 0.5 + 1/16 = 0.5625 (NVIDIA NVFP4 blog, 2025); MXFP4: E8M0 scale
+#: per 32 = 0.5 + 1/32 = 0.53125 (OCP Microscaling spec v1.0). Streaming factors of the named
+#: int4 formats are estimates (see bw_factor notes in docs/calibration.md): a kernel that
+#: dequantises in registers (Marlin, MLC) streams close to bf16; gpt-fast's g32 kernel does not.
+WEIGHT_FORMATS = {
+    "bf16": WeightFormat("bf16", 2.0, 2.0, "bf16", 1.0, "bfloat16"),
+    "fp16": WeightFormat("fp16", 2.0, 2.0, "fp16", 1.0, "float16"),
+    "fp8": WeightFormat("fp8", 1.0, 1.0, "fp8", WEIGHT_BW_FACTOR["fp8"], "fp8 W8A8, head fp8 too"),
+    "int8": WeightFormat("int8", 1.0, 1.0, "bf16", WEIGHT_BW_FACTOR["int8"], "int8 weight-only"),
+    "int4": WeightFormat("int4", 0.5 + 2.0 / 128, 0.5 + 2.0 / 128, "bf16", WEIGHT_BW_FACTOR["int4"],
+                         "int4 weight-only, fp16 scale per 128, head quantised (gpt-fast-fitted kernel factor)"),
+    "fp8-head16": WeightFormat("fp8-head16", 1.0, 2.0, "fp8", WEIGHT_BW_FACTOR["fp8"],
+                               "fp8 W8A8 with bf16 LM head and embeddings (Meta Llama-3.1 FP8, DeepSeek-V3)"),
+    "int4-g128": WeightFormat("int4-g128", 0.5 + 2.5 / 128, 2.0, "bf16", 1.0,
+                              "GPTQ/AWQ int4 g128, fp16 scales, 4-bit zeros, 16-bit head (Marlin-class kernel)"),
+    "int4-g32": WeightFormat("int4-g32", 0.5 + 4.0 / 32, 2.0, "bf16", WEIGHT_BW_FACTOR["int4"] * 0.625 / (0.5 + 2.0 / 128),
+                             "gpt-fast int4 g32, bf16 scale and zero, 16-bit head"),
+    "q4f16_1": WeightFormat("q4f16_1", 0.5 + 2.0 / 32, 2.0, "bf16", 1.0,
+                            "MLC q4f16_1: 4-bit, fp16 scale per 32, 16-bit head"),
+    "nvfp4": WeightFormat("nvfp4", 0.5 + 1.0 / 16, 2.0, "fp4", 1.0, "NVFP4 W4A4, E4M3 scale per 16, 16-bit head"),
+    "mxfp4": WeightFormat("mxfp4", 0.5 + 1.0 / 32, 2.0, "bf16", 1.0,
+                          "MXFP4 weight-only, E8M0 scale per 32, 16-bit head"),
+}
+#: bytes per stored layer weight of each format (the plain dtypes: every weight)
+WEIGHT_BYTES = {name: f.bytes_per_weight for name, f in WEIGHT_FORMATS.items()}
+
+
+def step_kwargs(weight_format: str, kv_dtype: str, weight_bw_factor: float | None = None) -> dict:
+    """The per-format arguments of roofline.step_cost: weight and head bytes, KV bytes, the
+    kernel's streaming factor, and the compute-efficiency factors of the linear layers (at the
+    format's compute dtype) and of attention (at the KV dtype)."""
+    f = WEIGHT_FORMATS[weight_format]
+    return dict(weight_bytes=f.bytes_per_weight, head_bytes=f.head_bytes, kv_bytes=KV_BYTES[kv_dtype],
+                weight_bw_factor=f.bw_factor if weight_bw_factor is None else weight_bw_factor,
+                linear_compute_factor=COMPUTE_EFFICIENCY_FACTOR[f.compute_dtype],
+                attention_compute_factor=COMPUTE_EFFICIENCY_FACTOR[kv_dtype])
+
+
+def stored_bytes(m: ModelSpec, weight_format: str) -> float:
+    """Checkpoint bytes: layers at bytes_per_weight, embedding and LM head at head_bytes."""
+    f = WEIGHT_FORMATS[weight_format]
+    head = lm_head_params(m) * (1 if m.tied_embeddings else 2)
+    return non_embedding_params(m) * f.bytes_per_weight + head * f.head_bytes
 
 
 def default_kv_dtype(dtype: str) -> str:

@@ -20,7 +20,7 @@ def test_405b_on_16_chips_keeps_one_eighth_of_the_kv(db):
     # 8 KV heads over 16 chips: each head lives on 2 chips, so a chip holds 1/min(16, 8) = 1/8.
     kv = 126 * 2 * 8 * 128 * 2 * 1000
     assert kv == 516_096_000
-    per_chip = {t: memory_per_chip(m, t, 1, 1000, 2.0, 2.0) - memory_per_chip(m, t, 1, 0, 2.0, 2.0)
+    per_chip = {t: memory_per_chip(m, t, 1, 1000, "bf16", "bf16") - memory_per_chip(m, t, 1, 0, "bf16", "bf16")
                 for t in (4, 8, 16)}
     assert per_chip[16] == pytest.approx(kv / 8)        # 64,512,000 B, not kv/16
     assert per_chip[8] == pytest.approx(kv / 8)
@@ -46,14 +46,14 @@ def test_deepseek_v3_latent_cache_is_the_same_on_every_chip(db):
     # MLA latent: (r_kv 512 + d_rope 64) * 2 B * 61 layers = 70,272 B per token, one copy per chip
     kv = (512 + 64) * 2 * 61 * 1000
     for t in (1, 8, 16):
-        got = memory_per_chip(m, t, 1, 1000, 1.0, 2.0) - memory_per_chip(m, t, 1, 0, 1.0, 2.0)
+        got = memory_per_chip(m, t, 1, 1000, "fp8", "bf16") - memory_per_chip(m, t, 1, 0, "fp8", "bf16")
         assert got == pytest.approx(kv)
     # replicated weights: MLA down-projections d*(r_q + r_kv + d_rope) = 7168*(1536+512+64) =
     # 15,138,816 per layer x 61 = 923,467,776; router d*E = 7168*256 on 58 MoE layers = 106,430,464
     assert tf.replicated_params(m) == 923_467_776 + 106_430_464
     # weights per chip: (W - W_rep)/t + W_rep
     w = tf.total_params(m)
-    assert memory_per_chip(m, 8, 1, 0, 1.0, 2.0) == pytest.approx((w - 1_029_898_240) / 8 + 1_029_898_240)
+    assert memory_per_chip(m, 8, 1, 0, "fp8", "bf16") == pytest.approx((w - 1_029_898_240) / 8 + 1_029_898_240)
 
 
 def test_dense_gqa_model_replicates_nothing(db):
@@ -181,3 +181,52 @@ def test_smooth_roofline_equals_hard_max_when_one_term_is_zero():
     assert smooth_roofline(3e-3, 4e-3, np.inf) == 4e-3
     # huge p does not overflow and tends to the max
     assert smooth_roofline(3e-3, 4e-3, 500.0) == pytest.approx(4e-3, rel=1e-6)
+
+
+# ---- (f) weight formats carry their bytes per weight --------------------------------------
+
+def _unit_hw():
+    from types import SimpleNamespace
+    return SimpleNamespace(chips=np.array([1]), mem_bw_bytes_s=1e12, mem_efficiency=1.0, peak_flop_s=1e15,
+                           peak_attention_flop_s=0.0, compute_efficiency=1.0, kernels_per_layer=0.0,
+                           kernel_launch_s=0.0, step_overhead_s=0.0, sequence_overhead_s=0.0, link_bw_bytes_s=0.0,
+                           link_latency_s=0.0, link_efficiency=1.0, roofline_p=np.inf)
+
+
+def test_g128_int4_with_16_bit_head_streams_the_bytes_by_hand(db):
+    m = db.model("llama-2-7b")
+    # layers 32*(4*4096^2 + 3*4096*11008) = 6,476,005,376 weights at 4 bits + (fp16 scale 2 B +
+    # packed 4-bit zero 0.5 B) per 128 = 0.5 + 2.5/128 = 0.51953125 B -> 3,364,487,168 B;
+    # LM head 32000*4096 = 131,072,000 weights at 2 B -> 262,144,000 B; total 3,626,631,168 B.
+    # KV at S = 0, q = 1: one token, 32 layers * 2*32*128 * 2 B = 524,288 B.
+    kw = tf.step_kwargs("int4-g128", "bf16")
+    assert kw["weight_bytes"] == 0.51953125 and kw["head_bytes"] == 2.0
+    cost = step_cost(m, _unit_hw(), batch=1.0, q=1.0, context=0.0, **kw)
+    assert cost.bytes[0] == pytest.approx(3_626_631_168 + 524_288, rel=1e-12)
+    # the plain int4 dtype quantises the head too (0.515625 B for every weight)
+    plain = step_cost(m, _unit_hw(), batch=1.0, q=1.0, context=0.0, **tf.step_kwargs("int4", "bf16"))
+    assert plain.bytes[0] == pytest.approx((6_476_005_376 + 131_072_000) * 0.515625 + 524_288, rel=1e-12)
+    # stored: embedding and LM head both 16-bit (untied): 3,364,487,168 + 2 * 262,144,000
+    from dse.model.evaluate import weights_per_chip
+    assert weights_per_chip(m, 1, "int4-g128") == pytest.approx(3_888_775_168, rel=1e-12)
+
+
+def test_format_group_bytes():
+    f = tf.WEIGHT_FORMATS
+    assert f["int4-g32"].bytes_per_weight == 0.625        # gpt-fast: bf16 scale + bf16 zero per 32
+    assert f["q4f16_1"].bytes_per_weight == 0.5625        # MLC: fp16 scale per 32
+    assert f["nvfp4"].bytes_per_weight == 0.5625          # E4M3 scale per 16
+    assert f["mxfp4"].bytes_per_weight == 0.53125         # E8M0 scale per 32
+    assert f["nvfp4"].compute_dtype == "fp4" and f["int4-g128"].compute_dtype == "bf16"
+
+
+def test_eval_json_carries_kv_dtype_format_and_price():
+    r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", dtype="int4-g128")
+    assert r["kv_dtype"] == "bf16" and "g128" in r["weight_format"] and r["price_usd"] == 30000
+
+
+def test_nvfp4_runs_at_the_fp4_rate_where_the_part_has_it():
+    # B200: 9,000 dense FP4 TFLOP/s vs 2,250 BF16; a compute-bound prefill gets faster
+    fp4 = evaluate_design(hw="b200", target="llama-3.1-8b", dtype="nvfp4", prompt=8192, output=1)
+    bf16 = evaluate_design(hw="b200", target="llama-3.1-8b", dtype="bf16", prompt=8192, output=1)
+    assert fp4["ttft_ms"] < bf16["ttft_ms"]
