@@ -25,13 +25,14 @@ KV_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5 + 2.0
 WEIGHT_BW_FACTOR = {"bf16": 1.0, "fp16": 1.0, "fp8": 1.0, "int8": 0.84, "int4": 0.59}
 #: Achieved fraction of a dtype's peak matmul rate, relative to the device's compute_efficiency
 #: (which is a 16-bit MFU). fp8 GEMMs reach a lower fraction of their (2x) peak than bf16:
-#: TensorRT-LLM v0.5 prefill MFU, batch 1 x 2048 tokens, was ~66% on A100 FP16 and ~39% on
-#: H100 FP8 (shared/reference/hardware.md section 3), so fp8 = 0.39/0.66 = 0.59 of the 16-bit
-#: fraction. One public pair, two devices: an estimate. int8/int4 are weight-only and
-#: compute in 16 bits (1.0); fp4 (NVFP4 W4A4) is taken like fp8, an estimate. Used for the
-#: linear layers at the format's compute dtype and for attention at the KV dtype.
-COMPUTE_EFFICIENCY_FACTOR = {"bf16": 1.0, "fp16": 1.0, "fp8": 0.39 / 0.66, "int8": 1.0, "int4": 1.0,
-                             "fp4": 0.39 / 0.66}
+#: fitted 0.70 (grid 0.50-1.00, with the runtime's request cost and roofline p) on the
+#: TensorRT-LLM H100 fp8 / A100 fp16 Llama-2-7B first-token and large-batch rows
+#: (hardware_db/measurements/serving_measurements_public.csv, docs/calibration.md); i.e. an
+#: H100 fp8 GEMM runs at ~0.66 x 0.70 = 46% of its fp8 peak (hardware.md section 3 quotes
+#: ~39% for TensorRT-LLM v0.5 prefill). int8/int4 are weight-only and compute in 16 bits
+#: (1.0); fp4 (NVFP4 W4A4) is taken like fp8, an estimate. Used for the linear layers at the
+#: format's compute dtype and for attention at the KV dtype.
+COMPUTE_EFFICIENCY_FACTOR = {"bf16": 1.0, "fp16": 1.0, "fp8": 0.70, "int8": 1.0, "int4": 1.0, "fp4": 0.70}
 
 
 @dataclass(frozen=True)
