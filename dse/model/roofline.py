@@ -108,7 +108,9 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
         flops_lin = flops_lin + 2.0 * tf.lm_head_params(m) * B / t
     kv_tok = L * tf.kv_elems_per_token_per_layer(m) * kv_bytes
     bytes_att = B * (S + q) * kv_tok / tf.kv_shards(m, t)
-    flops_att = tf.attention_flops_per_token_per_ctx(m, L) * T * (S + 0.5 * (q + 1.0)) / t
+    # a prefill (logits of the last position only) runs MLA in its non-absorbed form
+    flops_att = (tf.attention_flops_per_token_per_ctx(m, L, absorbed=not lm_head_last_only)
+                 * T * (S + 0.5 * (q + 1.0)) / t)
     eff_c = hw.compute_efficiency
     peak_att = np.where(hw.peak_attention_flop_s > 0, hw.peak_attention_flop_s, hw.peak_flop_s)
     byte_s = hw.mem_bw_bytes_s * hw.mem_efficiency

@@ -251,14 +251,19 @@ def kv_cache_bytes(m: ModelSpec, batch, tokens, kv_bytes: float, layers: int | N
             * L * kv_elems_per_token_per_layer(m) * kv_bytes)
 
 
-def attention_flops_per_token_per_ctx(m: ModelSpec, layers: int | None = None) -> float:
+def attention_flops_per_token_per_ctx(m: ModelSpec, layers: int | None = None, absorbed: bool = True) -> float:
     """Attention FLOPs per (query token x cached token): 4*h*d_h*L (QK^T and PV).
 
-    MLA (DeepSeek-V2/V3) attends in the latent space with absorbed projections, as its
-    decode kernels do: QK^T over r_kv + d_rope and PV over r_kv per head,
-    2*h*(2*r_kv + d_rope)*L (arXiv 2405.04434 section 2.1.3).
+    MLA (DeepSeek-V2/V3) decode kernels attend in the latent space with absorbed projections:
+    QK^T over r_kv + d_rope and PV over r_kv per head, 2*h*(2*r_kv + d_rope)*L (arXiv 2405.04434
+    section 2.1.3). Prefill runs the non-absorbed form (``absorbed=False``): keys and values are
+    up-projected per token (those FLOPs are in the linear layers) and attention is ordinary
+    multi-head attention with QK^T over d_nope + d_rope (head_dim) and PV over d_v:
+    2*h*(head_dim + d_v)*L, 3.4x fewer for DeepSeek-V3.
     """
     L = m.num_layers if layers is None else layers
-    if m.kv_lora_rank:
+    if m.kv_lora_rank and absorbed:
         return 2.0 * m.num_attention_heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim) * L
+    if m.kv_lora_rank:
+        return 2.0 * m.num_attention_heads * (m.head_dim + (m.v_head_dim or m.head_dim)) * L
     return 4.0 * m.num_attention_heads * m.head_dim * L

@@ -230,3 +230,20 @@ def test_nvfp4_runs_at_the_fp4_rate_where_the_part_has_it():
     fp4 = evaluate_design(hw="b200", target="llama-3.1-8b", dtype="nvfp4", prompt=8192, output=1)
     bf16 = evaluate_design(hw="b200", target="llama-3.1-8b", dtype="bf16", prompt=8192, output=1)
     assert fp4["ttft_ms"] < bf16["ttft_ms"]
+
+
+def test_mla_prefill_runs_the_non_absorbed_form(db):
+    m = db.model("deepseek-v3")
+    # decode (absorbed): 2*128*(2*512 + 64) = 278,528 per (query, key) per layer;
+    # prefill (non-absorbed MHA): 2*128*(192 + 128) = 81,920
+    assert tf.attention_flops_per_token_per_ctx(m, 1) == 278_528
+    assert tf.attention_flops_per_token_per_ctx(m, 1, absorbed=False) == 81_920
+    hw = _unit_hw()
+    kw = dict(batch=1.0, q=1000.0, context=0.0, weight_bytes=1.0, kv_bytes=2.0)
+    pre = step_cost(m, hw, lm_head_last_only=True, **kw)
+    ver = step_cost(m, hw, **kw)
+    # same 1000 tokens; causal (query, key) pairs 1000*1001/2 = 500,500 per layer x 61 layers;
+    # the verify pass also applies the LM head (2*129280*7168 FLOP) at 999 more positions
+    pairs = 1000 * 1001 / 2 * 61
+    head = 2 * 129_280 * 7168 * 999
+    assert ver.flops[0] - pre.flops[0] == pytest.approx(pairs * 2 * 128 * (1088 - 320) + head, rel=1e-12)
