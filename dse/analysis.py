@@ -39,7 +39,7 @@ from dse.errors import DseError
 __all__ = ["load_results", "objectives_of", "feasible_mask", "front", "ranks", "hypervolume",
            "hypervolume_reference", "compare_fronts", "hypervolume_history"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _META_KEY = b"dse"
 _SHORT = {"min": "minimize", "minimize": "minimize", "minimise": "minimize",
           "max": "maximize", "maximize": "maximize", "maximise": "maximize"}

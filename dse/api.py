@@ -218,7 +218,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     out.update(hw=dev.name, chips=chips, target=tgt.name, draft=drafter.label,
                draft_hw=ddev.name if ddev else None, draft_chips=draft_chips if ddev else None,
                runtime=rt.name, dtype=dtype, kv_dtype=kv_dtype, weight_format=WEIGHT_FORMATS[dtype].desc,
-               price_usd=dev.price_usd, batch=batch,
+               **_cost_and_price(dev, chips, db), batch=batch,
                prompt_tokens=prompt, output_tokens=output, temperature=float(temperature), overlap=overlap,
                tree_nodes=tree_nodes or None, acceptance=acc.describe() if drafter.kind != "none" else None,
                alpha_meaning=("i.i.d. conditional per-token acceptance rate (Leviathan et al. 2023)"
@@ -228,6 +228,17 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                if drafter.kind != "none" else None,
                k_mode="auto" if k_val == 0 else "fixed", anchor=anchor)
     return out
+
+
+def _cost_and_price(dev: DeviceSpec, chips: int, db: Database) -> dict[str, float | None]:
+    """The target group's manufacturing-cost estimate (the synthesised-chip estimator applied to
+    the known part, technology.known_part_estimate) and street price, both x chips (None when
+    unknown)."""
+    from .model.technology import known_part_estimate
+    from .techdb import load_technology
+    cost = known_part_estimate(load_technology(db.root), dev)[0] * chips
+    return {"cost_usd": cost if math.isfinite(cost) else None,
+            "price_usd": dev.price_usd * chips if dev.price_usd else None}
 
 
 def _parse_k(k, drafter: DrafterSpec) -> int:

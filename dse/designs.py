@@ -14,7 +14,7 @@ import numpy as np
 
 from .database import Database
 from .model.arrays import DesignBatch, HardwareArrays
-from .model.technology import synthesize_chip
+from .model.technology import known_part_estimate, synthesize_chip
 from .model.transformer import WEIGHT_FORMATS, default_kv_dtype
 from .specs import DeviceSpec, RuntimeSpec
 from .study import StudySpec
@@ -76,13 +76,18 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
     if prefix + "device" in knobs:
         names = np.asarray(knobs[prefix + "device"]).astype(str)
         uniq, code = np.unique(names, return_inverse=True)
-        table = _device_table([db.device(u) for u in uniq], dtype, kv_dtype)
+        devs = [db.device(u) for u in uniq]
+        table = _device_table(devs, dtype, kv_dtype)
+        # like for like: a known part's cost is the same manufacturing estimate a synthesised chip
+        # gets (technology.known_part_estimate); its street price rides along as price_usd
+        table["price_usd"] = table.pop("cost_usd")
+        table["cost_usd"] = np.array([known_part_estimate(tech, d)[0] for d in devs], dtype=np.float64)
         col = {k: v[code] for k, v in table.items()}
         link_bw = np.asarray(get("link_bw_gb_s"), dtype=np.float64) * 1e9 if prefix + "link_bw_gb_s" in knobs \
             else col["link_bw_bytes_s"]
         launch = np.where(np.isnan(col["kernel_launch_s"]), rt.kernel_launch_s, col["kernel_launch_s"])
         step = np.where(np.isnan(col["step_overhead_s"]), rt.step_overhead_s, col["step_overhead_s"])
-        cost_chip, power_chip = col["cost_usd"], col["power_w"]
+        cost_chip, power_chip, price_chip = col["cost_usd"], col["power_w"], col["price_usd"]
         area, peak_bf16 = col["die_area_mm2"], col["peak_bf16_flop_s"]
         cap, bw, peak = col["capacity_bytes"], col["mem_bw_bytes_s"], col["peak_flop_s"]
         eff_m, eff_c, lat = col["mem_efficiency"], col["compute_efficiency"], col["link_latency_s"]
@@ -107,6 +112,7 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
         lat = np.asarray(get("link_latency_us"), dtype=np.float64) * 1e-6
         launch, step = np.full(n, rt.kernel_launch_s), np.full(n, rt.step_overhead_s)
         cost_chip, power_chip, area = chip.cost_usd, chip.power_w, chip.die_area_mm2
+        price_chip = np.full(n, _NAN)           # a hypothetical chip has no street price
         buildable = chip.shoreline_ok & chip.stack_height_ok
     hw = HardwareArrays(chips=chips, capacity_bytes=cap, mem_bw_bytes_s=bw, peak_flop_s=peak,
                         mem_efficiency=eff_m, compute_efficiency=eff_c, link_bw_bytes_s=link_bw,
@@ -116,7 +122,7 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
                         sequence_overhead_s=rt.sequence_overhead_s, request_overhead_s=rt.request_overhead_s,
                         roofline_p=rt.roofline_p, peak_attention_flop_s=peak_att)
     cols = {"capacity_bytes": cap, "mem_bw_bytes_s": bw, "peak_bf16_flop_s": peak_bf16, "die_area_mm2": area,
-            "chip_cost_usd": cost_chip, "chip_power_w": power_chip, "chips": chips,
+            "chip_cost_usd": cost_chip, "chip_power_w": power_chip, "chips": chips, "chip_price_usd": price_chip,
             # a group needs memory bandwidth, and a link when it spans chips
             "buildable": buildable & (bw > 0) & ((chips == 1) | (link_bw > 0)),
             "link_bw_bytes_s": link_bw}
@@ -148,6 +154,7 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
         "peak_tflops": tc["peak_bf16_flop_s"] / 1e12,
         "die_area_mm2": tc["die_area_mm2"],
         "chip_cost_usd": tc["chip_cost_usd"],
+        "chip_price_usd": tc["chip_price_usd"],
         "chip_power_w": tc["chip_power_w"],
     }
     if dc is not None:
@@ -161,16 +168,18 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
             "draft_chip_power_w": np.where(on, dc["chip_power_w"], _NAN),
         })
         d_cost = np.where(on, dc["chip_cost_usd"] * dc["chips"], 0.0)
+        d_price = np.where(on, dc["chip_price_usd"] * dc["chips"], 0.0)
         d_power = np.where(on, dc["chip_power_w"] * dc["chips"], 0.0)
         d_area = np.where(on, dc["die_area_mm2"] * dc["chips"], 0.0)
     else:
-        d_cost = d_power = d_area = 0.0
+        d_cost = d_power = d_area = d_price = 0.0
     if dc is not None:      # a draft chip must also reach the target
         draft_ok = dc["buildable"] & (np.minimum(dc["link_bw_bytes_s"], tc["link_bw_bytes_s"]) > 0)
         hwcols["buildable"] = tc["buildable"] & (~on | draft_ok)
     else:
         hwcols["buildable"] = tc["buildable"]
-    hwcols["cost_usd"] = tc["chip_cost_usd"] * chips + d_cost
+    hwcols["cost_usd"] = tc["chip_cost_usd"] * chips + d_cost            # manufacturing estimate
+    hwcols["price_usd"] = tc["chip_price_usd"] * chips + d_price         # street price (NaN if unknown)
     hwcols["power_w"] = tc["chip_power_w"] * chips + d_power
     hwcols["total_die_area_mm2"] = tc["die_area_mm2"] * chips + d_area
     return Designs(batch=batch, hardware=hwcols)

@@ -14,13 +14,13 @@ from .designs import Designs
 from .model.evaluate import METRIC_COLUMNS, Metrics
 from .pareto import pareto_mask, pareto_ranks
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: hardware columns (display units); cost and power are whole-system (target chips + draft chip)
 HARDWARE_COLUMNS = ("buildable", "chips", "mem_bw_tb_s", "memory_capacity_gb", "peak_tflops", "die_area_mm2", "chip_cost_usd",
                     "chip_power_w", "draft_chips", "draft_mem_bw_tb_s", "draft_memory_capacity_gb",
                     "draft_peak_tflops", "draft_die_area_mm2", "draft_chip_cost_usd", "draft_chip_power_w",
-                    "cost_usd", "power_w", "total_die_area_mm2")
+                    "cost_usd", "power_w", "total_die_area_mm2", "chip_price_usd", "price_usd")
 #: derived per-resource metrics: what the speculative gain costs in dollars, watts and silicon
 DERIVED_COLUMNS = ("tokens_per_s_per_kusd", "tokens_per_s_per_w", "tokens_per_s_per_cm2", "speedup_per_kusd")
 _BOUNDS = {"baseline_bound", "verify_bound", "draft_bound"}
