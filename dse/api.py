@@ -30,7 +30,8 @@ from .specs import (
 
 #: `--set` fields that belong to the runtime rather than the device
 RUNTIME_FIELDS = ("kernels_per_layer", "spec_overhead_us", "ngram_draft_us", "memory_reserve_fraction",
-                  "sequence_overhead_us", "request_overhead_us", "roofline_p")
+                  "sequence_overhead_us", "request_overhead_us", "roofline_p", "int8_stream_factor",
+                  "int4_stream_factor")
 
 
 def parse_drafter(spec: str, target: ModelSpec, db: Database, where: str = "--draft") -> DrafterSpec:
@@ -114,7 +115,8 @@ def hardware_arrays(dev: DeviceSpec, rt: RuntimeSpec, chips, dtype: str,
         spec_overhead_s=rt.spec_overhead_s, ngram_draft_s=rt.ngram_draft_s,
         memory_reserve_fraction=rt.memory_reserve_fraction, link_efficiency=dev.link_efficiency,
         sequence_overhead_s=rt.sequence_overhead_s, request_overhead_s=rt.request_overhead_s,
-        roofline_p=rt.roofline_p, peak_attention_flop_s=dev.peak_flop_s(kv_dtype or default_kv_dtype(dtype)))
+        roofline_p=rt.roofline_p, peak_attention_flop_s=dev.peak_flop_s(kv_dtype or default_kv_dtype(dtype)),
+        int8_stream_factor=rt.int8_stream_factor, int4_stream_factor=rt.int4_stream_factor)
 
 
 def apply_overrides(dev: DeviceSpec, rt: RuntimeSpec, assignments: dict[str, Any]):

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from .database import Database, load_database
+from .model.transformer import WEIGHT_FORMATS
 
 #: short name -> file in hardware_db/measurements/
 FILES = {"decode": "decode_measurements_public.csv", "specdec": "specdec_measurements_public.csv",
@@ -41,8 +42,8 @@ FILES = {"decode": "decode_measurements_public.csv", "specdec": "specdec_measure
 
 #: what each fitted default is fitted on (the row predicates are in :func:`_role`)
 FIT_PARAMETERS = {
-    "fixed+dequant": ("runtimes/graphs.yaml kernel_launch_us, step_overhead_us; "
-                      "dse/model/transformer.py WEIGHT_BW_FACTOR int8, int4",
+    "fixed+dequant": ("runtimes/gpt-fast.yaml kernel_launch_us, step_overhead_us, int8_stream_factor, "
+                      "int4_stream_factor",
                       "the 5 single-GPU gpt-fast A100 rows (Llama-2-7B bf16/int8/int4, Llama-2-70B int8/int4)"),
     "link": ("devices/a100-80gb.yaml link_latency_us",
              "the 3 gpt-fast A100 Llama-2-7B bf16 tensor-parallel rows (TP 2, 4, 8)"),
@@ -85,7 +86,7 @@ PRECISION = {
     "INT4 weights (g32)": "int4", "not stated in sources read": "bf16",
     "FP8 (fp8 KV cache)": "fp8-head16", "4-bit (q4f16_1 assumed)": "q4f16_1",
 }
-_RUNTIME_BY_FRAMEWORK = (("transformers", "eager"),)   # else the device's default runtime
+_RUNTIME_BY_FRAMEWORK = (("transformers", "eager"), ("gpt-fast", "gpt-fast"))   # else the device's default
 #: decode-file metric text -> kind of comparison
 DECODE_METRICS = {"decode tok/s": "decode_ms", "autoregressive sampling": "decode_ms", "draft sampling": "decode_ms",
                   "decode ms/token": "decode_ms", "effective ms/token": "spec_ms",
@@ -420,11 +421,13 @@ def _nnls(A: np.ndarray, b: np.ndarray) -> np.ndarray:
 def fit(db: Database | None = None) -> dict[str, float]:
     """The fitted defaults, re-derived from their rows (relative least squares, values >= 0).
 
-    Returns display-unit values keyed as ``'<entry>.<field>'`` (e.g. ``'graphs.kernel_launch_us'``,
-    ``'WEIGHT_BW_FACTOR.int4'``). Stage 1 fits the per-kernel and per-step fixed costs of the
-    graphs runtime and the int8/int4 weight-streaming factors on the single-GPU rows, with
+    Returns display-unit values keyed as ``'<entry>.<field>'`` (e.g. ``'gpt-fast.kernel_launch_us'``,
+    ``'COMPUTE_EFFICIENCY_FACTOR.fp8'``). Stage 1 fits the per-kernel and per-step fixed costs of
+    the gpt-fast runtime and its int8/int4 weight-streaming factors on the single-GPU rows, with
     mem_efficiency from the database; stage 2 fits the A100 link latency on the Llama-2-7B
-    tensor-parallel rows, given stage 1; the eager stage fits eager's per-kernel cost on its row.
+    tensor-parallel rows, given stage 1; the eager stage fits eager's per-kernel cost on its row;
+    the serving stage (``_fit_serving``) fits the graphs runtime's request and sequence costs,
+    roofline p and the fp8 GEMM factor on the TensorRT-LLM 7B rows.
     The time is linear in every unknown (in 1/factor for the weight term), so each row's
     coefficients come from evaluating the step at unit values of the unknowns.
     """
@@ -443,14 +446,15 @@ def fit(db: Database | None = None) -> dict[str, float]:
         a = _decode_step_s(d, db, {**zero, "kernel_launch_us": 1.0}, 1.0) - base
         b = _decode_step_s(d, db, {**zero, "step_overhead_us": 1.0}, 1.0) - base
         W = 2.0 * (base - _decode_step_s(d, db, zero, 2.0))
-        g = [W if d["dtype"] == "int8" else 0.0, W if d["dtype"] == "int4" else 0.0]
-        t0 = base - (W if d["dtype"] in ("int8", "int4") else 0.0)
+        q = WEIGHT_FORMATS[d["dtype"]].dequant
+        g = [W if q == "int8" else 0.0, W if q == "int4" else 0.0]
+        t0 = base - (W if q else 0.0)
         m = c.measured * 1e-3
         rows.append(np.array([a, b, *g]) / m)
         rhs.append(1.0 - t0 / m)
     tl, ts, g8, g4 = _nnls(np.array(rows), np.array(rhs))
-    out.update({"graphs.kernel_launch_us": tl, "graphs.step_overhead_us": ts,
-                "WEIGHT_BW_FACTOR.int8": 1.0 / g8, "WEIGHT_BW_FACTOR.int4": 1.0 / g4})
+    out.update({"gpt-fast.kernel_launch_us": tl, "gpt-fast.step_overhead_us": ts,
+                "gpt-fast.int8_stream_factor": 1.0 / g8, "gpt-fast.int4_stream_factor": 1.0 / g4})
 
     # stage 2: the link latency, given stage 1 (as stored: rounded)
     fixed = {"kernel_launch_us": round(tl, 1), "step_overhead_us": round(ts, 0)}
@@ -466,7 +470,7 @@ def fit(db: Database | None = None) -> dict[str, float]:
     # eager: per-kernel cost on its row(s), kernels_per_layer and step_overhead_us as stored
     rows, rhs = [], []
     for c in (c for c in cs if c.fit_group == "eager"):
-        f = _factor(c.design["dtype"])
+        f = _factor(c.design, db)
         base = _decode_step_s(c.design, db, {"kernel_launch_us": 0.0}, f)
         a = _decode_step_s(c.design, db, {"kernel_launch_us": 1.0}, f) - base
         m = c.measured * 1e-3
@@ -527,20 +531,25 @@ def _fit_serving(cs: list[Case], db: Database) -> dict[str, float]:
             "graphs.sequence_overhead_us": seq}
 
 
-def _factor(dtype: str) -> float:
-    from .model.transformer import WEIGHT_BW_FACTOR
-    return WEIGHT_BW_FACTOR[dtype]
+def _factor(design: dict[str, Any], db: Database) -> float:
+    """The weight-streaming factor a design's runtime gives its weight format (1 for 16-bit)."""
+    q = WEIGHT_FORMATS[design["dtype"]].dequant
+    if not q:
+        return 1.0
+    rt = db.runtime(design.get("runtime") or db.device(design["hw"]).default_runtime)
+    return getattr(rt, f"{q}_stream_factor")
 
 
 def stored_values(db: Database | None = None) -> dict[str, float]:
     """The database's current values of the fitted defaults, keyed like :func:`fit`."""
-    from .model.transformer import COMPUTE_EFFICIENCY_FACTOR, WEIGHT_BW_FACTOR
+    from .model.transformer import COMPUTE_EFFICIENCY_FACTOR
     db = db or load_database()
     a100, graphs, eager = db.device("a100-80gb"), db.runtime("graphs"), db.runtime("eager")
+    gf = db.runtime("gpt-fast")
     return {"a100-80gb.mem_efficiency": a100.mem_efficiency,
-            "graphs.kernel_launch_us": graphs.kernel_launch_s * 1e6,
-            "graphs.step_overhead_us": graphs.step_overhead_s * 1e6,
-            "WEIGHT_BW_FACTOR.int8": WEIGHT_BW_FACTOR["int8"], "WEIGHT_BW_FACTOR.int4": WEIGHT_BW_FACTOR["int4"],
+            "gpt-fast.kernel_launch_us": gf.kernel_launch_s * 1e6,
+            "gpt-fast.step_overhead_us": gf.step_overhead_s * 1e6,
+            "gpt-fast.int8_stream_factor": gf.int8_stream_factor, "gpt-fast.int4_stream_factor": gf.int4_stream_factor,
             "a100-80gb.link_latency_us": a100.link_latency_s * 1e6,
             "eager.kernel_launch_us": eager.kernel_launch_s * 1e6,
             "graphs.roofline_p": graphs.roofline_p,

@@ -120,7 +120,8 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
                         step_overhead_s=step, spec_overhead_s=rt.spec_overhead_s, ngram_draft_s=rt.ngram_draft_s,
                         memory_reserve_fraction=rt.memory_reserve_fraction, link_efficiency=eta_link,
                         sequence_overhead_s=rt.sequence_overhead_s, request_overhead_s=rt.request_overhead_s,
-                        roofline_p=rt.roofline_p, peak_attention_flop_s=peak_att)
+                        roofline_p=rt.roofline_p, peak_attention_flop_s=peak_att,
+                        int8_stream_factor=rt.int8_stream_factor, int4_stream_factor=rt.int4_stream_factor)
     cols = {"capacity_bytes": cap, "mem_bw_bytes_s": bw, "peak_bf16_flop_s": peak_bf16, "die_area_mm2": area,
             "chip_cost_usd": cost_chip, "chip_power_w": power_chip, "chips": chips, "chip_price_usd": price_chip,
             # a group needs memory bandwidth, and a link when it spans chips

@@ -303,6 +303,10 @@ class RuntimeSpec:
                                     desc="cost per request, once, in TTFT (scheduling, tokenising, first launch)")
     roofline_p: float = num("roofline_p", "", 1, math.inf, default=math.inf,
                             desc="smooth roofline exponent: (t_c^p + t_m^p)^(1/p); inf = hard max")
+    int8_stream_factor: float = num("int8_stream_factor", "", 0, 2, lo_open=True, default=1.0,
+                                    desc="weight streaming of its weight-only int8 kernels, vs bf16")
+    int4_stream_factor: float = num("int4_stream_factor", "", 0, 2, lo_open=True, default=1.0,
+                                    desc="weight streaming of its weight-only 4-bit kernels, vs bf16")
 
 
 DRAFTER_KINDS = ("none", "model", "ngram", "early-exit", "eagle", "medusa")

@@ -14,7 +14,6 @@ from dse import calibration
 from dse.api import evaluate_design
 from dse.cli import main
 from dse.database import load_database
-from dse.model.transformer import WEIGHT_FORMATS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "calibration.md"
@@ -97,8 +96,9 @@ def test_public_files_are_the_shared_reference_copies():
 
 
 def test_refit_reproduces_the_stored_defaults(report):
-    tol = {"a100-80gb.mem_efficiency": 0.005, "graphs.kernel_launch_us": 0.05, "graphs.step_overhead_us": 0.5,
-           "WEIGHT_BW_FACTOR.int8": 0.005, "WEIGHT_BW_FACTOR.int4": 0.005, "a100-80gb.link_latency_us": 0.005,
+    tol = {"a100-80gb.mem_efficiency": 0.005, "gpt-fast.kernel_launch_us": 0.05, "gpt-fast.step_overhead_us": 0.5,
+           "gpt-fast.int8_stream_factor": 0.005, "gpt-fast.int4_stream_factor": 0.005,
+           "a100-80gb.link_latency_us": 0.005,
            "eager.kernel_launch_us": 0.05, "graphs.roofline_p": 0.0, "COMPUTE_EFFICIENCY_FACTOR.fp8": 0.0,
            "graphs.request_overhead_us": 50.0, "graphs.sequence_overhead_us": 0.5}
     assert set(report["refit"]) == set(tol)
@@ -112,7 +112,7 @@ def test_fit_step_is_the_step_evaluate_uses():
         if c.metric != "decode_ms":
             continue
         ms = evaluate_design(db=db, **c.design)["baseline_ms_per_token"]
-        s = calibration._decode_step_s(c.design, db, {}, WEIGHT_FORMATS[c.design["dtype"]].bw_factor)
+        s = calibration._decode_step_s(c.design, db, {}, calibration._factor(c.design, db))
         assert s * 1e3 == pytest.approx(ms, rel=1e-12), c.id
 
 

@@ -56,6 +56,8 @@ class HardwareArrays:
     request_overhead_s: np.ndarray = 0.0       # per request, once, in TTFT
     roofline_p: np.ndarray = np.inf            # smooth roofline exponent; inf = hard max
     peak_attention_flop_s: np.ndarray = 0.0    # attention matmuls at the attention dtype; 0 = peak_flop_s
+    int8_stream_factor: np.ndarray = 1.0       # the runtime's weight-only int8 kernels, vs bf16 streaming
+    int4_stream_factor: np.ndarray = 1.0       # the runtime's weight-only 4-bit kernels, vs bf16 streaming
 
     def __post_init__(self):
         _as_arrays(self, int_fields=("chips",))

@@ -18,7 +18,7 @@ from ..specs import ModelSpec, Workload
 from . import specdec
 from . import transformer as tf
 from .arrays import DesignBatch, HardwareArrays
-from .roofline import BOUND_NAMES, OVERHEAD, StepCost, step_cost
+from .roofline import BOUND_NAMES, OVERHEAD, StepCost, step_cost, stream_factor
 
 TOKEN_ID_BYTES = 4.0     # int32 token ids over the draft-chip link
 PROB_BYTES = 2.0         # fp16 draft probabilities (sent only when sampling, T > 0)
@@ -225,7 +225,6 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     P = batch.prompt_tokens.astype(np.float64)
     G = batch.output_tokens.astype(np.float64)
     S = P + 0.5 * G          # mean context during generation (exact for terms linear in S)
-    wf = fmt.bw_factor
     kw = tf.step_kwargs(w.dtype, w.kv_dtype)
     cf = tf.COMPUTE_EFFICIENCY_FACTOR[fmt.compute_dtype]
 
@@ -303,14 +302,15 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
         if d.kind == "eagle":    # fc(2d -> d) on the concatenated feature and token embedding
             fc = 2.0 * tgt.hidden_size ** 2
             t_step = t_step + np.maximum(2 * fc * Bc * q_draft / (Tc.peak_flop_s * Tc.compute_efficiency * cf),
-                                         fc * wb / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * wf)) / Tc.chips
+                                         fc * wb / (Tc.mem_bw_bytes_s * Tc.mem_efficiency
+                                                              * stream_factor(Tc, fmt.dequant))) / Tc.chips
         t_draft = kf * t_step
         draft_ai, draft_bound = one_step.arithmetic_intensity, one_step.bound
     elif d.kind == "medusa":
         # one pass of k heads (each d*d + d*V) on the last hidden state, inside the verify step
         per_head = tgt.hidden_size ** 2 + tgt.hidden_size * tgt.vocab_size
         nbytes, flops = kf * per_head * wb / Tc.chips, 2.0 * Bc * kf * per_head / Tc.chips
-        t_m = nbytes / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * wf)
+        t_m = nbytes / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * stream_factor(Tc, fmt.dequant))
         t_c = flops / (Tc.peak_flop_s * Tc.compute_efficiency * cf)
         mem_bound = t_m >= t_c
         heads = StepCost(np.maximum(t_m, t_c) + Tc.kernels_per_layer * Tc.kernel_launch_s, flops, nbytes,

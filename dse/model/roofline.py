@@ -52,6 +52,16 @@ def allreduce_time_s(nbytes, chips, link_bw_bytes_s, link_latency_s, link_effici
     return np.where(t > 1, ring, 0.0)
 
 
+def stream_factor(hw, dequant: str):
+    """Fraction of the bf16 weight-streaming rate a runtime's weight-only kernels reach:
+    hw.int8_stream_factor / hw.int4_stream_factor for "int8" / "int4", 1 otherwise."""
+    if dequant == "int8":
+        return hw.int8_stream_factor
+    if dequant == "int4":
+        return hw.int4_stream_factor
+    return 1.0
+
+
 def smooth_roofline(t_compute, t_memory, p):
     """(t_c^p + t_m^p)^(1/p): the hard max max(t_c, t_m) at p = inf, and exactly the other
     term when one is zero, for any p (MODEL.md section 2). Written as
@@ -69,7 +79,7 @@ def smooth_roofline(t_compute, t_memory, p):
 def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_bytes: float,
               act_bytes: float = 2.0, layers: int | None = None, lm_head: bool = True,
               lm_head_last_only: bool = False,
-              step_overhead: bool = True, weight_bw_factor: float = 1.0,
+              step_overhead: bool = True, weight_bw_factor=None, weight_dequant: str = "",
               linear_compute_factor: float = 1.0, attention_compute_factor: float = 1.0,
               head_bytes: float | None = None) -> StepCost:
     """step(model, device, B, q, S): B sequences, q new tokens each, S tokens cached.
@@ -83,7 +93,8 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     (``smooth_roofline``; p = inf is the hard max); parts add. Linear FLOPs run at
     peak_flop_s (the weight dtype) times ``linear_compute_factor``, attention FLOPs at
     peak_attention_flop_s (the attention dtype) times ``attention_compute_factor``; weight
-    bytes stream at BW*eta_m*``weight_bw_factor`` (transformer.WEIGHT_BW_FACTOR).
+    bytes stream at BW*eta_m*f, f = ``weight_bw_factor`` or, when None, the runtime's streaming
+    factor for the format's dequantisation class ``weight_dequant`` (``stream_factor``).
     Fixed: L*kernels*t_launch + t_step + B*t_seq (per-sequence sampling, logits, scheduling).
     Tensor parallel over t chips (MODEL.md section 2): weights and FLOPs divide by t except
     the replicated ones (MLA down-projections, MoE router: transformer.replicated_params);
@@ -115,7 +126,8 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     peak_att = np.where(hw.peak_attention_flop_s > 0, hw.peak_attention_flop_s, hw.peak_flop_s)
     byte_s = hw.mem_bw_bytes_s * hw.mem_efficiency
     lin_c = flops_lin / (hw.peak_flop_s * eff_c * linear_compute_factor)
-    lin_m = bytes_lin / (byte_s * weight_bw_factor)
+    wf = stream_factor(hw, weight_dequant) if weight_bw_factor is None else weight_bw_factor
+    lin_m = bytes_lin / (byte_s * wf)
     att_c = flops_att / (peak_att * eff_c * attention_compute_factor)
     att_m = bytes_att / byte_s
     p = hw.roofline_p

@@ -14,15 +14,6 @@ from ..specs import ModelSpec
 
 #: bytes per KV-cache element
 KV_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5 + 2.0 / 128}
-#: Effective weight-streaming bandwidth of a decode GEMV with weights of this dtype, as a
-#: fraction of the bf16 rate (1.0 = streams at the device's mem_efficiency). int8 and int4 mean
-#: weight-only quantisation (W8A16, W4A16): the kernel dequantises every weight before the
-#: multiply, so it moves fewer bytes but not proportionally faster. shared/reference/hardware.md
-#: section 3: weight-only int8/int4 decode reaches 42-65% of peak bandwidth vs 66-73% for bf16.
-#: The values are fitted on gpt-fast's single-A100 Llama-2 rows (docs/calibration.md,
-#: `dse validate`); they describe those kernels, and other int4 kernels may differ. fp8 is
-#: taken as native W8A8 (no dequantisation): 1.0, an estimate without a measurement.
-WEIGHT_BW_FACTOR = {"bf16": 1.0, "fp16": 1.0, "fp8": 1.0, "int8": 0.84, "int4": 0.59}
 #: Achieved fraction of a dtype's peak matmul rate, relative to the device's compute_efficiency
 #: (which is a 16-bit MFU). fp8 GEMMs reach a lower fraction of their (2x) peak than bf16:
 #: fitted 0.70 (grid 0.50-1.00, with the runtime's request cost and roofline p) on the
@@ -42,14 +33,17 @@ class WeightFormat:
     bytes_per_weight: transformer-layer weights, group scales and zeros included;
     head_bytes: the LM head and embeddings (16-bit in AWQ/GPTQ/fp8/fp4 checkpoints);
     compute_dtype: the matmul rate it runs at (weight-only formats compute in bf16);
-    bw_factor: the streaming factor of its kernel against bf16 (WEIGHT_BW_FACTOR).
+    dequant: "int8" or "int4" for weight-only formats, whose kernels dequantise every weight and
+    stream at the runtime's ``int8_stream_factor`` / ``int4_stream_factor`` of the bf16 rate
+    (how fast a kernel streams a format belongs to the engine, hardware_db/runtimes/); "" for
+    formats the matmul consumes natively (bf16, fp8, nvfp4).
     """
 
     name: str
     bytes_per_weight: float
     head_bytes: float
     compute_dtype: str
-    bw_factor: float
+    dequant: str
     desc: str
 
 
@@ -60,26 +54,24 @@ class WeightFormat:
 #: gpt-fast int4 g32: bf16 scale + bf16 zero per 32 = 0.5 + 4/32 = 0.625 (gpt-fast quantize.py);
 #: MLC q4f16_1: fp16 scale per 32, symmetric = 0.5 + 2/32 = 0.5625 (mlc-llm quantization docs);
 #: NVFP4: E4M3 scale per 16 = 0.5 + 1/16 = 0.5625 (NVIDIA NVFP4 blog, 2025); MXFP4: E8M0 scale
-#: per 32 = 0.5 + 1/32 = 0.53125 (OCP Microscaling spec v1.0). Streaming factors of the named
-#: int4 formats are estimates (see bw_factor notes in docs/calibration.md): a kernel that
-#: dequantises in registers (Marlin, MLC) streams close to bf16; gpt-fast's g32 kernel does not.
+#: per 32 = 0.5 + 1/32 = 0.53125 (OCP Microscaling spec v1.0).
 WEIGHT_FORMATS = {
-    "bf16": WeightFormat("bf16", 2.0, 2.0, "bf16", 1.0, "bfloat16"),
-    "fp16": WeightFormat("fp16", 2.0, 2.0, "fp16", 1.0, "float16"),
-    "fp8": WeightFormat("fp8", 1.0, 1.0, "fp8", WEIGHT_BW_FACTOR["fp8"], "fp8 W8A8, head fp8 too"),
-    "int8": WeightFormat("int8", 1.0, 1.0, "bf16", WEIGHT_BW_FACTOR["int8"], "int8 weight-only"),
-    "int4": WeightFormat("int4", 0.5 + 2.0 / 128, 0.5 + 2.0 / 128, "bf16", WEIGHT_BW_FACTOR["int4"],
-                         "int4 weight-only, fp16 scale per 128, head quantised (gpt-fast-fitted kernel factor)"),
-    "fp8-head16": WeightFormat("fp8-head16", 1.0, 2.0, "fp8", WEIGHT_BW_FACTOR["fp8"],
+    "bf16": WeightFormat("bf16", 2.0, 2.0, "bf16", "", "bfloat16"),
+    "fp16": WeightFormat("fp16", 2.0, 2.0, "fp16", "", "float16"),
+    "fp8": WeightFormat("fp8", 1.0, 1.0, "fp8", "", "fp8 W8A8, head fp8 too"),
+    "int8": WeightFormat("int8", 1.0, 1.0, "bf16", "int8", "int8 weight-only"),
+    "int4": WeightFormat("int4", 0.5 + 2.0 / 128, 0.5 + 2.0 / 128, "bf16", "int4",
+                         "int4 weight-only, fp16 scale per 128, head quantised too"),
+    "fp8-head16": WeightFormat("fp8-head16", 1.0, 2.0, "fp8", "",
                                "fp8 W8A8 with bf16 LM head and embeddings (Meta Llama-3.1 FP8, DeepSeek-V3)"),
-    "int4-g128": WeightFormat("int4-g128", 0.5 + 2.5 / 128, 2.0, "bf16", 1.0,
-                              "GPTQ/AWQ int4 g128, fp16 scales, 4-bit zeros, 16-bit head (Marlin-class kernel)"),
-    "int4-g32": WeightFormat("int4-g32", 0.5 + 4.0 / 32, 2.0, "bf16", WEIGHT_BW_FACTOR["int4"] * 0.625 / (0.5 + 2.0 / 128),
-                             "gpt-fast int4 g32, bf16 scale and zero, 16-bit head"),
-    "q4f16_1": WeightFormat("q4f16_1", 0.5 + 2.0 / 32, 2.0, "bf16", 1.0,
+    "int4-g128": WeightFormat("int4-g128", 0.5 + 2.5 / 128, 2.0, "bf16", "int4",
+                              "GPTQ/AWQ int4 g128, fp16 scales, 4-bit zeros, 16-bit head"),
+    "int4-g32": WeightFormat("int4-g32", 0.5 + 4.0 / 32, 2.0, "bf16", "int4",
+                             "int4 g32 with bf16 scale and zero, 16-bit head"),
+    "q4f16_1": WeightFormat("q4f16_1", 0.5 + 2.0 / 32, 2.0, "bf16", "int4",
                             "MLC q4f16_1: 4-bit, fp16 scale per 32, 16-bit head"),
-    "nvfp4": WeightFormat("nvfp4", 0.5 + 1.0 / 16, 2.0, "fp4", 1.0, "NVFP4 W4A4, E4M3 scale per 16, 16-bit head"),
-    "mxfp4": WeightFormat("mxfp4", 0.5 + 1.0 / 32, 2.0, "bf16", 1.0,
+    "nvfp4": WeightFormat("nvfp4", 0.5 + 1.0 / 16, 2.0, "fp4", "", "NVFP4 W4A4, E4M3 scale per 16, 16-bit head"),
+    "mxfp4": WeightFormat("mxfp4", 0.5 + 1.0 / 32, 2.0, "bf16", "int4",
                           "MXFP4 weight-only, E8M0 scale per 32, 16-bit head"),
 }
 #: bytes per stored layer weight of each format (the plain dtypes: every weight)
@@ -88,11 +80,12 @@ WEIGHT_BYTES = {name: f.bytes_per_weight for name, f in WEIGHT_FORMATS.items()}
 
 def step_kwargs(weight_format: str, kv_dtype: str, weight_bw_factor: float | None = None) -> dict:
     """The per-format arguments of roofline.step_cost: weight and head bytes, KV bytes, the
-    kernel's streaming factor, and the compute-efficiency factors of the linear layers (at the
-    format's compute dtype) and of attention (at the KV dtype)."""
+    dequantisation class (the runtime's streaming factor for it, unless ``weight_bw_factor``
+    is given), and the compute-efficiency factors of the linear layers (at the format's compute
+    dtype) and of attention (at the KV dtype)."""
     f = WEIGHT_FORMATS[weight_format]
     return dict(weight_bytes=f.bytes_per_weight, head_bytes=f.head_bytes, kv_bytes=KV_BYTES[kv_dtype],
-                weight_bw_factor=f.bw_factor if weight_bw_factor is None else weight_bw_factor,
+                weight_dequant=f.dequant, weight_bw_factor=weight_bw_factor,
                 linear_compute_factor=COMPUTE_EFFICIENCY_FACTOR[f.compute_dtype],
                 attention_compute_factor=COMPUTE_EFFICIENCY_FACTOR[kv_dtype])
 

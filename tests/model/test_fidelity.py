@@ -190,7 +190,8 @@ def _unit_hw():
     return SimpleNamespace(chips=np.array([1]), mem_bw_bytes_s=1e12, mem_efficiency=1.0, peak_flop_s=1e15,
                            peak_attention_flop_s=0.0, compute_efficiency=1.0, kernels_per_layer=0.0,
                            kernel_launch_s=0.0, step_overhead_s=0.0, sequence_overhead_s=0.0, link_bw_bytes_s=0.0,
-                           link_latency_s=0.0, link_efficiency=1.0, roofline_p=np.inf)
+                           link_latency_s=0.0, link_efficiency=1.0, roofline_p=np.inf, int8_stream_factor=1.0,
+                           int4_stream_factor=1.0)
 
 
 def test_g128_int4_with_16_bit_head_streams_the_bytes_by_hand(db):
@@ -308,3 +309,19 @@ def test_study_cost_is_the_estimate_and_price_rides_along(db, tech, tmp_path):
     est = [known_part_estimate(tech, db.device(n))[0] for n in ("h100-sxm", "rtx-4090")]
     np.testing.assert_allclose(hw["cost_usd"], [2 * est[0], est[1]])
     np.testing.assert_allclose(hw["price_usd"], [2 * 30000, 1599])
+
+
+def test_int4_streaming_belongs_to_the_runtime(ideal):
+    # Llama-2-7B plain int4 streams its layers and LM head (not the embedding): 6,476,005,376 +
+    # 131,072,000 = 6,607,077,376 weights x 0.515625 B = 3,406,773,646 B. On an ideal H100
+    # (3.35 TB/s) the graphs runtime streams them at the bf16 rate (factor 1.0), gpt-fast's
+    # kernels at 0.59: the difference is 3,406,773,646 x (1/0.59 - 1) / 3.35e12 s = 0.7067 ms
+    kw = dict(hw="h100-sxm", target="llama-2-7b", dtype="int4", prompt=0, output=1, set_fields=ideal)
+    graphs = evaluate_design(runtime="graphs", **kw)["baseline_ms_per_token"]
+    gpt_fast = evaluate_design(runtime="gpt-fast", **kw)["baseline_ms_per_token"]
+    w = 6_607_077_376 * 0.515625
+    assert gpt_fast - graphs == pytest.approx(w * (1 / 0.59 - 1) / 3.35e12 * 1e3, rel=1e-9)
+    # 16-bit weights stream the same under both
+    kw["dtype"] = "bf16"
+    assert (evaluate_design(runtime="graphs", **kw)["baseline_ms_per_token"]
+            == evaluate_design(runtime="gpt-fast", **kw)["baseline_ms_per_token"])
