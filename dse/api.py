@@ -141,6 +141,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                     tree_nodes: int = 0, batch: int = 1, prompt: int = 128, output: int = 128,
                     dtype: str = "bf16", kv_dtype: str | None = None, temperature: float = 0.0,
                     overlap: bool = False, runtime: str | None = None, baseline_ms: float | None = None,
+                    continuous: bool = False,
                     set_fields: dict[str, Any] | None = None, k_max: int = 8,
                     db: Database | None = None) -> dict[str, Any]:
     """Evaluate one design; returns the `dse eval --json` object (display units, None for null).
@@ -208,6 +209,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         raise SpecError(None, "--overlap", True, "overlapped drafting needs a draft chip (--draft-hw)")
     w = Workload(target=tgt, drafter=drafter, acceptance=acc, dtype=dtype, kv_dtype=kv_dtype,
                  temperature=float(temperature), overlap=overlap, tree_nodes=tree_nodes,
+                 continuous=bool(continuous),
                  k_max=k_max if drafter.kind != "medusa" else drafter.heads)
     design = DesignBatch(target=target_hw, draft=draft_arrays, draft_on_chip=on_chip,
                          draft_link_bw_bytes_s=link_bw, draft_link_latency_s=link_lat,
@@ -222,6 +224,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                runtime=rt.name, dtype=dtype, kv_dtype=kv_dtype, weight_format=WEIGHT_FORMATS[dtype].desc,
                **_cost_and_price(dev, chips, db), batch=batch,
                prompt_tokens=prompt, output_tokens=output, temperature=float(temperature), overlap=overlap,
+               batching="continuous" if continuous else "static",
                tree_nodes=tree_nodes or None, acceptance=acc.describe() if drafter.kind != "none" else None,
                alpha_meaning=("i.i.d. conditional per-token acceptance rate (Leviathan et al. 2023)"
                               if acc.kind == "alpha" else

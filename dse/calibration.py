@@ -71,12 +71,13 @@ HARDWARE = {
     "L40S": ("l40s", {}, ""),
     "A100": ("a100-80gb", {}, "A100 variant not stated: a100-80gb"),
     "RTX 4090": ("rtx-4090", {}, ""),
+    "H100 80G (NIM)": ("h100-sxm", {}, "H100 variant not stated: h100-sxm"),
 }
 #: CSV model text -> database model
 MODELS = {
     "Llama-2-7B": "llama-2-7b", "Llama-2-70B": "llama-2-70b", "LLaMA2-Chat 13B": "llama-2-13b",
     "Chinchilla-70B": "chinchilla-70b", "Chinchilla 70B": "chinchilla-70b",
-    "Chinchilla-draft-4B": "chinchilla-draft-4b", "T5-XXL (11B)": "t5-xxl",
+    "Chinchilla-draft-4B": "chinchilla-draft-4b", "T5-XXL (11B)": "t5-xxl", "Llama-3.3-70B": "llama-3.3-70b",
 }
 DRAFTS = {"T5-small": "t5-small", "T5-base": "t5-base", "T5-large": "t5-large", "draft model 4B": "chinchilla-draft-4b"}
 #: CSV precision text -> weight dtype ('not stated' is bf16: T5X's default dtype, t5_1_1/base.gin)
@@ -84,7 +85,7 @@ PRECISION = {
     "bf16": "bf16", "bf16 (assumed)": "bf16", "fp16": "fp16", "FP16": "fp16",
     "int8": "int8", "int8 weight-only": "int8", "int4 g32": "int4", "int4 g32 weight-only": "int4",
     "INT4 weights (g32)": "int4", "not stated in sources read": "bf16",
-    "FP8 (fp8 KV cache)": "fp8-head16", "4-bit (q4f16_1 assumed)": "q4f16_1",
+    "FP8 (fp8 KV cache)": "fp8-head16", "4-bit (q4f16_1 assumed)": "q4f16_1", "FP8 (NIM fp8 profile)": "fp8-head16",
 }
 _RUNTIME_BY_FRAMEWORK = (("transformers", "eager"), ("gpt-fast", "gpt-fast"))   # else the device's default
 #: decode-file metric text -> kind of comparison
@@ -93,7 +94,7 @@ DECODE_METRICS = {"decode tok/s": "decode_ms", "autoregressive sampling": "decod
                   "empirical peak HBM BW": "bandwidth_gb_s"}
 #: serving-file metric text -> kind of comparison
 SERVING_METRICS = {"first token latency": "ttft_ms", "output tok/s/GPU": "throughput_tok_s_gpu",
-                   "decode tok/s": "decode_ms"}
+                   "decode tok/s": "decode_ms", "inter-token latency": "decode_ms"}
 
 
 class _NotModelled(Exception):
@@ -220,10 +221,12 @@ def _serving_case(rid: str, row: dict[str, str]) -> Case:
     design, hw_note = _design(row["hardware"], _lookup(MODELS, row["model"], "model"), dtype,
                               int(row["num_chips"]), prompt=prompt, output=output, framework=row["framework"])
     design["batch"] = int(row["batch_size"])
+    if "continuous batching" in row["framework"]:     # batch = requests in flight (concurrency)
+        design["continuous"] = True
     if "fp8 KV" in row["precision"]:
         design["kv_dtype"] = "fp8"
     value = float(row["value"])
-    measured = 1e3 / value if kind == "decode_ms" else value
+    measured = 1e3 / value if row["metric"] == "decode tok/s" else value
     return Case(rid, "", kind, measured, "", design=design,
                 note="; ".join(x for x in (hw_note, len_note) if x), source=row["source"])
 
@@ -312,7 +315,7 @@ def cases(db: Database | None = None) -> list[Case]:
             else:
                 case = _decode_case(rid, row, ar_ms)
         except _NotModelled as why:
-            measured = _num(row.get("ms_per_token") or row.get("measured_speedup") or "")
+            measured = _num(row.get("ms_per_token") or row.get("measured_speedup") or row.get("value") or "")
             out.append(Case(rid, label, "", measured, "not modelled", note=str(why), source=source))
             continue
         out.append(_role(Case(rid, label, case.metric, case.measured, case.role, case.fit_group, case.design,

@@ -75,6 +75,8 @@ def _kv(ctx, param, values):
 @click.option("--kv-dtype", default=None, help="KV-cache dtype (default: 16-bit, whatever --dtype).")
 @click.option("--temperature", default=0.0, show_default=True, type=float)
 @click.option("--overlap", is_flag=True, help="Draft chip drafts ahead while the target verifies.")
+@click.option("--continuous", is_flag=True,
+              help="Continuous batching: --batch = requests in flight (steady state); steps also run arriving prompts.")
 @click.option("--runtime", default=None, help="Fixed-cost stack from hardware_db/runtimes (graphs, eager, ...).")
 @click.option("--baseline-ms", type=float, default=None, help="Anchor: measured autoregressive ms/token.")
 @click.option("--set", "set_fields", multiple=True, callback=_kv, metavar="FIELD=VALUE",

@@ -46,7 +46,7 @@ def workload_of(study: StudySpec):
     from .specs import Workload
     return Workload(target=study.target, drafter=study.drafter, acceptance=study.acceptance, dtype=study.dtype,
                     kv_dtype=study.kv_dtype, temperature=study.temperature, overlap=study.overlap,
-                    tree_nodes=study.tree_nodes,
+                    tree_nodes=study.tree_nodes, continuous=study.continuous,
                     k_max=min(study.k_max, study.drafter.heads) if study.drafter.kind == "medusa" else study.k_max)
 
 

@@ -364,4 +364,5 @@ class Workload:
     temperature: float = 0.0
     overlap: bool = False
     tree_nodes: int = 0               # 0 = a chain of k drafts
+    continuous: bool = False          # continuous batching: batch = requests in flight, steady state
     k_max: int = 8                    # candidates for k = auto

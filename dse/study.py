@@ -64,7 +64,7 @@ WORKLOAD_KNOBS = {
 K_KNOB = KnobDef("int", 1, 64, None)
 
 WORKLOAD_KEYS = {"target", "draft", "dtype", "kv_dtype", "batch", "prompt_tokens", "output_tokens", "temperature",
-                 "acceptance", "k", "runtime", "overlap", "tree_nodes", "k_max"}
+                 "acceptance", "k", "runtime", "overlap", "tree_nodes", "k_max", "continuous"}
 TOP_KEYS = {"name", "description", "workload", "space", "objectives", "constraints", "search", "grid", "output",
             "storage", "technology", "schema_version"}
 SEARCH_DEFAULTS = {"sampler": "nsga2", "n_trials": 2000, "batch_size": 64, "seed": 0}
@@ -133,6 +133,7 @@ class StudySpec:
     technology: dict = field(default_factory=dict)
     raw: dict = field(default_factory=dict)
     tech: Any = None        # the resolved TechConstants (database constants + overrides)
+    continuous: bool = False  # continuous batching: batch = requests in flight (issue 9)
 
     def knob(self, name: str) -> Knob | None:
         return next((k for k in self.knobs if k.name == name), None)
@@ -167,7 +168,7 @@ class StudySpec:
             "workload": {"target": self.target.name, "draft": self.drafter.label, "dtype": self.dtype,
                          "kv_dtype": self.kv_dtype, "temperature": self.temperature, "acceptance": acc_d,
                          "overlap": self.overlap, "tree_nodes": self.tree_nodes, "runtime": self.runtime,
-                         "k_max": self.k_max},
+                         "k_max": self.k_max, "continuous": self.continuous},
             "knobs": {k.name: knob(k) for k in self.knobs},
             "objectives": [{"metric": o.metric, "direction": o.direction} for o in self.objectives],
             "constraints": [{k: v for k, v in vars(c).items() if v is not None} for c in self.constraints],
@@ -405,6 +406,10 @@ def load_study(path: str | Path, db: Database | None = None) -> StudySpec:
     if not isinstance(overlap, bool):
         err.add("workload.overlap", overlap, "expected true or false")
         overlap = False
+    continuous = wl.get("continuous", False)
+    if not isinstance(continuous, bool):
+        err.add("workload.continuous", continuous, "expected true or false")
+        continuous = False
     tree_nodes = wl.get("tree_nodes", 0)
     if not _is_num(tree_nodes) or tree_nodes < 0 or not float(tree_nodes).is_integer():
         err.add("workload.tree_nodes", tree_nodes, "expected an integer >= 0")
@@ -587,7 +592,7 @@ def load_study(path: str | Path, db: Database | None = None) -> StudySpec:
                      objectives=tuple(objectives), constraints=tuple(constraints), sampler=search["sampler"],
                      n_trials=int(search["n_trials"]), batch_size=int(search["batch_size"]), seed=int(search["seed"]),
                      grid_points=int(points), output=output, storage=storage, technology=tech_raw, raw=raw,
-                     tech=tech)
+                     tech=tech, continuous=continuous)
 
 
 def open_study(study: StudySpec | str | Path, db: Database | None = None):

@@ -228,8 +228,18 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     kw = tf.step_kwargs(w.dtype, w.kv_dtype)
     cf = tf.COMPUTE_EFFICIENCY_FACTOR[fmt.compute_dtype]
 
-    base = step_cost(tgt, T, batch=B, q=1.0, context=S, **kw)
-    prefill = step_cost(tgt, T, batch=B, q=P, context=0.0, lm_head_last_only=True, **kw)
+    # Continuous batching (w.continuous; MODEL.md section 2, serving): B requests in flight in
+    # steady state; each finishes after G tokens, so while one request decodes the other B-1
+    # are replaced at (B-1)/G per step and every step also runs their prompts, P*(B-1)/(B*G)
+    # prefill tokens per sequence; a new request's prefill is its own (batch 1) and waits on
+    # average half a running step. Static (default): B prompts prefilled together, pure decode.
+    cont = w.continuous
+    share = P * (B - 1.0) / (B * G) if cont else 0.0
+    x_base = share
+    base = step_cost(tgt, T, batch=B, q=1.0, context=S, prefill_tokens=x_base, prefill_len=P, **kw)
+    B_pre = np.ones_like(B) if cont else B
+    prefill = step_cost(tgt, T, batch=B_pre, q=P, context=0.0, lm_head_last_only=True, **kw)
+    wait = 0.5 * base.time_s if cont else 0.0
 
     on_chip = batch.draft_on_chip & d.can_use_draft_chip
     D = _select(on_chip, batch.draft, T)     # the group the drafter runs on
@@ -257,7 +267,7 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
                      draft_chip * t_chips)
     short = np.maximum(0.0, req_t - cap_t) + np.where(on_chip, np.maximum(0.0, req_d - cap_d), 0.0)
     fits = short <= 0.0
-    ttft = prefill.time_s + T.request_overhead_s
+    ttft = prefill.time_s + wait + T.request_overhead_s
 
     if d.kind == "none":
         one = np.ones(n)
@@ -288,9 +298,13 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     Bc, Sc = B[:, None], S[:, None]
     kf = kc.astype(np.float64)
 
-    # ---- verify: q = k+1, or tree nodes + 1 ----
+    # ---- verify: q = k+1, or tree nodes + 1 (continuous batching: + P*tau/G prefill tokens per
+    # sequence, as a request now lasts G/tau iterations) ----
+    tau_tab, p_tab = _tau_table(w, K)
     q_verify = (w.tree_nodes + 1.0) if w.tree_nodes else kf + 1.0
-    verify = step_cost(tgt, Tc, batch=Bc, q=q_verify, context=Sc, **kw)
+    x_verify = share[:, None] * tau_tab[kc] if cont else 0.0
+    verify = step_cost(tgt, Tc, batch=Bc, q=q_verify, context=Sc, prefill_tokens=x_verify,
+                       prefill_len=P[:, None], **kw)
 
     # ---- draft ----
     q_draft = (w.tree_nodes / kf) if w.tree_nodes else 1.0
@@ -333,7 +347,6 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     t_link = np.where(on_c, t_link, 0.0)
 
     # ---- accounting ----
-    tau_tab, p_tab = _tau_table(w, K)
     tau, p_all = tau_tab[kc], p_tab[kc]
     t_iter, exposed = specdec.iteration_time_s(t_draft, verify.time_s, t_link, Tc.spec_overhead_s,
                                                p_all, on_c & w.overlap)
@@ -372,11 +385,11 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
 
     pre_d = np.zeros(n)
     if d.kind == "model":
-        pre_d = step_cost(d.model, D, batch=B, q=P, context=0.0, lm_head_last_only=True, **kw).time_s
+        pre_d = step_cost(d.model, D, batch=B_pre, q=P, context=0.0, lm_head_last_only=True, **kw).time_s
     ttft = np.where(on_chip, np.maximum(prefill.time_s, pre_d + batch.draft_link_latency_s),
                     prefill.time_s + pre_d)
     ttft = np.where(off, prefill.time_s, ttft)       # speculation off: no draft prefill either
-    ttft = ttft + T.request_overhead_s
+    ttft = ttft + T.request_overhead_s + (0.5 * np.where(off, base.time_s, t_iter) if cont else 0.0)
     metrics = dict(
         baseline_s_per_token=base.time_s, spec_s_per_token=spec,
         speedup=base.time_s / spec, k=k, alpha=alpha, tau=tau, p_all_accepted=p_all,

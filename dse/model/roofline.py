@@ -81,7 +81,7 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
               lm_head_last_only: bool = False,
               step_overhead: bool = True, weight_bw_factor=None, weight_dequant: str = "",
               linear_compute_factor: float = 1.0, attention_compute_factor: float = 1.0,
-              head_bytes: float | None = None) -> StepCost:
+              head_bytes: float | None = None, prefill_tokens=0.0, prefill_len=0.0) -> StepCost:
     """step(model, device, B, q, S): B sequences, q new tokens each, S tokens cached.
 
     Linear: F = 2*N_active*B*q (+ LM head at every position, or at the last one only for a
@@ -101,6 +101,11 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     the KV cache divides by min(t, h_kv) (MLA: replicated); 2 all-reduces of B*q*d*b_act
     bytes per layer. Bytes and FLOPs are per chip. ``hw`` is any object with the
     HardwareArrays attributes (1-D, or 2-D columns for k sweeps).
+
+    Continuous batching (MODEL.md section 2, serving): ``prefill_tokens`` x per sequence ride
+    along in the same weight pass: the prompts (``prefill_len`` P tokens each) of the B*x/P
+    requests that arrive per step. They add B*x tokens to the linear layers (no logits),
+    B*x*(P+1)/2 causal query-key pairs to attention and B*x tokens of KV writes.
     """
     L = m.num_layers if layers is None else layers
     B = np.asarray(batch, dtype=np.float64)
@@ -108,20 +113,22 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     S = np.asarray(context, dtype=np.float64)
     t = hw.chips
     T = B * q
+    X = B * np.asarray(prefill_tokens, dtype=np.float64)       # prefill tokens riding along
     rep = tf.replicated_params(m, L)
     hb = weight_bytes if head_bytes is None else head_bytes
     head = tf.lm_head_params(m) if lm_head else 0
-    bytes_lin = (tf.per_chip(tf.weight_params_touched(m, T, L, lm_head) - head, rep, t) * weight_bytes
+    bytes_lin = (tf.per_chip(tf.weight_params_touched(m, T + X, L, lm_head) - head, rep, t) * weight_bytes
                  + head * hb / t)
-    flops_lin = tf.per_chip(tf.linear_flops_per_token(m, L, lm_head and not lm_head_last_only) * T,
-                            2.0 * rep * T, t)
+    flops_lin = tf.per_chip(tf.linear_flops_per_token(m, L, lm_head and not lm_head_last_only) * T
+                            + tf.linear_flops_per_token(m, L, False) * X, 2.0 * rep * (T + X), t)
     if lm_head and lm_head_last_only:      # prefill: logits of the last prompt position only
         flops_lin = flops_lin + 2.0 * tf.lm_head_params(m) * B / t
     kv_tok = L * tf.kv_elems_per_token_per_layer(m) * kv_bytes
-    bytes_att = B * (S + q) * kv_tok / tf.kv_shards(m, t)
+    bytes_att = (B * (S + q) + X) * kv_tok / tf.kv_shards(m, t)
     # a prefill (logits of the last position only) runs MLA in its non-absorbed form
     flops_att = (tf.attention_flops_per_token_per_ctx(m, L, absorbed=not lm_head_last_only)
-                 * T * (S + 0.5 * (q + 1.0)) / t)
+                 * T * (S + 0.5 * (q + 1.0))
+                 + tf.attention_flops_per_token_per_ctx(m, L, absorbed=False) * X * 0.5 * (prefill_len + 1.0)) / t
     eff_c = hw.compute_efficiency
     peak_att = np.where(hw.peak_attention_flop_s > 0, hw.peak_attention_flop_s, hw.peak_flop_s)
     byte_s = hw.mem_bw_bytes_s * hw.mem_efficiency

@@ -325,3 +325,50 @@ def test_int4_streaming_belongs_to_the_runtime(ideal):
     kw["dtype"] = "bf16"
     assert (evaluate_design(runtime="graphs", **kw)["baseline_ms_per_token"]
             == evaluate_design(runtime="gpt-fast", **kw)["baseline_ms_per_token"])
+
+
+# ---- continuous batching ------------------------------------------------------------------
+
+def test_continuous_batching_runs_the_arriving_prompts_in_each_step(db):
+    m = db.model("llama-3.1-8b")
+    # B = 11 in flight, P = 1000, G = 100: while one request decodes the other 10 are replaced
+    # at 10/100 per step, so every step also runs 1000*10/(11*100) = 9.0909 prompt tokens per
+    # sequence, X = 100 tokens in all. They add 2*6,979,321,856 FLOP each in the layers (no
+    # logits) and 4*32*128*32 = 524,288 FLOP per causal query-key pair, 100*1001/2 pairs each
+    # (a prompt attends to itself), and 100 tokens of KV writes (32*2*8*128*2 = 131,072 B each)
+    x = 1000 * 10 / (11 * 100)
+    kw = dict(batch=11.0, q=1.0, context=1050.0, **tf.step_kwargs("bf16", "bf16"))
+    a = step_cost(m, _unit_hw(), **kw)
+    b = step_cost(m, _unit_hw(), prefill_tokens=x, prefill_len=1000.0, **kw)
+    assert b.flops[0] - a.flops[0] == pytest.approx(100 * 2 * 6_979_321_856 + 524_288 * 100 * 1001 / 2, rel=1e-12)
+    assert b.bytes[0] - a.bytes[0] == pytest.approx(100 * 131_072, rel=1e-9)
+
+
+def test_continuous_batching_at_one_request_is_plain_decoding(ideal):
+    kw = dict(hw="h100-sxm", target="llama-3.1-8b", prompt=1000, output=100, set_fields=ideal)
+    st = evaluate_design(**kw)
+    co = evaluate_design(continuous=True, **kw)
+    assert co["batching"] == "continuous" and st["batching"] == "static"
+    assert co["baseline_ms_per_token"] == st["baseline_ms_per_token"]
+    # a new request waits on average half a running step before its own prefill
+    assert co["ttft_ms"] == pytest.approx(st["ttft_ms"] + 0.5 * st["baseline_ms_per_token"], rel=1e-12)
+    # at 32 in flight: its prefill is its own (batch 1), not 32 prompts at once; steps get slower
+    st32 = evaluate_design(batch=32, **kw)
+    co32 = evaluate_design(batch=32, continuous=True, **kw)
+    assert co32["ttft_ms"] < st32["ttft_ms"] / 10
+    assert co32["baseline_ms_per_token"] > st32["baseline_ms_per_token"]
+
+
+def test_study_workload_continuous_flag(tmp_path):
+    from dse.search import workload_of
+    from dse.study import load_study
+    p = tmp_path / "s.yaml"
+    body = ("name: s\nworkload: {target: llama-3.1-8b, continuous: %s}\n"
+            "space: {target_chip: {device: [h100-sxm, h200]}}\n"
+            "objectives: [{metric: spec_ms_per_token, direction: minimize}]\n")
+    p.write_text(body % "true")
+    assert workload_of(load_study(str(p))).continuous is True
+    p.write_text(body % "1")
+    from dse.errors import SpecError
+    with pytest.raises(SpecError, match="workload.continuous"):
+        load_study(str(p))
