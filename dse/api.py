@@ -17,6 +17,7 @@ from .catalog.specs import DTYPES, DeviceSpec, RuntimeSpec, override, spec_field
 from .errors import SpecError, raise_collected
 from .model.arrays import DesignBatch, HardwareArrays
 from .model.evaluate import Metrics, evaluate
+from .model.transformer import WEIGHT_FORMATS, default_kv_dtype
 from .results.columns import BOUND_COLUMNS
 from .units import FACTOR
 from .workload import (
@@ -30,22 +31,29 @@ from .workload import (
 )
 
 #: `--set` fields that belong to the runtime rather than the device
-RUNTIME_FIELDS = ("kernels_per_layer", "spec_overhead_us", "ngram_draft_us", "memory_reserve_fraction")
+RUNTIME_FIELDS = ("kernels_per_layer", "spec_overhead_us", "ngram_draft_us", "memory_reserve_fraction",
+                  "sequence_overhead_us", "request_overhead_us", "roofline_p", "int8_stream_factor",
+                  "int4_stream_factor")
 
 
-def hardware_arrays(dev: DeviceSpec, rt: RuntimeSpec, chips, dtype: str) -> HardwareArrays:
+def hardware_arrays(dev: DeviceSpec, rt: RuntimeSpec, chips, dtype: str,
+                    kv_dtype: str | None = None) -> HardwareArrays:
     """A device and runtime as length-1 (or broadcast) arrays; a device's own fixed costs
-    (kernel_launch_us, step_overhead_us) override the runtime's."""
+    (kernel_launch_us, step_overhead_us) override the runtime's. Attention runs at the
+    KV dtype's rate (16-bit unless given)."""
     return HardwareArrays(
-        chips=np.atleast_1d(chips), capacity_bytes=dev.capacity_bytes, mem_bw_bytes_s=dev.mem_bw_bytes_s,
-        peak_flop_s=dev.peak_flop_s(dtype), mem_efficiency=dev.mem_efficiency,
+        chips=np.atleast_1d(chips), capacity_bytes=dev.memory_bytes, mem_bw_bytes_s=dev.mem_bw_bytes_s,
+        peak_flop_s=dev.peak_flop_s(WEIGHT_FORMATS[dtype].compute_dtype), mem_efficiency=dev.mem_efficiency,
         compute_efficiency=dev.compute_efficiency, link_bw_bytes_s=dev.link_bw_bytes_s,
         link_latency_s=dev.link_latency_s,
         kernel_launch_s=rt.kernel_launch_s if dev.kernel_launch_s is None else dev.kernel_launch_s,
         kernels_per_layer=rt.kernels_per_layer,
         step_overhead_s=rt.step_overhead_s if dev.step_overhead_s is None else dev.step_overhead_s,
         spec_overhead_s=rt.spec_overhead_s, ngram_draft_s=rt.ngram_draft_s,
-        memory_reserve_fraction=rt.memory_reserve_fraction)
+        memory_reserve_fraction=rt.memory_reserve_fraction, link_efficiency=dev.link_efficiency,
+        sequence_overhead_s=rt.sequence_overhead_s, request_overhead_s=rt.request_overhead_s,
+        roofline_p=rt.roofline_p, peak_attention_flop_s=dev.peak_flop_s(kv_dtype or default_kv_dtype(dtype)),
+        int8_stream_factor=rt.int8_stream_factor, int4_stream_factor=rt.int4_stream_factor)
 
 
 def apply_overrides(dev: DeviceSpec, rt: RuntimeSpec, assignments: dict[str, Any]):
@@ -70,6 +78,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                     rank_acceptance=None, tree_nodes: int = 0, datastore_gb: float = 0.0, batch: int = 1, prompt: int = 128, output: int = 128,
                     dtype: str = "bf16", kv_dtype: str | None = None, temperature: float = 0.0,
                     overlap: bool = False, runtime: str | None = None, baseline_ms: float | None = None,
+                    continuous: bool = False,
                     set_fields: dict[str, Any] | None = None, k_max: int = 8,
                     db: Database | None = None) -> dict[str, Any]:
     """Evaluate one design; returns the `dse eval --json` object (display units, None for null).
@@ -85,9 +94,11 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         if isinstance(value, np.integer):
             value = int(value)
         Range(integer=True, lo=lo).check(value, None, name)
-    for name, value in (("--dtype", dtype), ("--kv-dtype", kv_dtype or dtype)):
-        if value not in DTYPES:
-            raise one_of(None, name, value, DTYPES)
+    if dtype not in WEIGHT_FORMATS:
+        raise one_of(None, "--dtype", dtype, WEIGHT_FORMATS)
+    kv_dtype = kv_dtype or default_kv_dtype(dtype)
+    if kv_dtype not in DTYPES:
+        raise one_of(None, "--kv-dtype", kv_dtype, DTYPES)
     as_number(temperature, "--temperature", rng=Range(lo=0.0))
     Range(integer=True, lo=0, hi=TREE_NODES_MAX).check(tree_nodes, None, "--tree-nodes")
     as_number(datastore_gb, "--datastore-gb", rng=Range(lo=0.0, unit="GB of host memory"))
@@ -115,20 +126,21 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         raise SpecError(None, "--datastore-gb", datastore_gb, "a datastore belongs to a retrieval draft (--draft ngram)")
     if chips > 1 and dev.link_bw_bytes_s <= 0:
         raise SpecError(None, "--chips", chips, f"{dev.name} has no scale-up link (link_bw_gb_s = 0); use 1")
-    target_hw = hardware_arrays(dev, rt, chips, dtype)
+    target_hw = hardware_arrays(dev, rt, chips, dtype, kv_dtype)
     if on_chip:
         ddev = db.device(draft_hw, where="--draft-hw: ")
         for end in (ddev, dev):      # both ends need a link, as in studies (evaluation.build_designs)
             if end.link_bw_bytes_s <= 0:
                 raise SpecError(None, "--draft-hw", draft_hw, f"{end.name} has no link (link_bw_gb_s = 0) between "
                                 "the target and the draft chip")
-        draft_arrays = hardware_arrays(ddev, db.runtime(runtime or ddev.default_runtime), draft_chips, dtype)
+        draft_arrays = hardware_arrays(ddev, db.runtime(runtime or ddev.default_runtime), draft_chips, dtype,
+                                       kv_dtype)
         link_bw, link_lat = min(ddev.link_bw_bytes_s, dev.link_bw_bytes_s), ddev.link_latency_s
     else:
         ddev, draft_arrays, link_bw, link_lat = None, target_hw, 0.0, 0.0
-    w = Workload(target=tgt, drafter=drafter, acceptance=acc, dtype=dtype, kv_dtype=kv_dtype or dtype,
+    w = Workload(target=tgt, drafter=drafter, acceptance=acc, dtype=dtype, kv_dtype=kv_dtype,
                  temperature=float(temperature), overlap=overlap, tree_nodes=tree_nodes,
-                 datastore_bytes=float(datastore_gb) * FACTOR["gb"],
+                 datastore_bytes=float(datastore_gb) * FACTOR["gb"], continuous=bool(continuous),
                  k_max=k_max if drafter.kind != "medusa" else drafter.heads)
     design = DesignBatch(target=target_hw, draft=draft_arrays, draft_on_chip=on_chip,
                          draft_link_bw_bytes_s=link_bw, draft_link_latency_s=link_lat,
@@ -140,8 +152,10 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     out = to_record(m, 0)
     out.update(hw=dev.name, chips=chips, target=tgt.name, draft=drafter.label,
                draft_hw=ddev.name if ddev else None, draft_chips=draft_chips if ddev else None,
-               runtime=rt.name, dtype=dtype, kv_dtype=kv_dtype or dtype, batch=batch,
+               runtime=rt.name, dtype=dtype, kv_dtype=kv_dtype, weight_format=WEIGHT_FORMATS[dtype].desc,
+               **_cost_and_price(dev, chips, db), batch=batch,
                prompt_tokens=prompt, output_tokens=output, temperature=float(temperature), overlap=overlap,
+               batching="continuous" if continuous else "static",
                acceptance=acc.describe() if drafter.kind != "none" else None,
                alpha_meaning=("i.i.d. conditional per-token acceptance rate (Leviathan et al. 2023)"
                               if acc.kind == "alpha" else
@@ -152,6 +166,17 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                if drafter.kind != "none" else None,
                k_mode="auto" if k_val == 0 else "fixed", anchor=anchor)
     return out
+
+
+def _cost_and_price(dev: DeviceSpec, chips: int, db: Database) -> dict[str, float | None]:
+    """The target group's manufacturing-cost estimate (the synthesised-chip estimator applied to
+    the known part, technology.known_part_estimate) and street price, both x chips (None when
+    unknown)."""
+    from .catalog.technology import load_technology
+    from .model.technology import known_part_estimate
+    cost = known_part_estimate(load_technology(db.root), dev)[0] * chips
+    return {"cost_usd": cost if math.isfinite(cost) else None,
+            "price_usd": dev.price_usd * chips if dev.price_usd else None}
 
 
 def to_record(m: Metrics, i: int) -> dict[str, Any]:
@@ -171,14 +196,14 @@ def anchor_to_baseline(design: DesignBatch, w: Workload, baseline_s: float):
     """Scale the target runtime's fixed costs (kernel launch, step, spec overhead) so the
     autoregressive step equals a measured ``baseline_s``: T = T_var + s*T_fixed, s = (X - T_var)/T_fixed."""
     from .model.roofline import step_cost
-    from .model.transformer import KV_BYTES, WEIGHT_BW_FACTOR, WEIGHT_BYTES
+    from .model.transformer import step_kwargs
     hw = design.target
     S = design.prompt_tokens + 0.5 * design.output_tokens
-    kw = dict(batch=design.batch, q=1.0, context=S, weight_bytes=WEIGHT_BYTES[w.dtype], kv_bytes=KV_BYTES[w.kv_dtype],
-              weight_bw_factor=WEIGHT_BW_FACTOR[w.dtype])
+    kw = dict(batch=design.batch, q=1.0, context=S, **step_kwargs(w.dtype, w.kv_dtype))
     full = step_cost(w.target, hw, **kw)
     no_fixed = dataclasses.replace(hw, kernel_launch_s=np.zeros_like(hw.kernel_launch_s),
-                                   step_overhead_s=np.zeros_like(hw.step_overhead_s))
+                                   step_overhead_s=np.zeros_like(hw.step_overhead_s),
+                                   sequence_overhead_s=np.zeros_like(hw.sequence_overhead_s))
     var = step_cost(w.target, no_fixed, **kw).time_s      # roofline + all-reduces
     fixed = full.time_s - var
     if float(var[0]) >= baseline_s or float(fixed[0]) <= 0:
@@ -187,8 +212,9 @@ def anchor_to_baseline(design: DesignBatch, w: Workload, baseline_s: float):
                         "at these efficiencies (lower mem_efficiency with --set instead)")
     s = float((baseline_s - var[0]) / fixed[0])
     scaled = dataclasses.replace(hw, kernel_launch_s=hw.kernel_launch_s * s, step_overhead_s=hw.step_overhead_s * s,
-                                 spec_overhead_s=hw.spec_overhead_s * s)
+                                 sequence_overhead_s=hw.sequence_overhead_s * s, spec_overhead_s=hw.spec_overhead_s * s)
     draft = design.draft if bool(design.draft_on_chip[0]) else scaled
     new = dataclasses.replace(design, target=scaled, draft=draft)
-    return new, {"scaled": ["kernel_launch_us", "step_overhead_us", "spec_overhead_us"], "factor": s,
+    return new, {"scaled": ["kernel_launch_us", "step_overhead_us", "sequence_overhead_us", "spec_overhead_us"],
+                 "factor": s,
                  "baseline_ms": baseline_s * 1e3}

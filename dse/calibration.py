@@ -34,15 +34,16 @@ from typing import Any
 import numpy as np
 
 from .catalog.database import Database, load_database
+from .model.transformer import WEIGHT_FORMATS
 
 #: short name -> file in hardware_db/measurements/
 FILES = {"decode": "decode_measurements_public.csv", "specdec": "specdec_measurements_public.csv",
-         "extra": "decode_measurements_extra.csv"}
+         "extra": "decode_measurements_extra.csv", "serving": "serving_measurements_public.csv"}
 
 #: what each fitted default is fitted on (the row predicates are in :func:`_role`)
 FIT_PARAMETERS = {
-    "fixed+dequant": ("runtimes/graphs.yaml kernel_launch_us, step_overhead_us; "
-                      "dse/model/transformer.py WEIGHT_BW_FACTOR int8, int4",
+    "fixed+dequant": ("runtimes/gpt-fast.yaml kernel_launch_us, step_overhead_us, int8_stream_factor, "
+                      "int4_stream_factor",
                       "the 5 single-GPU gpt-fast A100 rows (Llama-2-7B bf16/int8/int4, Llama-2-70B int8/int4)"),
     "link": ("devices/a100-80gb.yaml link_latency_us",
              "the 3 gpt-fast A100 Llama-2-7B bf16 tensor-parallel rows (TP 2, 4, 8)"),
@@ -50,6 +51,10 @@ FIT_PARAMETERS = {
               "the Hugging Face transformers eager row (decode_measurements_extra.csv)"),
     "input": ("devices/a100-80gb.yaml mem_efficiency",
               "the STREAM-like row: 1700 GB/s of 2039 GB/s on the same A100s"),
+    "serving": ("runtimes/graphs.yaml request_overhead_us, sequence_overhead_us, roofline_p; "
+                "dse/model/transformer.py COMPUTE_EFFICIENCY_FACTOR fp8",
+                "the TensorRT-LLM Llama-2-7B rows on H100 (fp8) and A100 (fp16): 4 first-token latencies "
+                "at batch 1 and 8 large-batch throughputs (serving_measurements_public.csv)"),
 }
 
 #: CSV hardware text -> (device, --set overrides, mapping note)
@@ -62,12 +67,17 @@ HARDWARE = {
     "TPU v4 (16 chips [M])": ("tpu-v4", {}, ""),
     "1x A100": ("a100-80gb", {}, "A100 variant not stated: a100-80gb"),
     "A100-80GB-PCIe": ("a100-80gb", {}, "PCIe card modelled as the a100-80gb (SXM) entry"),
+    "H100 SXM": ("h100-sxm", {}, ""),
+    "L40S": ("l40s", {}, ""),
+    "A100": ("a100-80gb", {}, "A100 variant not stated: a100-80gb"),
+    "RTX 4090": ("rtx-4090", {}, ""),
+    "H100 80G (NIM)": ("h100-sxm", {}, "H100 variant not stated: h100-sxm"),
 }
 #: CSV model text -> database model
 MODELS = {
     "Llama-2-7B": "llama-2-7b", "Llama-2-70B": "llama-2-70b", "LLaMA2-Chat 13B": "llama-2-13b",
     "Chinchilla-70B": "chinchilla-70b", "Chinchilla 70B": "chinchilla-70b",
-    "Chinchilla-draft-4B": "chinchilla-draft-4b", "T5-XXL (11B)": "t5-xxl",
+    "Chinchilla-draft-4B": "chinchilla-draft-4b", "T5-XXL (11B)": "t5-xxl", "Llama-3.3-70B": "llama-3.3-70b",
 }
 #: EAGLE-1's default static tree (mc_sim_7b_63: 4-8-8-3-2 nodes per depth below the root)
 EAGLE_DEFAULT_TREE = (25, 5)
@@ -81,12 +91,16 @@ PRECISION = {
     "bf16": "bf16", "bf16 (assumed)": "bf16", "fp16": "fp16", "FP16": "fp16",
     "int8": "int8", "int8 weight-only": "int8", "int4 g32": "int4", "int4 g32 weight-only": "int4",
     "INT4 weights (g32)": "int4", "not stated in sources read": "bf16",
+    "FP8 (fp8 KV cache)": "fp8-head16", "4-bit (q4f16_1 assumed)": "q4f16_1", "FP8 (NIM fp8 profile)": "fp8-head16",
 }
-_RUNTIME_BY_FRAMEWORK = (("transformers", "eager"),)   # else the device's default runtime
+_RUNTIME_BY_FRAMEWORK = (("transformers", "eager"), ("gpt-fast", "gpt-fast"))   # else the device's default
 #: decode-file metric text -> kind of comparison
 DECODE_METRICS = {"decode tok/s": "decode_ms", "autoregressive sampling": "decode_ms", "draft sampling": "decode_ms",
                   "decode ms/token": "decode_ms", "effective ms/token": "spec_ms",
                   "empirical peak HBM BW": "bandwidth_gb_s"}
+#: serving-file metric text -> kind of comparison
+SERVING_METRICS = {"first token latency": "ttft_ms", "output tok/s/GPU": "throughput_tok_s_gpu",
+                   "decode tok/s": "decode_ms", "inter-token latency": "decode_ms"}
 
 
 class _NotModelled(Exception):
@@ -105,7 +119,8 @@ class Case:
 
     id: str                      # '<file short name>:<1-based data row>'
     label: str                   # what was measured, in a few words
-    metric: str                  # decode_ms | spec_ms | speedup | bandwidth_gb_s | '' (not modelled)
+    metric: str                  # decode_ms | spec_ms | speedup | bandwidth_gb_s | ttft_ms |
+                                 # throughput_tok_s_gpu | '' (not modelled)
     measured: float | None
     role: str                    # fit | held-out | input | not modelled
     fit_group: str = ""          # key of FIT_PARAMETERS for fit/input rows
@@ -202,6 +217,26 @@ def _decode_case(rid: str, row: dict[str, str], ar_ms: dict[str, float]) -> Case
                 note="; ".join(x for x in (hw_note, len_note) if x), source=src)
 
 
+def _serving_case(rid: str, row: dict[str, str]) -> Case:
+    """A row of serving_measurements_public.csv: a first-token latency, a static-batch
+    throughput per GPU (B*G / wall time of the batch / GPUs = B*G / request latency / GPUs),
+    or a batch-1 decode speed."""
+    kind = _lookup(SERVING_METRICS, row["metric"], "metric")
+    dtype = _lookup(PRECISION, row["precision"], "precision")
+    prompt, output, len_note = _lengths(row)
+    design, hw_note = _design(row["hardware"], _lookup(MODELS, row["model"], "model"), dtype,
+                              int(row["num_chips"]), prompt=prompt, output=output, framework=row["framework"])
+    design["batch"] = int(row["batch_size"])
+    if "continuous batching" in row["framework"]:     # batch = requests in flight (concurrency)
+        design["continuous"] = True
+    if "fp8 KV" in row["precision"]:
+        design["kv_dtype"] = "fp8"
+    value = float(row["value"])
+    measured = 1e3 / value if row["metric"] == "decode tok/s" else value
+    return Case(rid, "", kind, measured, "", design=design,
+                note="; ".join(x for x in (hw_note, len_note) if x), source=row["source"])
+
+
 def _specdec_case(rid: str, row: dict[str, str]) -> Case:
     """A row of specdec_measurements_public.csv."""
     src, target = row["source"], row["target_model"]
@@ -250,6 +285,9 @@ def _label(rid: str, row: dict[str, str]) -> str:
     if rid.startswith("specdec:"):
         return (f"{row['hardware']} {row['target_model']} + {row['draft_method']} {row['k_or_tree']} "
                 f"({row['dataset_task']})")
+    if rid.startswith("serving:"):
+        return (f"{row['hardware']} x{row['num_chips']} {row['model']} {row['precision']} B={row['batch_size']} "
+                f"{row['input_len']}/{row['output_len']} ({row['framework']})")
     return f"{row['hardware']} x{row['num_chips']} {row['model']} {row['precision']} ({row['framework']})"
 
 
@@ -266,6 +304,9 @@ def _role(case: Case, row: dict[str, str]) -> Case:
         group = "link"
     elif case.id.startswith("extra:") and d.get("runtime") == "eager":
         group = "eager"
+    elif (case.id.startswith("serving:") and d["target"] == "llama-2-7b" and d["hw"] in ("h100-sxm", "a100-80gb")
+          and row.get("framework", "").startswith("TensorRT-LLM")):
+        group = "serving"
     return Case(case.id, case.label, case.metric, case.measured, "fit" if group else "held-out", group,
                 case.design, case.note, case.source)
 
@@ -279,9 +320,14 @@ def cases(db: Database | None = None) -> list[Case]:
     for rid, row in rows:
         label, source = _label(rid, row), row.get("source", "")
         try:
-            case = _specdec_case(rid, row) if rid.startswith("specdec:") else _decode_case(rid, row, ar_ms)
+            if rid.startswith("specdec:"):
+                case = _specdec_case(rid, row)
+            elif rid.startswith("serving:"):
+                case = _serving_case(rid, row)
+            else:
+                case = _decode_case(rid, row, ar_ms)
         except _NotModelled as why:
-            measured = _num(row.get("ms_per_token") or row.get("measured_speedup") or "")
+            measured = _num(row.get("ms_per_token") or row.get("measured_speedup") or row.get("value") or "")
             out.append(Case(rid, label, "", measured, "not modelled", note=str(why), source=source))
             continue
         out.append(_role(Case(rid, label, case.metric, case.measured, case.role, case.fit_group, case.design,
@@ -301,7 +347,16 @@ def predict(case: Case, db: Database | None = None) -> float | None:
     r = evaluate_design(db=db, **case.design)
     if not r["fits"]:
         return None
-    key = {"decode_ms": "baseline_ms_per_token", "spec_ms": "spec_ms_per_token", "speedup": "speedup"}[case.metric]
+    return _metric(case, r)
+
+
+def _metric(case: Case, r: dict[str, Any]) -> float:
+    """The value of ``case.metric`` in an evaluate_design result."""
+    if case.metric == "throughput_tok_s_gpu":
+        d = case.design
+        return d["batch"] * d["output"] / (r["request_latency_ms"] * 1e-3) / d["chips"]
+    key = {"decode_ms": "baseline_ms_per_token", "spec_ms": "spec_ms_per_token", "speedup": "speedup",
+           "ttft_ms": "ttft_ms"}[case.metric]
     return r[key]
 
 
@@ -326,7 +381,8 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         return dict(n=len(errs), median_abs_error=statistics.median(errs) if errs else None,
                     max_abs_error=max(errs) if errs else None)
 
-    fam = {"decode": ("decode_ms",), "speculative": ("spec_ms", "speedup")}
+    fam = {"decode": ("decode_ms",), "speculative": ("spec_ms", "speedup"), "ttft": ("ttft_ms",),
+           "throughput": ("throughput_tok_s_gpu",)}
     out: dict[str, Any] = {}
     for name, metrics in fam.items():
         sel = [r for r in rows if r["metric"] in metrics]
@@ -354,8 +410,7 @@ def _decode_step_s(design: dict[str, Any], db: Database, overrides: dict[str, fl
     hw = hardware_arrays(dev, rt, design.get("chips", 1), design["dtype"])
     S = design["prompt"] + 0.5 * design["output"]
     cost = step_cost(db.model(design["target"]), hw, batch=1.0, q=1.0, context=S,
-                     weight_bytes=tf.WEIGHT_BYTES[design["dtype"]], kv_bytes=tf.KV_BYTES[design["kv_dtype"]],
-                     weight_bw_factor=weight_bw_factor)
+                     **tf.step_kwargs(design["dtype"], design["kv_dtype"], weight_bw_factor))
     return float(cost.time_s[0])
 
 
@@ -381,11 +436,13 @@ def _nnls(A: np.ndarray, b: np.ndarray) -> np.ndarray:
 def fit(db: Database | None = None) -> dict[str, float]:
     """The fitted defaults, re-derived from their rows (relative least squares, values >= 0).
 
-    Returns display-unit values keyed as ``'<entry>.<field>'`` (e.g. ``'graphs.kernel_launch_us'``,
-    ``'WEIGHT_BW_FACTOR.int4'``). Stage 1 fits the per-kernel and per-step fixed costs of the
-    graphs runtime and the int8/int4 weight-streaming factors on the single-GPU rows, with
+    Returns display-unit values keyed as ``'<entry>.<field>'`` (e.g. ``'gpt-fast.kernel_launch_us'``,
+    ``'COMPUTE_EFFICIENCY_FACTOR.fp8'``). Stage 1 fits the per-kernel and per-step fixed costs of
+    the gpt-fast runtime and its int8/int4 weight-streaming factors on the single-GPU rows, with
     mem_efficiency from the database; stage 2 fits the A100 link latency on the Llama-2-7B
-    tensor-parallel rows, given stage 1; the eager stage fits eager's per-kernel cost on its row.
+    tensor-parallel rows, given stage 1; the eager stage fits eager's per-kernel cost on its row;
+    the serving stage (``_fit_serving``) fits the graphs runtime's request and sequence costs,
+    roofline p and the fp8 GEMM factor on the TensorRT-LLM 7B rows.
     The time is linear in every unknown (in 1/factor for the weight term), so each row's
     coefficients come from evaluating the step at unit values of the unknowns.
     """
@@ -404,14 +461,15 @@ def fit(db: Database | None = None) -> dict[str, float]:
         a = _decode_step_s(d, db, {**zero, "kernel_launch_us": 1.0}, 1.0) - base
         b = _decode_step_s(d, db, {**zero, "step_overhead_us": 1.0}, 1.0) - base
         W = 2.0 * (base - _decode_step_s(d, db, zero, 2.0))
-        g = [W if d["dtype"] == "int8" else 0.0, W if d["dtype"] == "int4" else 0.0]
-        t0 = base - (W if d["dtype"] in ("int8", "int4") else 0.0)
+        q = WEIGHT_FORMATS[d["dtype"]].dequant
+        g = [W if q == "int8" else 0.0, W if q == "int4" else 0.0]
+        t0 = base - (W if q else 0.0)
         m = c.measured * 1e-3
         rows.append(np.array([a, b, *g]) / m)
         rhs.append(1.0 - t0 / m)
     tl, ts, g8, g4 = _nnls(np.array(rows), np.array(rhs))
-    out.update({"graphs.kernel_launch_us": tl, "graphs.step_overhead_us": ts,
-                "WEIGHT_BW_FACTOR.int8": 1.0 / g8, "WEIGHT_BW_FACTOR.int4": 1.0 / g4})
+    out.update({"gpt-fast.kernel_launch_us": tl, "gpt-fast.step_overhead_us": ts,
+                "gpt-fast.int8_stream_factor": 1.0 / g8, "gpt-fast.int4_stream_factor": 1.0 / g4})
 
     # stage 2: the link latency, given stage 1 (as stored: rounded)
     fixed = {"kernel_launch_us": round(tl, 1), "step_overhead_us": round(ts, 0)}
@@ -427,39 +485,100 @@ def fit(db: Database | None = None) -> dict[str, float]:
     # eager: per-kernel cost on its row(s), kernels_per_layer and step_overhead_us as stored
     rows, rhs = [], []
     for c in (c for c in cs if c.fit_group == "eager"):
-        f = _factor(c.design["dtype"])
+        f = _factor(c.design, db)
         base = _decode_step_s(c.design, db, {"kernel_launch_us": 0.0}, f)
         a = _decode_step_s(c.design, db, {"kernel_launch_us": 1.0}, f) - base
         m = c.measured * 1e-3
         rows.append([a / m])
         rhs.append(1.0 - base / m)
     out["eager.kernel_launch_us"] = float(_nnls(np.array(rows), np.array(rhs))[0])
+    out.update(_fit_serving([c for c in cs if c.fit_group == "serving"], db))
     return out
 
 
-def _factor(dtype: str) -> float:
-    from .model.transformer import WEIGHT_BW_FACTOR
-    return WEIGHT_BW_FACTOR[dtype]
+#: grids of the serving fit (the other two unknowns are linear and solved in closed form)
+ROOFLINE_P_GRID = (1.5, 2.0, 2.5, 3.0, 4.0, 6.0)
+FP8_FACTOR_GRID = tuple(round(0.5 + 0.05 * i, 2) for i in range(11))
+
+
+def _fit_serving(cs: list[Case], db: Database) -> dict[str, float]:
+    """Serving stage: for every (roofline p, fp8 compute factor) on a grid, the per-request cost
+    (TTFT = t0 + c_req) and the per-sequence cost (request latency = RL0 + c_seq*k, k its
+    coefficient) by 1-D non-negative relative least squares; keep the grid point with the
+    smallest sum of squared relative errors over the rows (TTFT and request latency)."""
+    from .api import evaluate_design
+    from .model import transformer as tf
+    ttft = [c for c in cs if c.metric == "ttft_ms"]
+    tput = [c for c in cs if c.metric == "throughput_tok_s_gpu"]
+
+    def run(c, **fields):
+        r = evaluate_design(db=db, **{**c.design, "set_fields": {**c.design.get("set_fields", {}), **fields}})
+        return r if r["fits"] else None
+
+    def ls(base, coef, meas):        # min sum((base + x*coef)/meas - 1)^2, x >= 0
+        a, b = np.asarray(coef) / np.asarray(meas), 1.0 - np.asarray(base) / np.asarray(meas)
+        return max(0.0, float(a @ b / (a @ a))) if a @ a > 0 else 0.0
+
+    best = None
+    saved = tf.COMPUTE_EFFICIENCY_FACTOR["fp8"]
+    try:
+        for p, f8 in itertools.product(ROOFLINE_P_GRID, FP8_FACTOR_GRID):
+            tf.COMPUTE_EFFICIENCY_FACTOR["fp8"] = tf.COMPUTE_EFFICIENCY_FACTOR["fp4"] = f8
+            zero = dict(roofline_p=p, request_overhead_us=0.0, sequence_overhead_us=0.0)
+            t0 = [run(c, **zero)["ttft_ms"] for c in ttft]
+            req = ls(t0, np.ones(len(t0)), [c.measured for c in ttft]) * 1e3            # ms -> us
+            pairs = [(c, run(c, **{**zero, "request_overhead_us": req}),
+                      run(c, **{**zero, "request_overhead_us": req, "sequence_overhead_us": 1.0})) for c in tput]
+            pairs = [(c, a, b) for c, a, b in pairs if a is not None and b is not None]
+            meas_rl = [c.design["batch"] * c.design["output"] / c.measured / c.design["chips"] * 1e3 for c, _, _ in pairs]
+            rl0 = [a["request_latency_ms"] for _, a, _ in pairs]
+            seq = ls(rl0, [b["request_latency_ms"] - a["request_latency_ms"] for _, a, b in pairs], meas_rl)
+            err = [(t + req * 1e-3) / c.measured - 1.0 for t, c in zip(t0, ttft)]
+            err += [(r + seq * (b["request_latency_ms"] - a["request_latency_ms"])) / m - 1.0
+                    for r, m, (_, a, b) in zip(rl0, meas_rl, pairs)]
+            loss = float(np.sum(np.square(err)))
+            if best is None or loss < best[0]:
+                best = (loss, p, f8, req, seq)
+    finally:
+        tf.COMPUTE_EFFICIENCY_FACTOR["fp8"] = tf.COMPUTE_EFFICIENCY_FACTOR["fp4"] = saved
+    _, p, f8, req, seq = best
+    return {"graphs.roofline_p": p, "COMPUTE_EFFICIENCY_FACTOR.fp8": f8, "graphs.request_overhead_us": req,
+            "graphs.sequence_overhead_us": seq}
+
+
+def _factor(design: dict[str, Any], db: Database) -> float:
+    """The weight-streaming factor a design's runtime gives its weight format (1 for 16-bit)."""
+    q = WEIGHT_FORMATS[design["dtype"]].dequant
+    if not q:
+        return 1.0
+    rt = db.runtime(design.get("runtime") or db.device(design["hw"]).default_runtime)
+    return getattr(rt, f"{q}_stream_factor")
 
 
 def stored_values(db: Database | None = None) -> dict[str, float]:
     """The database's current values of the fitted defaults, keyed like :func:`fit`."""
-    from .model.transformer import WEIGHT_BW_FACTOR
+    from .model.transformer import COMPUTE_EFFICIENCY_FACTOR
     db = db or load_database()
     a100, graphs, eager = db.device("a100-80gb"), db.runtime("graphs"), db.runtime("eager")
+    gf = db.runtime("gpt-fast")
     return {"a100-80gb.mem_efficiency": a100.mem_efficiency,
-            "graphs.kernel_launch_us": graphs.kernel_launch_s * 1e6,
-            "graphs.step_overhead_us": graphs.step_overhead_s * 1e6,
-            "WEIGHT_BW_FACTOR.int8": WEIGHT_BW_FACTOR["int8"], "WEIGHT_BW_FACTOR.int4": WEIGHT_BW_FACTOR["int4"],
+            "gpt-fast.kernel_launch_us": gf.kernel_launch_s * 1e6,
+            "gpt-fast.step_overhead_us": gf.step_overhead_s * 1e6,
+            "gpt-fast.int8_stream_factor": gf.int8_stream_factor, "gpt-fast.int4_stream_factor": gf.int4_stream_factor,
             "a100-80gb.link_latency_us": a100.link_latency_s * 1e6,
-            "eager.kernel_launch_us": eager.kernel_launch_s * 1e6}
+            "eager.kernel_launch_us": eager.kernel_launch_s * 1e6,
+            "graphs.roofline_p": graphs.roofline_p,
+            "COMPUTE_EFFICIENCY_FACTOR.fp8": COMPUTE_EFFICIENCY_FACTOR["fp8"],
+            "graphs.request_overhead_us": graphs.request_overhead_s * 1e6,
+            "graphs.sequence_overhead_us": graphs.sequence_overhead_s * 1e6}
 
 
 # ---------------------------------------------------------------------------------------------
 # Report
 # ---------------------------------------------------------------------------------------------
 
-_UNITS = {"decode_ms": "ms/token", "spec_ms": "ms/token", "speedup": "x", "bandwidth_gb_s": "GB/s"}
+_UNITS = {"decode_ms": "ms/token", "spec_ms": "ms/token", "speedup": "x", "bandwidth_gb_s": "GB/s",
+          "ttft_ms": "ms", "throughput_tok_s_gpu": "tok/s/GPU"}
 
 
 def _pct(x: float | None) -> str:
@@ -497,7 +616,8 @@ def format_report(rep: dict[str, Any]) -> str:
     s = rep["summary"]
     out.append("")
     out.append("median |error| (n rows):")
-    for fam, title in (("decode", "decode latency"), ("speculative", "speculative (spec ms/token, speedup)")):
+    for fam, title in (("decode", "decode latency"), ("speculative", "speculative (spec ms/token, speedup)"),
+                       ("ttft", "time to first token"), ("throughput", "large-batch throughput (request latency)")):
         parts = [f"{role} {_pct(s[fam][role]['median_abs_error']).lstrip('+')} (n={s[fam][role]['n']})"
                  for role in ("fit", "held-out", "all")]
         out.append(f"  {title}: " + ", ".join(parts))

@@ -77,10 +77,12 @@ def _kv(ctx, param, values):
 @click.option("--prompt", default=128, show_default=True, type=int, help="Prompt tokens.")
 @click.option("--output", default=128, show_default=True, type=int, help="Generated tokens.")
 @click.option("--dtype", default="bf16", show_default=True, help="Weight dtype: bf16|fp16|fp8|int8|int4.")
-@click.option("--kv-dtype", default=None, help="KV-cache dtype (default: --dtype).")
+@click.option("--kv-dtype", default=None, help="KV-cache dtype (default: 16-bit, whatever --dtype).")
 @click.option("--temperature", default=0.0, show_default=True, type=float,
               help="Sampling temperature; > 0 sends draft probabilities over the draft-chip link.")
 @click.option("--overlap", is_flag=True, help="Draft chip drafts ahead while the target verifies.")
+@click.option("--continuous", is_flag=True,
+              help="Continuous batching: --batch = requests in flight (steady state); steps also run arriving prompts.")
 @click.option("--runtime", default=None, help="Fixed-cost stack from hardware_db/runtimes (graphs, eager, ...).")
 @click.option("--baseline-ms", type=float, default=None, help="Anchor: measured autoregressive ms/token.")
 @click.option("--set", "set_fields", multiple=True, callback=_kv, metavar="FIELD=VALUE",

@@ -19,7 +19,8 @@ from .catalog.specs import DeviceSpec, RuntimeSpec
 from .catalog.technology import TechConstants
 from .model.arrays import DesignBatch, HardwareArrays
 from .model.evaluate import Metrics, evaluate
-from .model.technology import synthesize_chip
+from .model.technology import known_part_estimate, synthesize_chip
+from .model.transformer import WEIGHT_FORMATS, default_kv_dtype
 from .study.spec import StudySpec
 from .units import FACTOR
 
@@ -51,12 +52,14 @@ def _codes(values, index_of) -> np.ndarray:
     return np.array([index_of(u) for u in uniq], dtype=np.int64)[inverse]
 
 
-def _device_table(devs: list[DeviceSpec], dtype: str) -> dict[str, np.ndarray]:
+def _device_table(devs: list[DeviceSpec], dtype: str, kv_dtype: str) -> dict[str, np.ndarray]:
     def col(fn):
         return np.array([_NAN if fn(d) is None else fn(d) for d in devs], dtype=np.float64)
     return {
-        "capacity_bytes": col(lambda d: d.capacity_bytes), "mem_bw_bytes_s": col(lambda d: d.mem_bw_bytes_s),
-        "peak_flop_s": col(lambda d: d.peak_flop_s(dtype)), "peak_bf16_flop_s": col(lambda d: d.peak_bf16_flop_s),
+        "capacity_bytes": col(lambda d: d.memory_bytes), "mem_bw_bytes_s": col(lambda d: d.mem_bw_bytes_s),
+        "peak_attention_flop_s": col(lambda d: d.peak_flop_s(kv_dtype)),
+        "link_efficiency": col(lambda d: d.link_efficiency),
+        "peak_flop_s": col(lambda d: d.peak_flop_s(WEIGHT_FORMATS[dtype].compute_dtype)), "peak_bf16_flop_s": col(lambda d: d.peak_bf16_flop_s),
         "mem_efficiency": col(lambda d: d.mem_efficiency), "compute_efficiency": col(lambda d: d.compute_efficiency),
         "link_bw_bytes_s": col(lambda d: d.link_bw_bytes_s), "link_latency_s": col(lambda d: d.link_latency_s),
         "die_area_mm2": col(lambda d: d.die_area_mm2), "cost_usd": col(lambda d: d.price_usd),
@@ -66,8 +69,10 @@ def _device_table(devs: list[DeviceSpec], dtype: str) -> dict[str, np.ndarray]:
 
 
 def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db: Database,
-               tech: TechConstants, rt: RuntimeSpec) -> tuple[HardwareArrays, dict[str, np.ndarray]]:
+               tech: TechConstants, rt: RuntimeSpec, kv_dtype: str | None = None
+               ) -> tuple[HardwareArrays, dict[str, np.ndarray]]:
     """One chip group (target_chip_* or draft_chip_* knobs) -> HardwareArrays and SI columns."""
+    kv_dtype = kv_dtype or default_kv_dtype(dtype)
     def get(key, default=None):
         return knobs.get(prefix + key, default)
 
@@ -75,16 +80,22 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
     if prefix + "device" in knobs:
         names = np.asarray(knobs[prefix + "device"]).astype(str)
         uniq, code = np.unique(names, return_inverse=True)
-        table = _device_table([db.device(u) for u in uniq], dtype)
+        devs = [db.device(u) for u in uniq]
+        table = _device_table(devs, dtype, kv_dtype)
+        # like for like: a known part's cost is the same manufacturing estimate a synthesised chip
+        # gets (technology.known_part_estimate); its street price rides along as price_usd
+        table["price_usd"] = table.pop("cost_usd")
+        table["cost_usd"] = np.array([known_part_estimate(tech, d)[0] for d in devs], dtype=np.float64)
         col = {k: v[code] for k, v in table.items()}
         link_bw = np.asarray(get("link_bw_gb_s"), dtype=np.float64) * FACTOR["gb_s"] if prefix + "link_bw_gb_s" in knobs \
             else col["link_bw_bytes_s"]
         launch = np.where(np.isnan(col["kernel_launch_s"]), rt.kernel_launch_s, col["kernel_launch_s"])
         step = np.where(np.isnan(col["step_overhead_s"]), rt.step_overhead_s, col["step_overhead_s"])
-        cost_chip, power_chip = col["cost_usd"], col["power_w"]
+        cost_chip, power_chip, price_chip = col["cost_usd"], col["power_w"], col["price_usd"]
         area, peak_bf16 = col["die_area_mm2"], col["peak_bf16_flop_s"]
         cap, bw, peak = col["capacity_bytes"], col["mem_bw_bytes_s"], col["peak_flop_s"]
         eff_m, eff_c, lat = col["mem_efficiency"], col["compute_efficiency"], col["link_latency_s"]
+        peak_att, eta_link = col["peak_attention_flop_s"], col["link_efficiency"]
         buildable = np.ones(n, dtype=bool)
     else:
         node = _codes(get("process_node"), tech.node_index)
@@ -96,21 +107,27 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
                                link_bw_gb_s=np.asarray(get("link_bw_gb_s"), dtype=np.float64))
         cap, bw = chip.capacity_bytes, chip.mem_bw_bytes_s
         peak_bf16 = chip.peak_bf16_flop_s
-        peak = chip.peak_fp8_flop_s if dtype == "fp8" else chip.peak_bf16_flop_s
+        peak = chip.peak_fp8_flop_s if WEIGHT_FORMATS[dtype].compute_dtype in ("fp8", "fp4") else chip.peak_bf16_flop_s
+        peak_att = chip.peak_fp8_flop_s if kv_dtype == "fp8" else chip.peak_bf16_flop_s
+        eta_link = np.full(n, DeviceSpec.__dataclass_fields__["link_efficiency"].default)
         link_bw = chip.link_bw_bytes_s
         eff_m = np.asarray(get("mem_efficiency"), dtype=np.float64)
         eff_c = np.asarray(get("compute_efficiency"), dtype=np.float64)
         lat = np.asarray(get("link_latency_us"), dtype=np.float64) * 1e-6
         launch, step = np.full(n, rt.kernel_launch_s), np.full(n, rt.step_overhead_s)
         cost_chip, power_chip, area = chip.cost_usd, chip.power_w, chip.die_area_mm2
+        price_chip = np.full(n, _NAN)           # a hypothetical chip has no street price
         buildable = chip.shoreline_ok & chip.stack_height_ok
     hw = HardwareArrays(chips=chips, capacity_bytes=cap, mem_bw_bytes_s=bw, peak_flop_s=peak,
                         mem_efficiency=eff_m, compute_efficiency=eff_c, link_bw_bytes_s=link_bw,
                         link_latency_s=lat, kernel_launch_s=launch, kernels_per_layer=rt.kernels_per_layer,
                         step_overhead_s=step, spec_overhead_s=rt.spec_overhead_s, ngram_draft_s=rt.ngram_draft_s,
-                        memory_reserve_fraction=rt.memory_reserve_fraction)
+                        memory_reserve_fraction=rt.memory_reserve_fraction, link_efficiency=eta_link,
+                        sequence_overhead_s=rt.sequence_overhead_s, request_overhead_s=rt.request_overhead_s,
+                        roofline_p=rt.roofline_p, peak_attention_flop_s=peak_att,
+                        int8_stream_factor=rt.int8_stream_factor, int4_stream_factor=rt.int4_stream_factor)
     cols = {"capacity_bytes": cap, "mem_bw_bytes_s": bw, "peak_bf16_flop_s": peak_bf16, "die_area_mm2": area,
-            "chip_cost_usd": cost_chip, "chip_power_w": power_chip, "chips": chips,
+            "chip_cost_usd": cost_chip, "chip_power_w": power_chip, "chips": chips, "chip_price_usd": price_chip,
             # a group needs memory bandwidth, and a link when it spans chips
             "buildable": buildable & (bw > 0) & ((chips == 1) | (link_bw > 0)),
             "link_bw_bytes_s": link_bw}
@@ -122,11 +139,11 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
     """Knob arrays -> DesignBatch and hardware result columns (display units)."""
     kn = knob_arrays(study, params, n)
     rt = db.runtime(study.runtime)
-    target, tc = chip_group("target_chip_", kn, n, study.dtype, db, tech, rt)
+    target, tc = chip_group("target_chip_", kn, n, study.dtype, db, tech, rt, study.kv_dtype)
     has_draft = "draft_chip_enabled" in kn
     on = np.asarray(kn["draft_chip_enabled"], dtype=bool) if has_draft else np.zeros(n, dtype=bool)
     if has_draft and (on.any() or study.knob("draft_chip_enabled").searched):
-        draft, dc = chip_group("draft_chip_", kn, n, study.dtype, db, tech, rt)
+        draft, dc = chip_group("draft_chip_", kn, n, study.dtype, db, tech, rt, study.kv_dtype)
     else:
         draft, dc = target, None
     k = np.asarray(kn["k"], dtype=np.int64) if "k" in kn else np.zeros(n, dtype=np.int64)
@@ -143,6 +160,7 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
         "peak_tflops": tc["peak_bf16_flop_s"] / FACTOR["tflops"],
         "die_area_mm2": tc["die_area_mm2"],
         "chip_cost_usd": tc["chip_cost_usd"],
+        "chip_price_usd": tc["chip_price_usd"],
         "chip_power_w": tc["chip_power_w"],
     }
     if dc is not None:
@@ -156,16 +174,18 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
             "draft_chip_power_w": np.where(on, dc["chip_power_w"], _NAN),
         })
         d_cost = np.where(on, dc["chip_cost_usd"] * dc["chips"], 0.0)
+        d_price = np.where(on, dc["chip_price_usd"] * dc["chips"], 0.0)
         d_power = np.where(on, dc["chip_power_w"] * dc["chips"], 0.0)
         d_area = np.where(on, dc["die_area_mm2"] * dc["chips"], 0.0)
     else:
-        d_cost = d_power = d_area = 0.0
+        d_cost = d_power = d_area = d_price = 0.0
     if dc is not None:      # a draft chip must also reach the target
         draft_ok = dc["buildable"] & (np.minimum(dc["link_bw_bytes_s"], tc["link_bw_bytes_s"]) > 0)
         hwcols["buildable"] = tc["buildable"] & (~on | draft_ok)
     else:
         hwcols["buildable"] = tc["buildable"]
-    hwcols["cost_usd"] = tc["chip_cost_usd"] * chips + d_cost
+    hwcols["cost_usd"] = tc["chip_cost_usd"] * chips + d_cost            # manufacturing estimate
+    hwcols["price_usd"] = tc["chip_price_usd"] * chips + d_price         # street price (NaN if unknown)
     hwcols["power_w"] = tc["chip_power_w"] * chips + d_power
     hwcols["total_die_area_mm2"] = tc["die_area_mm2"] * chips + d_area
     return Designs(batch=batch, hardware=hwcols)

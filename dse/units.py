@@ -1,12 +1,19 @@
 """The only table of unit factors: display suffix -> SI factor (MODEL.md section 0).
 
-1 GB = 1e9 bytes and 1 TB/s = 1e12 bytes/s (vendors' convention).
+1 GB = 1e9 bytes and 1 TB/s = 1e12 bytes/s (vendors' convention), except DRAM capacity:
+vendors size HBM, GDDR and LPDDR in binary units ("80 GB" H100 = 80 GiB), so a device's
+memory_capacity_gb and the memory table's per-stack/per-device capacity are read with
+GIB (DeviceSpec.memory_bytes, techdb). Outputs (`_gb` columns) are always 1e9 bytes.
 """
+
+#: bytes in a vendor's DRAM "GB" (a GiB)
+GIB = 2.0 ** 30
 
 FACTOR = {
     "": 1.0,
     "b": 1e9,          # billions (parameter counts, `params_b`)
     "gb": 1e9,
+    "gib": GIB,
     "mb": 1e6,
     "tb_s": 1e12,
     "gb_s": 1e9,

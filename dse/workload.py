@@ -92,6 +92,7 @@ class Workload:
     tree_nodes: int = 0               # 0 = a chain of k drafts (DesignBatch.tree_nodes > 0 overrides per design)
     k_max: int = 8                    # candidates for k = auto
     datastore_bytes: float = 0.0      # retrieval drafts (REST): host-memory datastore, never device memory
+    continuous: bool = False          # continuous batching: batch = requests in flight, steady state
 
 
 def parse_drafter(spec: str, target: ModelSpec, db: Database, where: str = "--draft") -> DrafterSpec:

@@ -17,7 +17,7 @@ OBJECTIVES = [{"metric": "spec_ms_per_token", "direction": "minimize"},
 
 
 def meta(study="toy", **extra):
-    m = {"schema_version": 1, "dse_version": "0.0.test",
+    m = {"schema_version": 2, "dse_version": "0.0.test",
          "study": {"name": study, "workload": {"target": "llama-70b", "alpha": 0.8, "k": 4},
                    "objectives": OBJECTIVES},
          "objectives": OBJECTIVES, "constraints": [{"metric": "power_w", "max": 700.0}],
@@ -123,7 +123,7 @@ def test_load_errors(tmp_path, dataset_dir):
 
 def test_newer_schema_version_refused(tmp_path):
     path = tmp_path / "r.parquet"
-    pq.write_table(table(3, m=meta(schema_version=2)), path)
+    pq.write_table(table(3, m=meta(schema_version=3)), path)
     with pytest.raises(DseError, match="schema_version"):
         da.load_results(path)
 
@@ -210,3 +210,12 @@ def test_hypervolume_history(dataset_dir):
     short = da.hypervolume_history(df, max_points=10)
     assert len(short) == 10 and short["n_designs"].iloc[-1] == 200
     assert short["hypervolume"].iloc[-1] == pytest.approx(h["hypervolume"].iloc[-1])
+
+
+def test_old_schema_version_read_with_a_warning(tmp_path):
+    """Issue 9: results of schema_version 1 (street price in cost_usd, decimal DRAM) still load, with a message."""
+    path = tmp_path / "r.parquet"
+    pq.write_table(table(3, m=meta(schema_version=1)), path)
+    with pytest.warns(UserWarning, match="schema_version 1"):
+        df = da.load_results(path)
+    assert len(df) == 3

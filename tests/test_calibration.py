@@ -14,7 +14,7 @@ from dse import calibration
 from dse.api import evaluate_design
 from dse.catalog.database import load_database
 from dse.cli import main
-from dse.model.transformer import WEIGHT_BW_FACTOR
+from dse.catalog.database import load_database
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "calibration.md"
@@ -42,7 +42,24 @@ def test_held_out_error_is_reported_separately(report):
     # the fit rows are exactly the stated subsets: gpt-fast on A100 (single GPU, and Llama-2-7B
     # bf16 tensor parallel) and the Hugging Face eager row; everything else is held out
     fit_ids = {r["id"] for r in report["rows"] if r["role"] == "fit"}
-    assert fit_ids == {f"decode:{i}" for i in range(1, 9)} | {"extra:1"}
+    # serving: the TensorRT-LLM Llama-2-7B rows on H100 and A100 (TTFT 1, 2, 7, 8; throughput
+    # 11-14, 23-26); the 70B, L40S and MLC rows are held out
+    serving = {1, 2, 7, 8, 11, 12, 13, 14, 23, 24, 25, 26}
+    assert fit_ids == ({f"decode:{i}" for i in range(1, 9)} | {"extra:1"}
+                       | {f"serving:{i}" for i in serving})
+
+
+def test_serving_held_out_errors_within_the_issue_targets(report):
+    """Issue 9: held-out median error <= 12% for decode, <= 20% for TTFT and large batch."""
+    s = report["summary"]
+    assert s["decode"]["held-out"]["median_abs_error"] <= 0.12
+    for fam in ("ttft", "throughput"):
+        assert s[fam]["held-out"]["n"] >= 5
+        assert s[fam]["held-out"]["median_abs_error"] <= 0.20, fam
+    # the MLC q4f16_1 70B row on two RTX 4090s: within 10% with the format's own bytes (the old
+    # int4 factor fitted on gpt-fast predicted it 50% slow)
+    mlc = next(r for r in report["rows"] if r["id"] == "serving:30")
+    assert abs(mlc["rel_error"]) <= 0.10
 
 
 def test_gpt_fast_llama2_7b_a100_bf16_within_15_percent():
@@ -64,8 +81,10 @@ def test_every_row_of_every_file_is_reported(report):
     for r in rows:
         if r["role"] == "not modelled":
             assert r["note"] and r["predicted"] is None
+        elif r["predicted"] is None:     # reported, with the reason (serving:24 needs 86.2 of 85.9 GB)
+            assert r["note"].endswith("does not fit in memory"), r["id"]
         else:
-            assert r["predicted"] is not None and r["rel_error"] is not None, r["id"]
+            assert r["rel_error"] is not None, r["id"]
 
 
 def test_public_files_are_the_shared_reference_copies():
@@ -78,9 +97,11 @@ def test_public_files_are_the_shared_reference_copies():
 
 
 def test_refit_reproduces_the_stored_defaults(report):
-    tol = {"a100-80gb.mem_efficiency": 0.005, "graphs.kernel_launch_us": 0.05, "graphs.step_overhead_us": 0.5,
-           "WEIGHT_BW_FACTOR.int8": 0.005, "WEIGHT_BW_FACTOR.int4": 0.005, "a100-80gb.link_latency_us": 0.005,
-           "eager.kernel_launch_us": 0.05}
+    tol = {"a100-80gb.mem_efficiency": 0.005, "gpt-fast.kernel_launch_us": 0.05, "gpt-fast.step_overhead_us": 0.5,
+           "gpt-fast.int8_stream_factor": 0.005, "gpt-fast.int4_stream_factor": 0.005,
+           "a100-80gb.link_latency_us": 0.005,
+           "eager.kernel_launch_us": 0.05, "graphs.roofline_p": 0.0, "COMPUTE_EFFICIENCY_FACTOR.fp8": 0.0,
+           "graphs.request_overhead_us": 50.0, "graphs.sequence_overhead_us": 0.5}
     assert set(report["refit"]) == set(tol)
     for key, t in tol.items():
         assert abs(report["refit"][key] - report["stored"][key]) <= t + 1e-9, key
@@ -89,10 +110,10 @@ def test_refit_reproduces_the_stored_defaults(report):
 def test_fit_step_is_the_step_evaluate_uses():
     db = load_database()
     for c in calibration.cases(db):
-        if c.metric != "decode_ms":
-            continue
+        if c.metric != "decode_ms" or c.design.get("batch", 1) != 1 or c.design.get("continuous"):
+            continue      # the fit's step is the batch-1 static decode step
         ms = evaluate_design(db=db, **c.design)["baseline_ms_per_token"]
-        s = calibration._decode_step_s(c.design, db, {}, WEIGHT_BW_FACTOR[c.design["dtype"]])
+        s = calibration._decode_step_s(c.design, db, {}, calibration._factor(c.design, db))
         assert s * 1e3 == pytest.approx(ms, rel=1e-12), c.id
 
 
@@ -111,7 +132,7 @@ def test_unmapped_rows_become_not_modelled(tmp_path):
         w.writerows(rows)
     from dse.catalog.database import Database
     out = calibration.compare(db=Database(db_root))
-    last = out[-1]
+    last = [r for r in out if r["id"].startswith("extra:")][-1]
     assert last["role"] == "not modelled" and "Some New GPU" in last["note"]
 
 

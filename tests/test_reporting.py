@@ -161,7 +161,8 @@ def test_speedup_falls_with_batch(run, study):
     for _, g in svb.groupby("design", sort=False):
         fit = g[g["fits"]].sort_values("batch")
         s = fit["speedup"].to_numpy()
-        assert len(s) >= 3 and np.isfinite(s).all()
+        # the cheapest front design may hold the model at batch 1-2 only (capacity in GiB)
+        assert len(s) >= 2 and np.isfinite(s).all()
         assert (np.diff(s) <= 0.01 * s[:-1]).all(), s          # non-increasing (1% slack)
         assert s[-1] < s[0]
         # batch 1 is the study's own workload: the same speedup as in the results

@@ -38,9 +38,10 @@ def test_loads_in_si(tech):
                                  "gddr7", "lpddr5", "lpddr5x", "sram")
     assert tech.node_names == ("n7", "n5", "n4", "n3", "n2")
     hbm3e = tech.memory_by_name("hbm3e")
-    assert hbm3e.bw_bytes_s == 1.0e12 and hbm3e.bytes_per_layer == 3e9
+    # a 24 Gb (= 3 GiB) HBM3E die: DRAM "GB" are binary, 3 * 2**30 = 3,221,225,472 bytes
+    assert hbm3e.bw_bytes_s == 1.0e12 and hbm3e.bytes_per_layer == 3 * 2**30
     assert hbm3e.stack_heights == (8, 12)
-    assert hbm3e.usd_per_byte == pytest.approx(12.25e-9)
+    assert hbm3e.usd_per_byte == pytest.approx(12.25 / 2**30)    # $12.25 per (binary) GB
     assert hbm3e.j_per_bit == pytest.approx(5e-12)
     n5 = tech.node_by_name("n5")
     assert n5.flop_s_per_mm2 == pytest.approx(1.49e12)
@@ -135,7 +136,7 @@ def test_overrides(tech):
     t = tech.with_overrides({"memory": {"hbm3e": {"usd_per_gb": 12}},
                              "nodes": {"n3": {"wafer_cost_usd": 20000}},
                              "reticle_limit_mm2": 800, "yield_model": "poisson"})
-    assert t.memory_by_name("hbm3e").usd_per_byte == pytest.approx(12e-9)
+    assert t.memory_by_name("hbm3e").usd_per_byte == pytest.approx(12 / 2**30)   # $ per DRAM (binary) GB
     assert t.node_by_name("n3").wafer_cost_usd == 20000
     assert t.reticle_limit_mm2 == 800 and t.yield_model == "poisson"
     assert tech.reticle_limit_mm2 == 858                        # the original is untouched

@@ -143,6 +143,11 @@ def override(spec, assignments: dict[str, Any], path: str = "--set"):
 _FROZEN = dict(frozen=True, slots=True, kw_only=True)
 
 
+def is_dram(memory_type: str) -> bool:
+    """HBM, GDDR, LPDDR or DDR: capacities in binary units."""
+    return str(memory_type).lower().startswith(("hbm", "gddr", "lpddr", "ddr"))
+
+
 @dataclass(**_FROZEN)
 class DeviceSpec:
     """One accelerator (real or synthesised). SI inside; YAML keys carry display units."""
@@ -154,7 +159,7 @@ class DeviceSpec:
     memory_type: str = text("memory_type", default="")
     process_node: str = text("process_node", default="")
     capacity_bytes: float = num("memory_capacity_gb", "gb", 0, 1e6, lo_open=True,
-                                desc="memory capacity per chip usable by software")
+                                desc="memory capacity per chip as the vendor states it (DRAM: binary GB)")
     mem_bw_bytes_s: float = num("mem_bw_tb_s", "tb_s", 0, 1e5, lo_open=True,
                                 desc="peak memory bandwidth per chip")
     peak_bf16_flop_s: float = num("peak_tflops_bf16", "tflops", 0, 1e6, lo_open=True,
@@ -166,12 +171,14 @@ class DeviceSpec:
     peak_int8_op_s: float | None = num("peak_tops_int8", "tops", 0, 1e6, lo_open=True, default=None,
                                        desc="dense INT8 (informational: int8 weights are weight-only)")
     peak_fp4_flop_s: float | None = num("peak_tflops_fp4", "tflops", 0, 1e7, lo_open=True, default=None,
-                                        desc="dense FP4 (informational; int4 weights compute in BF16)")
+                                        desc="dense FP4 (nvfp4 weights run at it; int4 weights compute in BF16)")
     sram_bytes: float = num("sram_mb", "mb", 0, 1e8, default=0.0, desc="on-chip SRAM (L2/cache/scratch)")
     link_bw_bytes_s: float = num("link_bw_gb_s", "gb_s", 0, 1e6, default=0.0,
                                  desc="scale-up link bandwidth per chip, both directions added")
     link_latency_s: float = num("link_latency_us", "us", 0, 1e4, default=5e-6,
                                 desc="per-hop latency of one collective step")
+    link_efficiency: float = num("link_efficiency", "", 0, 1, lo_open=True, default=0.8,
+                                 desc="all-reduce bus bandwidth / one-way link rate (eta_link)")
     tdp_w: float | None = num("tdp_w", "w", 0, 1e6, lo_open=True, default=None)
     die_area_mm2: float | None = num("die_area_mm2", "mm2", 0, 1e6, lo_open=True, default=None)
     price_usd: float | None = num("price_usd", "usd", 0, 1e8, lo_open=True, default=None)
@@ -185,6 +192,13 @@ class DeviceSpec:
                                         desc="per-forward-step fixed cost; absent = the runtime's")
     default_runtime: str = text("default_runtime", default="graphs")
 
+    @property
+    def memory_bytes(self) -> float:
+        """Capacity in bytes as vendors mean it (MODEL.md section 0): DRAM parts (HBM, GDDR,
+        LPDDR) are sized in binary units, so "80 GB" = 80 GiB = 85.9e9 bytes; SRAM and
+        unnamed memory types are read as decimal GB."""
+        return self.capacity_bytes * (FACTOR["gib"] / FACTOR["gb"] if is_dram(self.memory_type) else 1.0)
+
     def peak_flop_s(self, dtype: str) -> float:
         """Dense FLOP/s the matmuls run at for a weight dtype: fp8 is W8A8 (FP8 rate); int8 and
         int4 are weight-only (W8A16, W4A16: dequantised to BF16, so the BF16 rate)."""
@@ -193,6 +207,8 @@ class DeviceSpec:
             return self.peak_fp16_flop_s or bf16
         if dtype == "fp8":
             return self.peak_fp8_flop_s or bf16
+        if dtype == "fp4":      # NVFP4 W4A4 where the part has FP4 tensor cores, else dequantised
+            return self.peak_fp4_flop_s or bf16
         return bf16
 
 
@@ -266,6 +282,16 @@ class RuntimeSpec:
                                desc="cost of one n-gram / prompt-lookup proposal")
     memory_reserve_fraction: float = num("memory_reserve_fraction", "", 0, 1,
                                          desc="capacity kept for activations and workspace")
+    sequence_overhead_s: float = num("sequence_overhead_us", "us", 0, 1e5, default=0.0,
+                                     desc="cost per sequence per step (sampling over V, logits, scheduling)")
+    request_overhead_s: float = num("request_overhead_us", "us", 0, 1e7, default=0.0,
+                                    desc="cost per request, once, in TTFT (scheduling, tokenising, first launch)")
+    roofline_p: float = num("roofline_p", "", 1, math.inf, default=math.inf,
+                            desc="smooth roofline exponent: (t_c^p + t_m^p)^(1/p); inf = hard max")
+    int8_stream_factor: float = num("int8_stream_factor", "", 0, 2, lo_open=True, default=1.0,
+                                    desc="weight streaming of its weight-only int8 kernels, vs bf16")
+    int4_stream_factor: float = num("int4_stream_factor", "", 0, 2, lo_open=True, default=1.0,
+                                    desc="weight streaming of its weight-only 4-bit kernels, vs bf16")
 
 
 DTYPES = ("bf16", "fp16", "fp8", "int8", "int4")

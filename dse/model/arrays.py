@@ -27,8 +27,9 @@ def _as_arrays(obj, int_fields=(), bool_fields=(), n: int = 1) -> int:
 class HardwareArrays:
     """A device group (``chips`` chips in tensor parallel) with its runtime, per design.
 
-    Per-chip quantities: capacity_bytes, mem_bw_bytes_s, peak_flop_s (at the weight dtype),
-    link_bw_bytes_s (both directions added), link_latency_s. Fixed costs come from the
+    Per-chip quantities: capacity_bytes (bytes as vendors mean them: binary for DRAM),
+    mem_bw_bytes_s, peak_flop_s (at the weight dtype), peak_attention_flop_s (at the
+    attention dtype), link_bw_bytes_s (both directions added), link_latency_s. Fixed costs come from the
     runtime: kernel_launch_s * kernels_per_layer per layer, step_overhead_s per step,
     spec_overhead_s per speculative iteration, ngram_draft_s per n-gram / retrieval lookup on
     the host. A retrieval draft (REST, prompt lookup) copies its tree to the device each
@@ -52,6 +53,16 @@ class HardwareArrays:
     memory_reserve_fraction: np.ndarray
     host_copy_s: np.ndarray = 10e-6
     host_link_bw_bytes_s: np.ndarray = 25e9
+    # Serving costs and kernel shape (MODEL.md section 2). The defaults are the idealised
+    # values (hard-max roofline, links at full rate, no per-sequence or per-request cost);
+    # the database's runtimes and devices set the real ones.
+    link_efficiency: np.ndarray = 1.0          # eta_link: all-reduce bus bandwidth / one-way link rate
+    sequence_overhead_s: np.ndarray = 0.0      # per sequence per step (sampling over V, logits, scheduling)
+    request_overhead_s: np.ndarray = 0.0       # per request, once, in TTFT
+    roofline_p: np.ndarray = np.inf            # smooth roofline exponent; inf = hard max
+    peak_attention_flop_s: np.ndarray = 0.0    # attention matmuls at the attention dtype; 0 = peak_flop_s
+    int8_stream_factor: np.ndarray = 1.0       # the runtime's weight-only int8 kernels, vs bf16 streaming
+    int4_stream_factor: np.ndarray = 1.0       # the runtime's weight-only 4-bit kernels, vs bf16 streaming
 
     def __post_init__(self):
         _as_arrays(self, int_fields=("chips",))

@@ -20,7 +20,7 @@ from ..workload import AcceptanceSpec, Workload
 from . import specdec
 from . import transformer as tf
 from .arrays import DesignBatch, HardwareArrays
-from .roofline import BOUND_NAMES, OVERHEAD, StepCost, step_cost
+from .roofline import BOUND_NAMES, OVERHEAD, StepCost, step_cost, stream_factor
 
 TOKEN_ID_BYTES = 4.0     # int32 token ids over the draft-chip link
 PROB_BYTES = 2.0         # fp16 draft probabilities (sent only when sampling, T > 0)
@@ -152,16 +152,39 @@ def draft_weight_bytes(w: Workload) -> float:
     medusa-vicuna-7b): 5 heads on Llama-3-8B, 5*(4096^2 + 4096*128256)*2 bytes = 5.42 GB bf16;
     early exit and n-gram/retrieval drafts add nothing on the device (a retrieval datastore
     lives in host memory: Workload.datastore_bytes, reported as datastore_gb)."""
+    return float(draft_weight_bytes_per_chip(w, 1))
+
+
+def draft_weight_bytes_per_chip(w: Workload, chips):
+    """draft_weight_bytes on one of t chips: a draft model shards like the target
+    (transformer.per_chip: replicated MLA down-projections and router stay whole); EAGLE
+    and Medusa heads divide by t."""
     d, wb = w.drafter, tf.WEIGHT_BYTES[w.dtype]
-    t = w.target
+    t, c = w.target, np.asarray(chips, dtype=np.float64)
     if d.kind == "model":
-        return tf.total_params(d.model) * wb
+        return weights_per_chip(d.model, c, w.dtype)
     if d.kind == "eagle":
         head = eagle_head(t)
-        return (tf.non_embedding_params(head) + 2 * t.hidden_size ** 2) * wb
+        return (tf.non_embedding_params(head) + 2 * t.hidden_size ** 2) * wb / c
     if d.kind == "medusa":
-        return d.heads * medusa_head_params(t) * wb
-    return 0.0
+        return d.heads * medusa_head_params(t) * wb / c
+    return 0.0 * c
+
+
+def weights_per_chip(m: ModelSpec, chips, weight_format: str):
+    """Weight bytes on one of t chips: layers (W - W_rep)/t + W_rep at the format's bytes per
+    weight, embedding and LM head /t at its head bytes (MODEL.md sections 1-2)."""
+    f = tf.WEIGHT_FORMATS[weight_format]
+    head = tf.lm_head_params(m) * (1 if m.tied_embeddings else 2)
+    layers = tf.per_chip(tf.non_embedding_params(m), tf.replicated_params(m), chips)
+    return layers * f.bytes_per_weight + head * f.head_bytes / np.asarray(chips, dtype=np.float64)
+
+
+def memory_per_chip(m: ModelSpec, chips, batch, tokens, weight_format: str, kv_dtype: str):
+    """Weights and KV cache on one of t tensor-parallel chips (MODEL.md sections 2 and 4):
+    weights_per_chip + KV / min(t, h_kv) (MLA: KV whole on every chip)."""
+    kv = tf.kv_cache_bytes(m, batch, tokens, tf.KV_BYTES[kv_dtype])
+    return weights_per_chip(m, chips, weight_format) + kv / tf.kv_shards(m, chips)
 
 
 def medusa_head_params(target: ModelSpec) -> int:
@@ -240,42 +263,63 @@ def evaluate(batch: DesignBatch, w: Workload) -> Metrics:
 def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     tgt, d = w.target, w.drafter
     wb, kvb = tf.WEIGHT_BYTES[w.dtype], tf.KV_BYTES[w.kv_dtype]
+    fmt = tf.WEIGHT_FORMATS[w.dtype]
     n = batch.n
     T = batch.target
     B = batch.batch.astype(np.float64)
     P = batch.prompt_tokens.astype(np.float64)
     G = batch.output_tokens.astype(np.float64)
     S = P + 0.5 * G          # mean context during generation (exact for terms linear in S)
-    wf = tf.WEIGHT_BW_FACTOR[w.dtype]
-    kw = dict(weight_bytes=wb, kv_bytes=kvb, weight_bw_factor=wf)
+    kw = tf.step_kwargs(w.dtype, w.kv_dtype)
+    cf = tf.COMPUTE_EFFICIENCY_FACTOR[fmt.compute_dtype]
     nodes = np.where(batch.tree_nodes > 0, batch.tree_nodes, w.tree_nodes) if d.kind != "none" else np.zeros(n, int)
     is_tree = nodes > 0
 
-    base = step_cost(tgt, T, batch=B, q=1.0, context=S, **kw)
-    prefill = step_cost(tgt, T, batch=B, q=P, context=0.0, lm_head_last_only=True, **kw)
+    # Continuous batching (w.continuous; MODEL.md section 2, serving): B requests in flight in
+    # steady state; each finishes after G tokens, so while one request decodes the other B-1
+    # are replaced at (B-1)/G per step and every step also runs their prompts, P*(B-1)/(B*G)
+    # prefill tokens per sequence; a new request's prefill is its own (batch 1) and waits on
+    # average half a running step. Static (default): B prompts prefilled together, pure decode.
+    cont = w.continuous
+    share = P * (B - 1.0) / (B * G) if cont else 0.0
+    x_base = share
+    base = step_cost(tgt, T, batch=B, q=1.0, context=S, prefill_tokens=x_base, prefill_len=P, **kw)
+    B_pre = np.ones_like(B) if cont else B
+    prefill = step_cost(tgt, T, batch=B_pre, q=P, context=0.0, lm_head_last_only=True, **kw)
+    wait = 0.5 * base.time_s if cont else 0.0
 
     on_chip = batch.draft_on_chip & d.can_use_draft_chip
     D = _select(on_chip, batch.draft, T)     # the group the drafter runs on
 
-    # ---- capacity (MODEL.md section 4); the target's and the draft chip's shortfalls apart ----
+    # ---- capacity (MODEL.md section 4), checked per chip; reported for the whole group
+    # (per-chip need x chips, so replicated weights and KV count once per chip); the target's
+    # and the draft chip's shortfalls apart ----
     K = _k_range(w)
-    cap_t = T.capacity_bytes * T.chips
-    need_t = tf.total_params(tgt) * wb + tf.kv_cache_bytes(tgt, B, P + G, kvb)
-    draft_bytes = np.full(n, draft_weight_bytes(w))
-    extra = np.maximum(K, nodes)              # draft-cache slots for the drafted tokens
-    if d.kind == "model":
-        draft_bytes = draft_bytes + tf.kv_cache_bytes(d.model, B, P + G + extra, kvb)
-    elif d.kind == "eagle":
-        draft_bytes = draft_bytes + tf.kv_cache_bytes(eagle_head(tgt), B, P + G + extra, kvb)
-    req_t = need_t + np.where(on_chip, 0.0, draft_bytes) + T.memory_reserve_fraction * cap_t
-    cap_d = np.where(on_chip, D.capacity_bytes * D.chips, cap_t)
-    req_d = draft_bytes + np.where(on_chip, D.memory_reserve_fraction * cap_d, 0.0)
+    t_chips = T.chips.astype(np.float64)
+    need_t = memory_per_chip(tgt, t_chips, B, P + G, w.dtype, w.kv_dtype)
+    extra = np.maximum(K, nodes)              # draft-cache slots for the drafted tokens (chain or tree)
+
+    def draft_per_chip(chips):
+        out = draft_weight_bytes_per_chip(w, chips) + np.zeros(n)
+        if d.kind == "model":
+            out = out + tf.kv_cache_bytes(d.model, B, P + G + extra, kvb) / tf.kv_shards(d.model, chips)
+        elif d.kind == "eagle":
+            out = out + tf.kv_cache_bytes(eagle_head(tgt), B, P + G + extra, kvb) / tf.kv_shards(tgt, chips)
+        return out
+
+    d_chips = np.where(on_chip, D.chips, T.chips).astype(np.float64)
+    draft_chip = draft_per_chip(d_chips)          # on the draft group, or on the target chips
+    req_t = (need_t + np.where(on_chip, 0.0, draft_chip) + T.memory_reserve_fraction * T.capacity_bytes) * t_chips
+    cap_t = T.capacity_bytes * t_chips
+    cap_d = np.where(on_chip, D.capacity_bytes * d_chips, cap_t)
+    req_d = np.where(on_chip, (draft_chip + D.memory_reserve_fraction * D.capacity_bytes) * d_chips,
+                     draft_chip * t_chips)
     short = np.maximum(0.0, req_t - cap_t)
     short_d = np.where(on_chip, np.maximum(0.0, req_d - cap_d), 0.0)
     fits = (short <= 0.0) & (short_d <= 0.0)
     store = np.full(n, w.datastore_bytes if d.kind == "ngram" else 0.0)
     caps = (fits, req_t, cap_t, short, req_d, cap_d, short_d, store)
-    ttft = prefill.time_s
+    ttft = prefill.time_s + wait + T.request_overhead_s
 
     if d.kind == "none":
         one = np.ones(n)
@@ -291,7 +335,8 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
             verify_arithmetic_intensity=base.arithmetic_intensity,
             draft_arithmetic_intensity=zero, baseline_bound=base.bound, verify_bound=base.bound,
             draft_bound=np.full(n, OVERHEAD), tokens_per_s=B / spec,
-            baseline_tokens_per_s=B / base.time_s, ttft_s=ttft, request_latency_s=ttft + G * spec)
+            baseline_tokens_per_s=B / base.time_s, ttft_s=ttft,
+            request_latency_s=request_latency_s(ttft, G, spec))
         return _finish(metrics, *caps)
 
     # ---- k candidates: (1, K) for auto rows, (n, 1) when every row fixes k. For a tree, k is
@@ -324,9 +369,12 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
         tau, p_all, p_win = (np.where(tree_c, a, b) for a, b in ((t_tau, tau), (t_deep, p_all), (t_win, p_win)))
         level = np.where(tree_c[..., None], t_shape.astype(np.int64), level)    # nodes per depth, (.., K)
 
-    # ---- verify: q = k+1, or tree nodes + 1 under a tree mask ----
+    # ---- verify: q = k+1, or tree nodes + 1 under a tree mask (continuous batching: + P*tau/G
+    # prefill tokens per sequence, as a request now lasts G/tau iterations) ----
     q_verify = tree_or(nodes_c + 1.0, kf + 1.0)
-    verify = step_cost(tgt, Tc, batch=Bc, q=q_verify, context=Sc, tree_mask=tree_c, **kw)
+    x_verify = share[:, None] * tau if cont else 0.0
+    verify = step_cost(tgt, Tc, batch=Bc, q=q_verify, context=Sc, tree_mask=tree_c, prefill_tokens=x_verify,
+                       prefill_len=P[:, None], **kw)
 
     # ---- draft ----
     if d.kind in ("model", "eagle", "early-exit"):
@@ -339,8 +387,8 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
             if d.kind != "eagle":
                 return c
             fc = 2.0 * tgt.hidden_size ** 2      # fc(2d -> d) on the concatenated feature and token embedding
-            f_c = 2 * fc * Bc * q / (Tc.peak_flop_s * Tc.compute_efficiency) / Tc.chips
-            f_m = fc * wb / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * wf) / Tc.chips
+            f_c = 2 * fc * Bc * q / (Tc.peak_flop_s * Tc.compute_efficiency * cf) / Tc.chips
+            f_m = fc * wb / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * stream_factor(Tc, fmt.dequant)) / Tc.chips
             return c._replace(time_s=c.time_s + np.maximum(f_c, f_m))
 
         one_step = draft_step(1.0)
@@ -363,8 +411,8 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
         per_head = medusa_head_params(tgt)
         nbytes = d.heads * per_head * wb / Tc.chips
         flops = 2.0 * Bc * q_verify * d.heads * per_head / Tc.chips
-        t_m = nbytes / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * wf)
-        t_c = flops / (Tc.peak_flop_s * Tc.compute_efficiency)
+        t_m = nbytes / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * stream_factor(Tc, fmt.dequant))
+        t_c = flops / (Tc.peak_flop_s * Tc.compute_efficiency * cf)
         mem_bound = t_m >= t_c
         heads = StepCost(np.maximum(t_m, t_c) + Tc.kernels_per_layer * Tc.kernel_launch_s, flops, nbytes,
                          np.where(mem_bound, t_m, 0.0), np.where(mem_bound, 0.0, t_c),
@@ -429,10 +477,11 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
 
     pre_d = np.zeros(n)
     if d.kind == "model":
-        pre_d = step_cost(d.model, D, batch=B, q=P, context=0.0, lm_head_last_only=True, **kw).time_s
+        pre_d = step_cost(d.model, D, batch=B_pre, q=P, context=0.0, lm_head_last_only=True, **kw).time_s
     ttft = np.where(on_chip, np.maximum(prefill.time_s, pre_d + batch.draft_link_latency_s),
                     prefill.time_s + pre_d)
     ttft = np.where(off, prefill.time_s, ttft)       # speculation off: no draft prefill either
+    ttft = ttft + T.request_overhead_s + (0.5 * np.where(off, base.time_s, t_iter) if cont else 0.0)
     metrics = dict(
         baseline_s_per_token=base.time_s, spec_s_per_token=spec,
         speedup=base.time_s / spec, k=k, alpha=alpha, tau=tau, p_all_accepted=p_all, p_window=p_win,
@@ -446,8 +495,14 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
         draft_arithmetic_intensity=draft_ai, baseline_bound=base.bound,
         verify_bound=verify_bound, draft_bound=draft_bound,
         tokens_per_s=B / spec, baseline_tokens_per_s=B / base.time_s,
-        ttft_s=ttft, request_latency_s=ttft + G * spec)
+        ttft_s=ttft, request_latency_s=request_latency_s(ttft, G, spec))
     return _finish(metrics, *caps)
+
+
+def request_latency_s(ttft_s, output_tokens, s_per_token):
+    """TTFT + (G - 1) x per-token latency: the prefill emits the first of the G tokens
+    (MODEL.md section 3)."""
+    return ttft_s + (np.asarray(output_tokens, dtype=np.float64) - 1.0) * s_per_token
 
 
 def shape_text(level: np.ndarray) -> np.ndarray:

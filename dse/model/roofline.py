@@ -36,36 +36,79 @@ class StepCost(NamedTuple):
                                                       self.t_overhead_s)), axis=0)
 
 
-def allreduce_time_s(nbytes, chips, link_bw_bytes_s, link_latency_s):
-    """Ring all-reduce of ``nbytes`` over t chips: 2(t-1)/t * bytes / (link_bw/2) + 2(t-1)*lat.
+def allreduce_time_s(nbytes, chips, link_bw_bytes_s, link_latency_s, link_efficiency=1.0):
+    """Ring all-reduce of ``nbytes`` over t chips:
+    2(t-1)/t * bytes / (eta_link * link_bw/2) + 2(t-1)*lat.
 
     MODEL.md section 2. link_bw is both directions added (vendor convention), and a ring
-    sends one way per neighbour, hence link_bw/2. Zero for t = 1.
+    sends one way per neighbour, hence link_bw/2; eta_link is the bus bandwidth a large
+    all-reduce reaches of that one-way rate (the naive sum of all links at 100% is
+    eta_link = 1). Small messages are latency-bound through the 2(t-1) steps. Zero for t = 1.
     """
     t = np.asarray(chips, dtype=np.float64)
+    bw = 0.5 * link_bw_bytes_s * link_efficiency
     with np.errstate(divide="ignore", invalid="ignore"):
-        ring = 2.0 * (t - 1.0) / t * nbytes / (0.5 * link_bw_bytes_s) + 2.0 * (t - 1.0) * link_latency_s
+        ring = 2.0 * (t - 1.0) / t * nbytes / bw + 2.0 * (t - 1.0) * link_latency_s
     return np.where(t > 1, ring, 0.0)
+
+
+def stream_factor(hw, dequant: str):
+    """Fraction of the bf16 weight-streaming rate a runtime's weight-only kernels reach:
+    hw.int8_stream_factor / hw.int4_stream_factor for "int8" / "int4", 1 otherwise."""
+    if dequant == "int8":
+        return hw.int8_stream_factor
+    if dequant == "int4":
+        return hw.int4_stream_factor
+    return 1.0
+
+
+def smooth_roofline(t_compute, t_memory, p):
+    """(t_c^p + t_m^p)^(1/p): the hard max max(t_c, t_m) at p = inf, and exactly the other
+    term when one is zero, for any p (MODEL.md section 2). Written as
+    hi * (1 + (lo/hi)^p)^(1/p) so that no power overflows."""
+    t_c, t_m = np.asarray(t_compute, dtype=np.float64), np.asarray(t_memory, dtype=np.float64)
+    hi, lo = np.maximum(t_c, t_m), np.minimum(t_c, t_m)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        r = np.where(hi > 0, lo / hi, 0.0)
+        p = np.asarray(p, dtype=np.float64)
+        finite = np.isfinite(p)
+        blend = np.where(finite, (1.0 + r ** np.where(finite, p, 1.0)) ** (1.0 / np.where(finite, p, 1.0)), 1.0)
+    return np.where(hi > 0, hi * blend, 0.0)
 
 
 def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_bytes: float,
               act_bytes: float = 2.0, layers: int | None = None, lm_head: bool = True,
               lm_head_last_only: bool = False,
-              step_overhead: bool = True, weight_bw_factor: float = 1.0, tree_mask=False) -> StepCost:
+              step_overhead: bool = True, weight_bw_factor=None, weight_dequant: str = "",
+              linear_compute_factor: float = 1.0, attention_compute_factor: float = 1.0,
+              head_bytes: float | None = None, prefill_tokens=0.0, prefill_len=0.0,
+              tree_mask=False) -> StepCost:
     """step(model, device, B, q, S): B sequences, q new tokens each, S tokens cached.
 
     Linear: F = 2*N_active*B*q (+ LM head at every position, or at the last one only for a
-    prefill, ``lm_head_last_only``), bytes = weights touched.
+    prefill, ``lm_head_last_only``), bytes = weights touched, the LM head at ``head_bytes``
+    per weight (16-bit in AWQ/GPTQ/fp8 checkpoints; None = ``weight_bytes``).
     Attention: bytes = B*L*(S+q)*kv_per_token (read the cache, write the new tokens),
     F = 4*h*d_h*L * B*q*(S + (q+1)/2) (causal: the i-th new token sees S+i tokens); with a
     ``tree_mask`` (verifying a token tree) every position reads the context once plus the
     tree's own q keys under the mask, F = 4*h*d_h*L * B*q*(S + q) (MODEL.md section 3).
-    Each part: max(F/(P*eta_c), bytes/(BW*eta_m)); parts add; weight bytes stream at
-    BW*eta_m*``weight_bw_factor`` (transformer.WEIGHT_BW_FACTOR: the dequantisation cost of
-    weight-only int8/int4; 1.0 for bf16). Fixed: L*kernels*t_launch +
-    t_step. Tensor parallel over t chips divides F and bytes and adds 2 all-reduces of
-    B*q*d*b_act bytes per layer (MODEL.md section 2). ``hw`` is any object with the
+    Each part: (t_c^p + t_m^p)^(1/p) with t_c = F/(P*eta_c*factor), t_m = bytes/(BW*eta_m)
+    (``smooth_roofline``; p = inf is the hard max); parts add. Linear FLOPs run at
+    peak_flop_s (the weight dtype) times ``linear_compute_factor``, attention FLOPs at
+    peak_attention_flop_s (the attention dtype) times ``attention_compute_factor``; weight
+    bytes stream at BW*eta_m*f, f = ``weight_bw_factor`` or, when None, the runtime's streaming
+    factor for the format's dequantisation class ``weight_dequant`` (``stream_factor``).
+    Fixed: L*kernels*t_launch + t_step + B*t_seq (per-sequence sampling, logits, scheduling).
+    Tensor parallel over t chips (MODEL.md section 2): weights and FLOPs divide by t except
+    the replicated ones (MLA down-projections, MoE router: transformer.replicated_params);
+    the KV cache divides by min(t, h_kv) (MLA: replicated); 2 all-reduces of B*q*d*b_act
+    bytes per layer. Bytes and FLOPs are per chip. ``hw`` is any object with the
     HardwareArrays attributes (1-D, or 2-D columns for k sweeps).
+
+    Continuous batching (MODEL.md section 2, serving): ``prefill_tokens`` x per sequence ride
+    along in the same weight pass: the prompts (``prefill_len`` P tokens each) of the B*x/P
+    requests that arrive per step. They add B*x tokens to the linear layers (no logits),
+    B*x*(P+1)/2 causal query-key pairs to attention and B*x tokens of KV writes.
     """
     L = m.num_layers if layers is None else layers
     B = np.asarray(batch, dtype=np.float64)
@@ -73,25 +116,41 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     S = np.asarray(context, dtype=np.float64)
     t = hw.chips
     T = B * q
-    bytes_lin = tf.weight_params_touched(m, T, L, lm_head) * weight_bytes / t
-    flops_lin = tf.linear_flops_per_token(m, L, lm_head and not lm_head_last_only) * T / t
+    X = B * np.asarray(prefill_tokens, dtype=np.float64)       # prefill tokens riding along
+    rep = tf.replicated_params(m, L)
+    hb = weight_bytes if head_bytes is None else head_bytes
+    head = tf.lm_head_params(m) if lm_head else 0
+    bytes_lin = (tf.per_chip(tf.weight_params_touched(m, T + X, L, lm_head) - head, rep, t) * weight_bytes
+                 + head * hb / t)
+    flops_lin = tf.per_chip(tf.linear_flops_per_token(m, L, lm_head and not lm_head_last_only) * T
+                            + tf.linear_flops_per_token(m, L, False) * X, 2.0 * rep * (T + X), t)
     if lm_head and lm_head_last_only:      # prefill: logits of the last prompt position only
         flops_lin = flops_lin + 2.0 * tf.lm_head_params(m) * B / t
     kv_tok = L * tf.kv_elems_per_token_per_layer(m) * kv_bytes
-    bytes_att = B * (S + q) * kv_tok / t
+    bytes_att = (B * (S + q) + X) * kv_tok / tf.kv_shards(m, t)
     own = np.where(tree_mask, q, 0.5 * (q + 1.0)) if np.any(tree_mask) else 0.5 * (q + 1.0)
-    flops_att = tf.attention_flops_per_token_per_ctx(m, L) * T * (S + own) / t
-    flop_s = hw.peak_flop_s * hw.compute_efficiency
+    # a prefill (logits of the last position only) runs MLA in its non-absorbed form
+    flops_att = (tf.attention_flops_per_token_per_ctx(m, L, absorbed=not lm_head_last_only)
+                 * T * (S + own)
+                 + tf.attention_flops_per_token_per_ctx(m, L, absorbed=False) * X * 0.5 * (prefill_len + 1.0)) / t
+    eff_c = hw.compute_efficiency
+    peak_att = np.where(hw.peak_attention_flop_s > 0, hw.peak_attention_flop_s, hw.peak_flop_s)
     byte_s = hw.mem_bw_bytes_s * hw.mem_efficiency
-    lin_c, lin_m = flops_lin / flop_s, bytes_lin / (byte_s * weight_bw_factor)
-    att_c, att_m = flops_att / flop_s, bytes_att / byte_s
+    lin_c = flops_lin / (hw.peak_flop_s * eff_c * linear_compute_factor)
+    wf = stream_factor(hw, weight_dequant) if weight_bw_factor is None else weight_bw_factor
+    lin_m = bytes_lin / (byte_s * wf)
+    att_c = flops_att / (peak_att * eff_c * attention_compute_factor)
+    att_m = bytes_att / byte_s
+    p = hw.roofline_p
+    lin, att = smooth_roofline(lin_c, lin_m, p), smooth_roofline(att_c, att_m, p)
     fixed = L * hw.kernels_per_layer * hw.kernel_launch_s
     if step_overhead:
-        fixed = fixed + hw.step_overhead_s
+        fixed = fixed + hw.step_overhead_s + B * hw.sequence_overhead_s
     comm = 2.0 * L * allreduce_time_s(T * m.hidden_size * act_bytes, t, hw.link_bw_bytes_s,
-                                      hw.link_latency_s)
-    t_mem = np.where(lin_m >= lin_c, lin_m, 0.0) + np.where(att_m >= att_c, att_m, 0.0)
-    t_cmp = np.where(lin_m >= lin_c, 0.0, lin_c) + np.where(att_m >= att_c, 0.0, att_c)
+                                      hw.link_latency_s, hw.link_efficiency)
+    # split each part's time to the side that bounds it (for ``bound`` and the report)
+    t_mem = np.where(lin_m >= lin_c, lin, 0.0) + np.where(att_m >= att_c, att, 0.0)
+    t_cmp = np.where(lin_m >= lin_c, 0.0, lin) + np.where(att_m >= att_c, 0.0, att)
     t_ovh = fixed + comm
     return StepCost(t_mem + t_cmp + t_ovh, flops_lin + flops_att, bytes_lin + bytes_att,
                     t_mem, t_cmp, t_ovh)

@@ -359,3 +359,88 @@ def _check_knobs(*, node_idx, memory_idx, **values) -> None:
         bad = ~np.isfinite(v) | (v < 0)
         if np.any(bad):
             raise ValueError(f"{name}: expected finite values >= 0, got {v[bad][:5]!r}")
+
+
+# -- known parts: the same cost estimate from their own silicon (MODEL.md sections 5-6) ------
+
+#: HBM stacks of known parts whose capacity and bandwidth do not fix the count
+#: (shared/reference/accelerators.csv, column hbm_stacks)
+KNOWN_HBM_STACKS = {"a100-80gb": 5, "h100-sxm": 5, "h100-pcie": 5, "h200": 6, "b200": 8, "b300": 8, "gb200": 8,
+                    "mi250x": 8, "mi300x": 8, "mi325x": 8, "mi355x": 8, "gaudi-2": 6, "gaudi-3": 8}
+
+
+def node_code(tech: TechConstants, process_node: str) -> int:
+    """A vendor's process name -> node code, or -1 when the table has no such node.
+
+    'TSMC 4N' / '4NP' -> n4; 'N5' / '5nm' -> n5; 'N6' / '7nm' / 'N7' -> n7 (N6 is an N7-family
+    node); 'N3P' / '3nm' -> n3; the first node named counts ('N5 + N6' -> n5). Older nodes
+    (8-14 nm) are outside the table: -1.
+    """
+    import re
+    m = re.search(r"(?<![0-9])([2-7])\s*(?:nm|N|NP|P)?(?![0-9])|N([2-7])", str(process_node))
+    if not m:
+        return -1
+    digit = int(m.group(1) or m.group(2))
+    name = {2: "n2", 3: "n3", 4: "n4", 5: "n5", 6: "n7", 7: "n7"}[digit]
+    return tech.node_names.index(name) if name in tech.node_names else -1
+
+
+def memory_code(tech: TechConstants, memory_type: str) -> int:
+    """A device's memory_type -> memory code, or -1 when the table has no such type."""
+    name = str(memory_type).lower()
+    return tech.memory_names.index(name) if name in tech.memory_names else -1
+
+
+def known_part_cost_usd(tech: TechConstants, *, node_idx, memory_idx, units, capacity_bytes,
+                        die_area_mm2) -> np.ndarray:
+    """Manufacturing cost of a chip from its silicon area, node, memory and stacks, with the
+    functions ``synthesize_chip`` uses (MODEL.md sections 5-6): silicon (split at the reticle,
+    wafer cost / good dies) + memory ($/byte x capacity) + packaging. NaN where the node or the
+    memory type is not in the technology tables. An ESTIMATE, like every synthesised cost.
+    """
+    mem, nodes = tech.memory_table(), tech.node_table()
+    node_idx, memory_idx, units, capacity_bytes, die_area_mm2 = (
+        np.atleast_1d(np.asarray(a, dtype=np.float64)) for a in np.broadcast_arrays(
+            node_idx, memory_idx, units, capacity_bytes, die_area_mm2))
+    ok = (node_idx >= 0) & (memory_idx >= 0) & (die_area_mm2 > 0)
+    n_i, m_i = np.where(ok, node_idx, 0).astype(np.int64), np.where(ok, memory_idx, 0).astype(np.int64)
+    area = np.where(ok, die_area_mm2, 1.0)
+    num_dies, total = split_dies(area, tech.reticle_limit_mm2, tech.d2d_area_mm2_per_die)
+    per_die = total / num_dies
+    dpw = dies_per_wafer(per_die, tech.wafer_diameter_mm)
+    y = yield_fraction(per_die, nodes.defects_per_mm2[n_i], tech.yield_model)
+    c_si = silicon_cost_usd(nodes.wafer_cost_usd[n_i], dpw, y, num_dies)
+    c_mem = memory_cost_usd(mem, m_i, capacity_bytes)
+    c_pkg = packaging_cost_usd(tech, mem.is_hbm[m_i], np.where(mem.is_hbm[m_i], units, 0), num_dies, total)
+    return np.where(ok, c_si + c_mem + c_pkg, np.nan)
+
+
+def known_part_estimate(tech: TechConstants, dev) -> tuple[float, dict]:
+    """(cost_usd, how) for a database device (a ``DeviceSpec``): the known part priced like a
+    synthesised one. Die area: the device's own, else compute + SRAM + PHY + fixed area from
+    its BF16 rate and the node's densities (as ``synthesize_chip`` derives it). HBM stacks:
+    ``KNOWN_HBM_STACKS``, else capacity / (3 GiB x 8) rounded up; GDDR/LPDDR devices:
+    capacity / bytes per device. ``how`` says what was assumed; cost is NaN without a node or
+    memory type in the tables (e.g. 8-14 nm parts, generic 'hbm')."""
+    node, mem_i = node_code(tech, dev.process_node), memory_code(tech, dev.memory_type)
+    how = {"node": tech.node_names[node] if node >= 0 else None,
+           "memory": tech.memory_names[mem_i] if mem_i >= 0 else None}
+    if node < 0 or mem_i < 0:
+        return float("nan"), how
+    mem, nodes = tech.memory_table(), tech.node_table()
+    cap = dev.memory_bytes
+    if mem.is_hbm[mem_i]:
+        units = KNOWN_HBM_STACKS.get(dev.name) or int(np.ceil(cap / (8 * mem.bytes_per_layer[mem_i])))
+    elif mem.is_sram[mem_i]:
+        units = 0
+    else:
+        units = int(np.ceil(cap / mem.bytes_per_device[mem_i]))
+    area = dev.die_area_mm2
+    if not area:
+        area = float(compute_area_mm2(nodes, node, dev.peak_bf16_flop_s) + sram_area_mm2(nodes, node, dev.sram_bytes)
+                     + phy_area_mm2(mem, mem_i, units) + tech.fixed_die_area_mm2)
+        how["die_area_mm2"] = "derived"
+    how["units"] = units
+    cost = known_part_cost_usd(tech, node_idx=node, memory_idx=mem_i, units=units, capacity_bytes=cap,
+                               die_area_mm2=area)
+    return float(cost[0]), how

@@ -6,23 +6,102 @@ Norms, biases and rotary tables are ignored (< 0.1% of bytes).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..catalog.specs import ModelSpec
 
-#: bytes per stored weight: int4 carries one fp16 scale per 128 weights (2/128 bytes)
-WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5 + 2.0 / 128}
 #: bytes per KV-cache element
 KV_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5 + 2.0 / 128}
-#: Effective weight-streaming bandwidth of a decode GEMV with weights of this dtype, as a
-#: fraction of the bf16 rate (1.0 = streams at the device's mem_efficiency). int8 and int4 mean
-#: weight-only quantisation (W8A16, W4A16): the kernel dequantises every weight before the
-#: multiply, so it moves fewer bytes but not proportionally faster. shared/reference/hardware.md
-#: section 3: weight-only int8/int4 decode reaches 42-65% of peak bandwidth vs 66-73% for bf16.
-#: The values are fitted on gpt-fast's single-A100 Llama-2 rows (docs/calibration.md,
-#: `dse validate`); they describe those kernels, and other int4 kernels may differ. fp8 is
-#: taken as native W8A8 (no dequantisation): 1.0, an estimate without a measurement.
-WEIGHT_BW_FACTOR = {"bf16": 1.0, "fp16": 1.0, "fp8": 1.0, "int8": 0.84, "int4": 0.59}
+#: Achieved fraction of a dtype's peak matmul rate, relative to the device's compute_efficiency
+#: (which is a 16-bit MFU). fp8 GEMMs reach a lower fraction of their (2x) peak than bf16:
+#: fitted 0.70 (grid 0.50-1.00, with the runtime's request cost and roofline p) on the
+#: TensorRT-LLM H100 fp8 / A100 fp16 Llama-2-7B first-token and large-batch rows
+#: (hardware_db/measurements/serving_measurements_public.csv, docs/calibration.md); i.e. an
+#: H100 fp8 GEMM runs at ~0.66 x 0.70 = 46% of its fp8 peak (hardware.md section 3 quotes
+#: ~39% for TensorRT-LLM v0.5 prefill). int8/int4 are weight-only and compute in 16 bits
+#: (1.0); fp4 (NVFP4 W4A4) is taken like fp8, an estimate. Used for the linear layers at the
+#: format's compute dtype and for attention at the KV dtype.
+COMPUTE_EFFICIENCY_FACTOR = {"bf16": 1.0, "fp16": 1.0, "fp8": 0.70, "int8": 1.0, "int4": 1.0, "fp4": 0.70}
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """How a checkpoint stores its weights (MODEL.md section 1).
+
+    bytes_per_weight: transformer-layer weights, group scales and zeros included;
+    head_bytes: the LM head and embeddings (16-bit in AWQ/GPTQ/fp8/fp4 checkpoints);
+    compute_dtype: the matmul rate it runs at (weight-only formats compute in bf16);
+    dequant: "int8" or "int4" for weight-only formats, whose kernels dequantise every weight and
+    stream at the runtime's ``int8_stream_factor`` / ``int4_stream_factor`` of the bf16 rate
+    (how fast a kernel streams a format belongs to the engine, hardware_db/runtimes/); "" for
+    formats the matmul consumes natively (bf16, fp8, nvfp4).
+    """
+
+    name: str
+    bytes_per_weight: float
+    head_bytes: float
+    compute_dtype: str
+    dequant: str
+    desc: str
+
+
+#: Weight formats. The five plain dtypes keep their meaning (every weight, head included, at
+#: that width; "int4" = 4 bits + one fp16 scale per 128, the form the gpt-fast rows are fitted
+#: with); the named formats carry their own group bytes and a 16-bit head. Group arithmetic:
+#: g128 GPTQ/AWQ: 4 bits + fp16 scale + packed 4-bit zero per 128 = 0.5 + 2.5/128 = 0.51953;
+#: gpt-fast int4 g32: bf16 scale + bf16 zero per 32 = 0.5 + 4/32 = 0.625 (gpt-fast quantize.py);
+#: MLC q4f16_1: fp16 scale per 32, symmetric = 0.5 + 2/32 = 0.5625 (mlc-llm quantization docs);
+#: NVFP4: E4M3 scale per 16 = 0.5 + 1/16 = 0.5625 (NVIDIA NVFP4 blog, 2025); MXFP4: E8M0 scale
+#: per 32 = 0.5 + 1/32 = 0.53125 (OCP Microscaling spec v1.0).
+WEIGHT_FORMATS = {
+    "bf16": WeightFormat("bf16", 2.0, 2.0, "bf16", "", "bfloat16"),
+    "fp16": WeightFormat("fp16", 2.0, 2.0, "fp16", "", "float16"),
+    "fp8": WeightFormat("fp8", 1.0, 1.0, "fp8", "", "fp8 W8A8, head fp8 too"),
+    "int8": WeightFormat("int8", 1.0, 1.0, "bf16", "int8", "int8 weight-only"),
+    "int4": WeightFormat("int4", 0.5 + 2.0 / 128, 0.5 + 2.0 / 128, "bf16", "int4",
+                         "int4 weight-only, fp16 scale per 128, head quantised too"),
+    "fp8-head16": WeightFormat("fp8-head16", 1.0, 2.0, "fp8", "",
+                               "fp8 W8A8 with bf16 LM head and embeddings (Meta Llama-3.1 FP8, DeepSeek-V3)"),
+    "int4-g128": WeightFormat("int4-g128", 0.5 + 2.5 / 128, 2.0, "bf16", "int4",
+                              "GPTQ/AWQ int4 g128, fp16 scales, 4-bit zeros, 16-bit head"),
+    "int4-g32": WeightFormat("int4-g32", 0.5 + 4.0 / 32, 2.0, "bf16", "int4",
+                             "int4 g32 with bf16 scale and zero, 16-bit head"),
+    "q4f16_1": WeightFormat("q4f16_1", 0.5 + 2.0 / 32, 2.0, "bf16", "int4",
+                            "MLC q4f16_1: 4-bit, fp16 scale per 32, 16-bit head"),
+    "nvfp4": WeightFormat("nvfp4", 0.5 + 1.0 / 16, 2.0, "fp4", "", "NVFP4 W4A4, E4M3 scale per 16, 16-bit head"),
+    "mxfp4": WeightFormat("mxfp4", 0.5 + 1.0 / 32, 2.0, "bf16", "int4",
+                          "MXFP4 weight-only, E8M0 scale per 32, 16-bit head"),
+}
+#: bytes per stored layer weight of each format (the plain dtypes: every weight)
+WEIGHT_BYTES = {name: f.bytes_per_weight for name, f in WEIGHT_FORMATS.items()}
+
+
+def step_kwargs(weight_format: str, kv_dtype: str, weight_bw_factor: float | None = None) -> dict:
+    """The per-format arguments of roofline.step_cost: weight and head bytes, KV bytes, the
+    dequantisation class (the runtime's streaming factor for it, unless ``weight_bw_factor``
+    is given), and the compute-efficiency factors of the linear layers (at the format's compute
+    dtype) and of attention (at the KV dtype)."""
+    f = WEIGHT_FORMATS[weight_format]
+    return dict(weight_bytes=f.bytes_per_weight, head_bytes=f.head_bytes, kv_bytes=KV_BYTES[kv_dtype],
+                weight_dequant=f.dequant, weight_bw_factor=weight_bw_factor,
+                linear_compute_factor=COMPUTE_EFFICIENCY_FACTOR[f.compute_dtype],
+                attention_compute_factor=COMPUTE_EFFICIENCY_FACTOR[kv_dtype])
+
+
+def stored_bytes(m: ModelSpec, weight_format: str) -> float:
+    """Checkpoint bytes: layers at bytes_per_weight, embedding and LM head at head_bytes."""
+    f = WEIGHT_FORMATS[weight_format]
+    head = lm_head_params(m) * (1 if m.tied_embeddings else 2)
+    return non_embedding_params(m) * f.bytes_per_weight + head * f.head_bytes
+
+
+def default_kv_dtype(dtype: str) -> str:
+    """The KV cache stays 16-bit unless the user quantises it (--kv-dtype, workload.kv_dtype):
+    fp16 with fp16 weights, else bf16. MLC q4f16, AWQ, GPTQ, gpt-fast and vLLM keep a 16-bit
+    cache with quantised weights unless told otherwise (MODEL.md section 1)."""
+    return "fp16" if dtype == "fp16" else "bf16"
 
 
 def attention_params(m: ModelSpec) -> int:
@@ -121,6 +200,36 @@ def linear_flops_per_token(m: ModelSpec, layers: int | None = None, lm_head: boo
     return 2.0 * (per_layer_active * L + (lm_head_params(m) if lm_head else 0))
 
 
+def replicated_params(m: ModelSpec, layers: int | None = None) -> int:
+    """Weights every tensor-parallel chip holds whole (MODEL.md section 2, sharding rules).
+
+    MLA's down-projections, d*r_q (Q) and d*(r_kv + d_rope) (the latent KV), produce the
+    replicated latent and are replicated with it (vLLM/SGLang DeepseekV2Attention:
+    q_a_proj and kv_a_proj_with_mqa are ReplicatedLinear); an MoE router d*E is replicated
+    on every MoE layer (the gate is ReplicatedLinear). 0 for a dense GQA/MHA model.
+    """
+    L = m.num_layers if layers is None else layers
+    moe = L - min(layer_counts(m)[0], L)
+    mla = m.hidden_size * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim) if m.kv_lora_rank else 0
+    return mla * L + m.hidden_size * m.num_experts * moe
+
+
+def per_chip(total, replicated, chips):
+    """Share of one chip of t: (total - replicated)/t + replicated (MODEL.md section 2)."""
+    t = np.asarray(chips, dtype=np.float64)
+    return (total - replicated) / t + replicated
+
+
+def kv_shards(m: ModelSpec, chips):
+    """Chips the KV cache is divided over under tensor parallel t: min(t, h_kv) for MHA/GQA
+    (with fewer KV heads than chips, heads are replicated); 1 for MLA (its latent is one
+    shared head, replicated on every chip). MODEL.md section 2."""
+    t = np.asarray(chips, dtype=np.float64)
+    if m.kv_lora_rank:
+        return np.ones_like(t)
+    return np.minimum(t, m.num_kv_heads)
+
+
 def kv_elems_per_token_per_layer(m: ModelSpec) -> int:
     """KV-cache elements per token per layer: 2*h_kv*d_h, or MLA r_kv + d_rope."""
     if m.kv_lora_rank:
@@ -135,14 +244,19 @@ def kv_cache_bytes(m: ModelSpec, batch, tokens, kv_bytes: float, layers: int | N
             * L * kv_elems_per_token_per_layer(m) * kv_bytes)
 
 
-def attention_flops_per_token_per_ctx(m: ModelSpec, layers: int | None = None) -> float:
+def attention_flops_per_token_per_ctx(m: ModelSpec, layers: int | None = None, absorbed: bool = True) -> float:
     """Attention FLOPs per (query token x cached token): 4*h*d_h*L (QK^T and PV).
 
-    MLA (DeepSeek-V2/V3) attends in the latent space with absorbed projections, as its
-    decode kernels do: QK^T over r_kv + d_rope and PV over r_kv per head,
-    2*h*(2*r_kv + d_rope)*L (arXiv 2405.04434 section 2.1.3).
+    MLA (DeepSeek-V2/V3) decode kernels attend in the latent space with absorbed projections:
+    QK^T over r_kv + d_rope and PV over r_kv per head, 2*h*(2*r_kv + d_rope)*L (arXiv 2405.04434
+    section 2.1.3). Prefill runs the non-absorbed form (``absorbed=False``): keys and values are
+    up-projected per token (those FLOPs are in the linear layers) and attention is ordinary
+    multi-head attention with QK^T over d_nope + d_rope (head_dim) and PV over d_v:
+    2*h*(head_dim + d_v)*L, 3.4x fewer for DeepSeek-V3.
     """
     L = m.num_layers if layers is None else layers
-    if m.kv_lora_rank:
+    if m.kv_lora_rank and absorbed:
         return 2.0 * m.num_attention_heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim) * L
+    if m.kv_lora_rank:
+        return 2.0 * m.num_attention_heads * (m.head_dim + (m.v_head_dim or m.head_dim)) * L
     return 4.0 * m.num_attention_heads * m.head_dim * L

@@ -37,7 +37,7 @@ BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 MIN_IMPORTANCE_ROWS = 20
 _WORKLOAD_NAMES = ("batch", "prompt_tokens", "output_tokens", "tree_nodes")
 _SCALAR_WORKLOAD = ("target", "draft", "dtype", "kv_dtype", "temperature", "acceptance", "overlap",
-                    "tree_nodes", "runtime", "k_max")
+                    "tree_nodes", "runtime", "k_max", "continuous")
 
 
 # --------------------------------------------------------------------------- the study

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..model.evaluate import METRIC_COLUMNS
 
 #: version of the Parquet results schema; readers refuse newer files
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: hardware columns (display units): per chip, except cost_usd, power_w and total_die_area_mm2, which
 #: are whole-system (target chips + draft chips). The group totals of capacity are the model's
@@ -17,7 +17,7 @@ SCHEMA_VERSION = 1
 HARDWARE_COLUMNS = ("buildable", "chips", "mem_bw_tb_s", "chip_memory_capacity_gb", "peak_tflops", "die_area_mm2",
                     "chip_cost_usd", "chip_power_w", "draft_chips", "draft_mem_bw_tb_s", "draft_chip_memory_capacity_gb",
                     "draft_peak_tflops", "draft_die_area_mm2", "draft_chip_cost_usd", "draft_chip_power_w",
-                    "cost_usd", "power_w", "total_die_area_mm2")
+                    "cost_usd", "power_w", "total_die_area_mm2", "chip_price_usd", "price_usd")
 #: derived per-resource metrics: what the speculative gain costs in dollars, watts and silicon
 DERIVED_COLUMNS = ("tokens_per_s_per_kusd", "tokens_per_s_per_w", "tokens_per_s_per_cm2", "speedup_per_kusd")
 #: roofline bound of each phase as text ("memory", "compute", "overhead"); null where the design does not fit

@@ -120,6 +120,10 @@ def _read_meta(path: Path) -> tuple[pa.Schema, dict]:
     if newer:
         raise DseError(f"{path}: results schema_version = {version!r}: this dse reads "
                        f"schema_version <= {SCHEMA_VERSION}; upgrade dse")
+    if version is not None and int(version) < 2:
+        warnings.warn(f"{path}: results schema_version {version}: written before issue 9 (cost_usd of known "
+                      "parts was their street price, DRAM capacity decimal, KV cache at the weight dtype); "
+                      "re-run the study to compare with current results", stacklevel=3)
     return schema, meta
 
 

@@ -17,6 +17,7 @@ from ..catalog.fields import Range, one_of, unknown_key
 from ..catalog.specs import DTYPES
 from ..catalog.technology import load_technology
 from ..catalog.yamlio import load_yaml
+from ..model.transformer import WEIGHT_FORMATS, default_kv_dtype
 from ..errors import MISSING, DseError, SpecError, UnknownEntryError, raise_collected
 from ..results.columns import NUMERIC_METRICS
 from ..workload import (
@@ -204,7 +205,7 @@ def _model_ref(ref: Any, base_dir: Path) -> str:
 def _workload(wl: Any, db: Database, err: _Errors) -> tuple[dict, list[Knob]]:
     """workload: target, draft, dtypes, acceptance, modes, runtime and the workload knobs."""
     out: dict[str, Any] = {"target": None, "drafter": None, "acc": None, "dtype": "bf16", "kv_dtype": "bf16",
-                           "temperature": 0.0, "overlap": False, "tree_nodes": 0, "k_max": 8,
+                           "temperature": 0.0, "overlap": False, "continuous": False, "tree_nodes": 0, "k_max": 8,
                            "runtime": "graphs", "acc_given": False}
     if not isinstance(wl, dict):
         err.add("workload", wl if wl is not None else MISSING, "expected a mapping with at least target")
@@ -235,21 +236,22 @@ def _workload(wl: Any, db: Database, err: _Errors) -> tuple[dict, list[Knob]]:
         except SpecError as exc:
             err.keep(exc)
     dtype = wl.get("dtype", "bf16")
-    if dtype not in DTYPES:
-        err.items.append(one_of(err.path, "workload.dtype", dtype, DTYPES))
+    if not isinstance(dtype, str) or dtype not in WEIGHT_FORMATS:
+        err.items.append(one_of(err.path, "workload.dtype", dtype, WEIGHT_FORMATS))
     else:
         out["dtype"] = dtype
-    kv = wl.get("kv_dtype", out["dtype"])
+    kv = wl.get("kv_dtype", default_kv_dtype(out["dtype"]))
     if kv not in DTYPES:
         err.items.append(one_of(err.path, "workload.kv_dtype", kv, DTYPES))
     else:
         out["kv_dtype"] = kv
     out["temperature"] = err.check(Range(lo=0.0), wl.get("temperature", 0.0), "workload.temperature", 0.0)
-    overlap = wl.get("overlap", False)
-    if not isinstance(overlap, bool):
-        err.add("workload.overlap", overlap, "expected true or false")
-        overlap = False
-    out["overlap"] = overlap
+    for flag in ("overlap", "continuous"):
+        value = wl.get(flag, False)
+        if not isinstance(value, bool):
+            err.add(f"workload.{flag}", value, "expected true or false")
+            value = False
+        out[flag] = value
     tree = wl.get("tree_nodes", 0)
     knobs = []
     if isinstance(tree, (list, dict)):       # searched per design (the best shape is reported)
@@ -481,7 +483,7 @@ def parse_study(raw: Any, path: str | Path, db: Database | None = None) -> Study
     k_max = min(wl["k_max"], drafter.heads) if drafter.kind == "medusa" else wl["k_max"]
     workload = Workload(target=wl["target"], drafter=drafter, acceptance=acc, dtype=wl["dtype"],
                         kv_dtype=wl["kv_dtype"], temperature=float(wl["temperature"]), overlap=wl["overlap"],
-                        tree_nodes=int(wl["tree_nodes"]), k_max=int(k_max))
+                        tree_nodes=int(wl["tree_nodes"]), k_max=int(k_max), continuous=wl["continuous"])
     return StudySpec(name=name, description=desc, path=p, workload=workload, runtime=wl["runtime"],
                      knobs=tuple(knobs), objectives=tuple(objectives), constraints=tuple(constraints),
                      sampler=search["sampler"], n_trials=int(search["n_trials"]),

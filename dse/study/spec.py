@@ -54,7 +54,7 @@ K_KNOB = KnobDef("int", 1, K_LIMIT, None)
 TREE_NODES_KNOB = KnobDef("int", 0, TREE_NODES_MAX, None, desc="nodes of the best draft tree (depth <= k); 0 = a chain")
 
 WORKLOAD_KEYS = {"target", "draft", "dtype", "kv_dtype", "batch", "prompt_tokens", "output_tokens", "temperature",
-                 "acceptance", "k", "runtime", "overlap", "tree_nodes", "k_max"}
+                 "acceptance", "k", "runtime", "overlap", "tree_nodes", "k_max", "continuous"}
 TOP_KEYS = {"name", "description", "workload", "space", "objectives", "constraints", "search", "grid", "output",
             "storage", "technology", "schema_version"}
 SEARCH_DEFAULTS = {"sampler": "nsga2", "n_trials": 2000, "batch_size": 64, "seed": 0}
@@ -126,6 +126,7 @@ class StudySpec:
     overlap = property(lambda self: self.workload.overlap)
     tree_nodes = property(lambda self: self.workload.tree_nodes)
     k_max = property(lambda self: self.workload.k_max)
+    continuous = property(lambda self: self.workload.continuous)
 
     def knob(self, name: str) -> Knob | None:
         return next((k for k in self.knobs if k.name == name), None)
@@ -161,7 +162,7 @@ class StudySpec:
             "workload": {"target": self.target.name, "draft": self.drafter.label, "dtype": self.dtype,
                          "kv_dtype": self.kv_dtype, "temperature": self.temperature, "acceptance": acc_d,
                          "overlap": self.overlap, "tree_nodes": self.tree_nodes, "runtime": self.runtime,
-                         "k_max": self.k_max},
+                         "k_max": self.k_max, "continuous": self.continuous},
             "knobs": {k.name: knob(k) for k in self.knobs},
             "objectives": [{"metric": o.metric, "direction": o.direction} for o in self.objectives],
             "constraints": [{k: v for k, v in vars(c).items() if v is not None} for c in self.constraints],

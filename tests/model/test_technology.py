@@ -141,10 +141,11 @@ def test_shoreline(tech):
 def test_stack_height_allowed(tech):
     c = T.synthesize_chip(tech, **knobs(tech, "n4", 1000, "hbm3e", 4, [4, 8, 12, 16], 50))
     assert list(c.stack_height_ok) == [False, True, True, False]
-    np.testing.assert_allclose(c.capacity_bytes, 4 * np.array([4, 8, 12, 16]) * 3e9)
+    # 4 stacks x height x 3 GiB per 24 Gb die (binary, as vendors size HBM): 8-high = 96 GiB
+    np.testing.assert_allclose(c.capacity_bytes, 4 * np.array([4, 8, 12, 16]) * 3 * 2**30)
     g = T.synthesize_chip(tech, **knobs(tech, "n4", 200, "gddr7", 8, [0, 3, 99], 50))
     assert g.stack_height_ok.all()
-    assert np.all(g.capacity_bytes == 16e9)        # stack height ignored for devices
+    assert np.all(g.capacity_bytes == 16 * 2**30)  # 8 x 2 GiB devices; stack height ignored
 
 
 def test_sram_memory_ignores_stacks(tech):
