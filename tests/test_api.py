@@ -1,8 +1,9 @@
 """dse.api: one design from names and numbers, the glue between the catalog and the model.
 
 Numbers are the database's (hardware_db/devices/h100-sxm.yaml: NVIDIA H100 SXM datasheet,
-80 GB, 3.35 TB/s, 989.4 dense BF16 TFLOP/s, 1978.9 FP8; runtimes/graphs.yaml: 6.5 us per
-kernel, 8 kernels per layer, 36 us per step, 100 us per speculative iteration, 5% reserve).
+"80 GB" of HBM3 = 80 GiB (vendors size DRAM in binary units), 3.35 TB/s, 989.4 dense BF16
+TFLOP/s, 1978.9 FP8; runtimes/graphs.yaml: 6.5 us per kernel, 8 kernels per layer, 38 us per
+step, 100 us per speculative iteration, 2.4 ms per request, roofline p = 2, 5% reserve).
 """
 
 from __future__ import annotations
@@ -30,13 +31,16 @@ def test_hardware_arrays_are_the_device_in_si_with_the_runtimes_fixed_costs():
     dev, rt = DB.device("h100-sxm"), DB.runtime("graphs")
     hw = hardware_arrays(dev, rt, 2, "fp8")
     assert hw.chips.tolist() == [2]
-    assert one(hw.capacity_bytes) == 80e9
+    assert one(hw.capacity_bytes) == 80 * 2**30
+    assert one(hw.peak_attention_flop_s) == pytest.approx(989.4e12, rel=1e-12)   # a 16-bit KV cache by default
     assert one(hw.mem_bw_bytes_s) == pytest.approx(3.35e12, rel=1e-12)
     assert one(hw.peak_flop_s) == pytest.approx(1978.9e12, rel=1e-12)        # fp8 is W8A8
     assert one(hardware_arrays(dev, rt, 1, "int8").peak_flop_s) == pytest.approx(989.4e12, rel=1e-12)  # W8A16
     assert one(hw.link_bw_bytes_s) == 900e9 and one(hw.link_latency_s) == pytest.approx(0.44e-6)
     assert one(hw.kernel_launch_s) == pytest.approx(6.5e-6) and one(hw.kernels_per_layer) == 8
-    assert one(hw.step_overhead_s) == pytest.approx(36e-6) and one(hw.spec_overhead_s) == pytest.approx(100e-6)
+    assert one(hw.step_overhead_s) == pytest.approx(38e-6) and one(hw.spec_overhead_s) == pytest.approx(100e-6)
+    assert one(hw.request_overhead_s) == pytest.approx(2.4e-3) and one(hw.roofline_p) == 2.0
+    assert one(hw.link_efficiency) == 0.8
     assert one(hw.memory_reserve_fraction) == 0.05
     assert one(hw.mem_efficiency) == 0.83 and one(hw.compute_efficiency) == 0.66
 
@@ -75,7 +79,7 @@ def test_record_describes_the_run_and_nulls_what_is_undefined():
                         prompt=100, output=50, temperature=0.5)
     assert r["fits"] is False
     assert r["spec_ms_per_token"] is None and r["speedup"] is None and r["baseline_bound"] is None
-    assert r["memory_capacity_gb"] == 24.0
+    assert r["memory_capacity_gb"] == 24 * 2**30 / 1e9              # the L4's "24 GB" of GDDR6 is 24 GiB
     assert math.isfinite(r["memory_shortfall_gb"]) and r["memory_shortfall_gb"] > 0
     assert (r["hw"], r["chips"], r["target"], r["draft"], r["draft_hw"], r["draft_chips"]) == \
         ("l4", 1, "llama-3.1-70b", "llama-3.2-1b", None, None)
@@ -129,7 +133,8 @@ def test_baseline_anchor_scales_every_fixed_cost_by_one_factor():
     s = (12.0 - var) / fixed
     a = evaluate_design(**kw, baseline_ms=12.0)
     assert a["baseline_ms_per_token"] == pytest.approx(12.0, rel=1e-9)
-    assert a["anchor"] == {"scaled": ["kernel_launch_us", "step_overhead_us", "spec_overhead_us"],
+    assert a["anchor"] == {"scaled": ["kernel_launch_us", "step_overhead_us", "sequence_overhead_us",
+                                      "spec_overhead_us"],
                            "factor": pytest.approx(s, rel=1e-9), "baseline_ms": 12.0}
     overhead = a["iter_ms"] - a["draft_ms_per_iter"] - a["verify_ms_per_iter"] - a["link_ms_per_iter"]
     assert overhead == pytest.approx(0.100 * s, rel=1e-9)
@@ -146,13 +151,13 @@ def test_baseline_anchor_scales_every_fixed_cost_by_one_factor():
 def test_record_echoes_what_was_evaluated():
     r = evaluate_design(hw="h200", target="llama-3.1-8b", draft="llama-3.2-1b", tau=3.0, k=4, dtype="fp8",
                         overlap=False)
-    assert (r["runtime"], r["dtype"], r["kv_dtype"], r["overlap"], r["k_mode"]) == ("graphs", "fp8", "fp8", False,
-                                                                                    "fixed")
+    assert (r["runtime"], r["dtype"], r["kv_dtype"], r["overlap"], r["k_mode"]) == ("graphs", "fp8", "bf16", False,
+                                                                                    "fixed")    # KV 16-bit by default
     assert r["acceptance"] == "tau=3 (given)"
     assert r["alpha_meaning"] == "i.i.d. rate that gives the same tau at this k (input was tau)"
     r = evaluate_design(hw="h200", target="llama-3.1-8b", draft="llama-3.2-1b", acceptance="0.9,0.8", dtype="fp8",
-                        kv_dtype="bf16")
-    assert (r["kv_dtype"], r["k_mode"]) == ("bf16", "auto")
+                        kv_dtype="fp8")
+    assert (r["kv_dtype"], r["k_mode"]) == ("fp8", "auto")
     assert r["k"] in (0, 1, 2)                                         # auto, at most one rate per position
     assert r["alpha_meaning"] == "i.i.d. rate that gives the same tau at this k (input was per-position rates)"
     r = evaluate_design(hw="h200", target="llama-3.1-8b")

@@ -14,7 +14,6 @@ from dse import calibration
 from dse.api import evaluate_design
 from dse.catalog.database import load_database
 from dse.cli import main
-from dse.catalog.database import load_database
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "calibration.md"

@@ -17,9 +17,15 @@ YAML (read with PyYAML) and the equations of MODEL.md:
 - the rows of KNOWN on one chip are the designs that do not fit.
 
 The model terms (decode, verify, draft and prefill steps) are re-derived from the roofline of
-MODEL.md section 2 (bytes / (BW x eta_m) vs FLOPs / (P x eta_c) per component, plus fixed
-costs and all-reduces), in plain Python scalars; the glue (units, system totals, ratios,
-nulls, constraint sums) is checked to 1e-9 relative, the physics to 1e-6.
+MODEL.md section 2 (revised 2026-11-30: per component the smooth roofline
+(t_c^p + t_m^p)^(1/p), p = 2 from graphs.yaml, of FLOPs / (P x eta_c) and bytes / (BW x eta_m),
+plus fixed costs and all-reduces at link efficiency 0.8), in plain Python scalars. Capacity
+is checked per chip (weights / t, KV / min(t, h_kv), a 16-bit KV cache, DRAM "GB" = GiB) and
+reported as per-chip need x chips in 1e9-byte GB; TTFT carries the runtime's 2.4 ms per
+request; request latency = TTFT + (G-1) x per-token latency; a known part's cost_usd is the
+manufacturing estimate of its die, node and HBM (MODEL.md sections 5-6) and its street price is
+price_usd. The glue (units, system totals, ratios, nulls, constraint sums) is checked to 1e-9
+relative, the physics to 1e-6.
 """
 
 from __future__ import annotations
@@ -37,10 +43,11 @@ import yaml
 import dse
 
 DB = Path(__file__).resolve().parent.parent / "hardware_db"
-#: bytes per "GB" of memory capacity in the database YAML (dse/units.py: decimal). MODEL.md
-#: section 0 (revised 2026-11-30) says HBM capacity is binary (80 GB = 80 GiB); if the model
-#: follows it, change this one constant (and the column's display factor decides the rest).
-GB = 1e9
+#: bytes per "GB" of DRAM capacity in the database YAML (MODEL.md section 0, revised 2026-11-30:
+#: HBM/GDDR/LPDDR parts are sized in binary units, an H100's "80 GB" is 80 GiB; the technology
+#: table's gb_per_layer and usd_per_gb are per GiB too). Output `_gb` columns are 1e9 bytes.
+GB = 2.0 ** 30
+OUT_GB = 1e9
 GLUE = 1e-9         # relative tolerance: unit conversions, sums, ratios
 PHYS = 1e-6         # relative tolerance: re-derived roofline terms
 
@@ -63,8 +70,12 @@ def _public(name: str):
 RT = _y("runtimes/graphs.yaml")      # the study default runtime
 LAUNCH_S = RT["kernel_launch_us"] * 1e-6          # 6.5 us
 KPL = RT["kernels_per_layer"]                     # 8
-STEP_S = RT["step_overhead_us"] * 1e-6            # 36 us
+STEP_S = RT["step_overhead_us"] * 1e-6            # 38 us
 SPEC_S = RT["spec_overhead_us"] * 1e-6            # 100 us per speculative iteration
+SEQ_S = RT["sequence_overhead_us"] * 1e-6         # 0 us per sequence per step (B x t_seq)
+REQ_S = RT["request_overhead_us"] * 1e-6          # 2.4 ms per request, once, in TTFT
+ROOF_P = RT["roofline_p"]                         # 2.0: (t_c^p + t_m^p)^(1/p) per part
+LINK_EFF = 0.8                                    # device field link_efficiency, default (dse/catalog/specs.py)
 RESERVE = RT["memory_reserve_fraction"]           # 0.05 of capacity
 K_MAX = 8                                         # study default workload.k_max
 
@@ -72,13 +83,14 @@ K_MAX = 8                                         # study default workload.k_max
 def model(name: str) -> dict:
     """Parameter counts (MODEL.md section 1): attention d*h*dh + 2*d*hkv*dh + h*dh*d, gated FFN
     3*d*f, LM head V*d; stored = layers + V*d (+ V*d again when untied); a decode step streams
-    the layers + LM head. KV bytes per token = L * 2*hkv*dh * 2 (bf16)."""
+    the layers + LM head. KV bytes per token = L * 2*hkv*dh * 2: the KV cache is 16-bit by default
+    whatever the weight dtype (MODEL.md section 1)."""
     m = _y(f"models/{name}.yaml")
     d, h, hkv, dh = m["hidden_size"], m["num_attention_heads"], m["num_kv_heads"], m["head_dim"]
     L, f, V = m["num_layers"], m["intermediate_size"], m["vocab_size"]
     layer = d * h * dh + 2 * d * hkv * dh + h * dh * d + 3 * d * f
     lm = V * d
-    return dict(L=L, d=d, h=h, dh=dh, layer=layer, lm=lm,
+    return dict(L=L, d=d, h=h, hkv=hkv, dh=dh, layer=layer, lm=lm,
                 stored=L * layer + lm * (1 if m["tied_embeddings"] else 2),
                 kv_per_token_bytes=L * 2 * hkv * dh * 2.0)
 
@@ -94,48 +106,87 @@ def step(m: dict, hw: dict, *, B: float, q: float, S: float, prefill: bool = Fal
     """One forward step on a group of t chips (MODEL.md section 2, roofline.py's conventions):
     linear part: F = 2*(L*layer + lm)*B*q (prefill: LM head on the last position only),
     bytes = (L*layer + lm)*2; attention: bytes = B*(S+q)*kv_per_token, F = 4*h*dh*L*B*q*(S+(q+1)/2);
-    both divided by t. Each part takes max(F/(P*eta_c), bytes/(BW*eta_m)); fixed cost
-    L*kernels*t_launch + t_step; t > 1 adds 2 ring all-reduces of B*q*d*2 bytes per layer:
-    2(t-1)/t * bytes/(link/2) + 2(t-1)*lat."""
+    weights and FLOPs divided by t, the KV cache by min(t, h_kv) (MODEL.md section 2). Each part
+    takes the smooth roofline (t_c^p + t_m^p)^(1/p), p = roofline_p of the runtime (2.0), with
+    t_c = F/(P*eta_c) (attention at the 16-bit KV dtype's rate: the bf16 peak here) and
+    t_m = bytes/(BW*eta_m); its whole time goes to the side that bounds it. Fixed cost
+    L*kernels*t_launch + t_step + B*t_seq; t > 1 adds 2 ring all-reduces of B*q*d*2 bytes per
+    layer: 2(t-1)/t * bytes/(eta_link * link/2) + 2(t-1)*lat."""
     t = hw["chips"]
     L = m["L"]
     w_bytes = (L * m["layer"] + m["lm"]) * 2.0 / t
     f_lin = (2.0 * L * m["layer"] * B * q + 2.0 * m["lm"] * B * (1.0 if prefill else q)) / t
-    kv_bytes = B * (S + q) * m["kv_per_token_bytes"] / t
+    kv_bytes = B * (S + q) * m["kv_per_token_bytes"] / min(t, m["hkv"])
     f_att = 4.0 * m["h"] * m["dh"] * L * B * q * (S + 0.5 * (q + 1.0)) / t
     flop_s, byte_s = hw["peak"] * hw["eta_c"], hw["bw"] * hw["eta_m"]
     parts = [(f_lin / flop_s, w_bytes / byte_s), (f_att / flop_s, kv_bytes / byte_s)]
-    t_mem = sum(tm for tc, tm in parts if tm >= tc)
-    t_cmp = sum(tc for tc, tm in parts if tm < tc)
+    smooth = [(tc ** ROOF_P + tm ** ROOF_P) ** (1.0 / ROOF_P) for tc, tm in parts]
+    t_mem = sum(x for x, (tc, tm) in zip(smooth, parts) if tm >= tc)
+    t_cmp = sum(x for x, (tc, tm) in zip(smooth, parts) if tm < tc)
     ring = 0.0
     if t > 1:
-        ring = 2.0 * L * (2.0 * (t - 1) / t * (B * q * m["d"] * 2.0) / (0.5 * hw["link"]) + 2.0 * (t - 1) * hw["lat"])
-    t_ovh = L * KPL * LAUNCH_S + STEP_S + ring
+        ring = 2.0 * L * (2.0 * (t - 1) / t * (B * q * m["d"] * 2.0) / (hw["link_eff"] * 0.5 * hw["link"])
+                          + 2.0 * (t - 1) * hw["lat"])
+    t_ovh = L * KPL * LAUNCH_S + STEP_S + B * SEQ_S + ring
     bound = ("memory", "compute", "overhead")[int(np.argmax([t_mem, t_cmp, t_ovh]))]
     return dict(time=t_mem + t_cmp + t_ovh, ai=(f_lin + f_att) / (w_bytes + kv_bytes), bound=bound,
                 memory_bound=all(tm >= tc for tc, tm in parts))
 
 
+#: HBM stacks of the known parts (shared/reference/accelerators.csv, column hbm_stacks: H100 SXM
+#: five 16 GiB HBM3 stacks, H200 six HBM3E stacks); their node 'TSMC 4N' is the table's n4
+KNOWN_STACKS = {"h100-sxm": 5, "h200": 6}
+
+
+def _tech() -> tuple[dict, dict]:
+    tech = _y("technology/nodes.yaml")
+    return tech, {k: v["value"] for k, v in tech.items() if isinstance(v, dict) and "value" in v}
+
+
+def chip_cost(node: str, mem: str, area: float, stacks: int, cap_bytes: float) -> float:
+    """Manufacturing cost of one single-die HBM chip (MODEL.md sections 5-6): wafer cost /
+    (dies per wafer x Murphy yield) + $/GiB x GiB + packaging (base + interposer + per stack)
+    + test per mm^2. The same estimate prices a synthesised chip and a known part."""
+    tech, g = _tech()
+    n = {k: v["value"] for k, v in tech["nodes"][node].items()}
+    m = {k: v["value"] for k, v in _y("technology/memory.yaml")["memory"][mem].items() if isinstance(v, dict)}
+    assert area <= g["reticle_limit_mm2"]                       # one die
+    d = g["wafer_diameter_mm"]
+    dpw = math.floor(math.pi * (d / 2) ** 2 / area - math.pi * d / math.sqrt(2 * area))
+    x = n["defects_per_cm2"] / 100.0 * area
+    assert g["yield_model"] == "murphy"
+    y = ((1 - math.exp(-x)) / x) ** 2
+    return (n["wafer_cost_usd"] / (dpw * y) + m["usd_per_gb"] * cap_bytes / GB
+            + g["packaging_base_usd"] + g["interposer_base_usd"] + g["packaging_usd_per_hbm_stack"] * stacks
+            + g["test_usd_per_mm2"] * area)
+
+
 def device(name: str, chips: int) -> dict:
-    """A known part from its YAML, in SI."""
+    """A known part from its YAML, in SI: capacity in GiB (DRAM), link efficiency 0.8 unless the
+    YAML sets it; cost = the manufacturing estimate of its die, node and memory (chip_cost);
+    price = its street price."""
     d = _y(f"devices/{name}.yaml")
-    return dict(chips=chips, bw=d["mem_bw_tb_s"] * 1e12, cap=d["memory_capacity_gb"] * GB,
+    assert d["process_node"] == "TSMC 4N" and d["memory_type"].startswith("hbm")
+    cap = d["memory_capacity_gb"] * GB
+    return dict(chips=chips, bw=d["mem_bw_tb_s"] * 1e12, cap=cap,
                 peak=d["peak_tflops_bf16"] * 1e12, eta_m=d["mem_efficiency"], eta_c=d["compute_efficiency"],
                 link=d["link_bw_gb_s"] * 1e9, lat=d["link_latency_us"] * 1e-6,
-                cost=d["price_usd"], power=d["tdp_w"], area=d["die_area_mm2"])
+                link_eff=d.get("link_efficiency", LINK_EFF),
+                cost=chip_cost("n4", d["memory_type"], d["die_area_mm2"], KNOWN_STACKS[name], cap),
+                price=d["price_usd"], power=d["tdp_w"], area=d["die_area_mm2"])
 
 
 def synth(node: str, tflops: float, mem: str, stacks: int, height: int, sram_mb: float, link_gb_s: float,
           *, eta_m: float, eta_c: float, lat_us: float, chips: int = 1) -> dict:
     """A chip synthesised by hand (MODEL.md section 5) from hardware_db/technology (HBM, one die):
-    BW = stacks x bw_gb_s; capacity = stacks x height x gb_per_layer; area = TFLOP/s / density
-    + SRAM MB / density + stacks x PHY + fixed; cost = wafer / (dies per wafer x Murphy yield)
-    + $/GB x GB + packaging (base + interposer + per stack + test per mm^2); power = u x FLOP/s x J/FLOP
+    BW = stacks x bw_gb_s; capacity = stacks x height x gb_per_layer GiB; area = TFLOP/s / density
+    + SRAM MB / density + stacks x PHY + fixed; cost = chip_cost (wafer / (dies per wafer x Murphy yield)
+    + $/GiB x GiB + packaging (base + interposer + per stack + test per mm^2)); power = u x FLOP/s x J/FLOP
     + BW x 8 x J/bit + static W/mm^2 x area + link x 8 x link J/bit."""
-    tech, mt = _y("technology/nodes.yaml"), _y("technology/memory.yaml")
+    tech, g = _tech()
+    mt = _y("technology/memory.yaml")
     n = {k: v["value"] for k, v in tech["nodes"][node].items()}
     m = {k: v["value"] for k, v in mt["memory"][mem].items() if isinstance(v, dict)}
-    g = {k: v["value"] for k, v in tech.items() if isinstance(v, dict) and "value" in v}
     assert mt["memory"][mem]["kind"] == "hbm" and height in m["stack_heights"]
     bw = stacks * m["bw_gb_s"] * 1e9
     cap = stacks * height * m["gb_per_layer"] * GB
@@ -143,19 +194,13 @@ def synth(node: str, tflops: float, mem: str, stacks: int, height: int, sram_mb:
         + g["fixed_die_area_mm2"]
     assert area <= g["reticle_limit_mm2"]                       # one die
     shoreline_ok = stacks * m["shoreline_mm"] <= g["memory_edges_per_die"] * math.sqrt(area * g["die_aspect_ratio"])
-    d = g["wafer_diameter_mm"]
-    dpw = math.floor(math.pi * (d / 2) ** 2 / area - math.pi * d / math.sqrt(2 * area))
-    x = n["defects_per_cm2"] / 100.0 * area
-    assert g["yield_model"] == "murphy"
-    y = ((1 - math.exp(-x)) / x) ** 2
-    cost = (n["wafer_cost_usd"] / (dpw * y) + m["usd_per_gb"] * cap / 1e9
-            + g["packaging_base_usd"] + g["interposer_base_usd"] + g["packaging_usd_per_hbm_stack"] * stacks
-            + g["test_usd_per_mm2"] * area)
+    cost = chip_cost(node, mem, area, stacks, cap)
     power = (g["tdp_compute_utilization"] * tflops * 1e12 * n["pj_per_flop"] * 1e-12
              + bw * 8 * m["pj_per_bit"] * 1e-12 + n["static_w_per_mm2"] * area
              + link_gb_s * 1e9 * 8 * g["link_pj_per_bit"] * 1e-12)
     return dict(chips=chips, bw=bw, cap=cap, peak=tflops * 1e12, eta_m=eta_m, eta_c=eta_c, link=link_gb_s * 1e9,
-                lat=lat_us * 1e-6, cost=cost, power=power, area=area, buildable=shoreline_ok)
+                lat=lat_us * 1e-6, link_eff=LINK_EFF, cost=cost, price=math.nan, power=power, area=area,
+                buildable=shoreline_ok)
 
 
 def metrics(tm: dict, dm: dict, T: dict, D: dict | None, *, B: int, P: int, G: int, k: int, alpha: float) -> dict:
@@ -164,20 +209,23 @@ def metrics(tm: dict, dm: dict, T: dict, D: dict | None, *, B: int, P: int, G: i
     S = P + 0.5 * G                                    # mean context during generation
     on = D is not None
     Dg = D if on else T
-    # ---- capacity (section 4): bytes over the whole group; reserve = fraction of capacity ----
-    cap_t = T["cap"] * T["chips"]
-    need_t = tm["stored"] * 2.0 + B * (P + G) * tm["kv_per_token_bytes"]
+    # ---- capacity (section 4), per chip: weights / t + KV / min(t, h_kv) (+ the draft's, sharded
+    # the same way over the chips it runs on, if it lives there) + reserve = fraction of one
+    # chip's capacity; reported for the group as per-chip need x chips ----
+    t, td = T["chips"], Dg["chips"]
+    need_t = tm["stored"] * 2.0 / t + B * (P + G) * tm["kv_per_token_bytes"] / min(t, tm["hkv"])
     # the draft's cache is sized for P + G + k_max drafted tokens (k_max = 8, the study default)
-    draft_bytes = dm["stored"] * 2.0 + B * (P + G + K_MAX) * dm["kv_per_token_bytes"]
-    req_t = need_t + (0.0 if on else draft_bytes) + RESERVE * cap_t
-    cap_d = D["cap"] * D["chips"] if on else cap_t
-    req_d = draft_bytes + (RESERVE * cap_d if on else 0.0)
+    draft_chip = dm["stored"] * 2.0 / td + B * (P + G + K_MAX) * dm["kv_per_token_bytes"] / min(td, dm["hkv"])
+    req_t = (need_t + (0.0 if on else draft_chip) + RESERVE * T["cap"]) * t
+    cap_t = T["cap"] * t
+    cap_d = D["cap"] * td if on else cap_t
+    req_d = (draft_chip + RESERVE * D["cap"]) * td if on else draft_chip * t
     short = max(0.0, req_t - cap_t)                          # the target chips' shortfall
     short_d = max(0.0, req_d - cap_d) if on else 0.0         # the draft chip's, carried on its own
     fits = short + short_d <= 0
-    out = dict(fits=fits, memory_required_gb=req_t / 1e9, memory_capacity_gb=cap_t / 1e9,
-               memory_shortfall_gb=short / 1e9, draft_memory_required_gb=req_d / 1e9,
-               draft_memory_capacity_gb=cap_d / 1e9, draft_memory_shortfall_gb=short_d / 1e9,
+    out = dict(fits=fits, memory_required_gb=req_t / OUT_GB, memory_capacity_gb=cap_t / OUT_GB,
+               memory_shortfall_gb=short / OUT_GB, draft_memory_required_gb=req_d / OUT_GB,
+               draft_memory_capacity_gb=cap_d / OUT_GB, draft_memory_shortfall_gb=short_d / OUT_GB,
                datastore_gb=0.0, k=k, tree_nodes=0, tree_shape="")    # a chain, no retrieval datastore
     # ---- steps ----
     base = step(tm, T, B=B, q=1, S=S)
@@ -193,7 +241,9 @@ def metrics(tm: dict, dm: dict, T: dict, D: dict | None, *, B: int, P: int, G: i
     spec = t_iter / tau
     pre_t = step(tm, T, B=B, q=P, S=0, prefill=True)["time"]
     pre_d = step(dm, Dg, B=B, q=P, S=0, prefill=True)["time"]
-    ttft = max(pre_t, pre_d + D["lat"]) if on else pre_t + pre_d
+    # TTFT: both prefills (in parallel on a draft chip, after its link latency) + the runtime's
+    # per-request cost, once (graphs.yaml request_overhead_us = 2,400)
+    ttft = (max(pre_t, pre_d + D["lat"]) if on else pre_t + pre_d) + REQ_S
     lat = dict(
         baseline_ms_per_token=base["time"] * 1e3, spec_ms_per_token=spec * 1e3, speedup=base["time"] / spec,
         alpha=alpha, tau=tau, p_all_accepted=alpha ** k,
@@ -204,7 +254,7 @@ def metrics(tm: dict, dm: dict, T: dict, D: dict | None, *, B: int, P: int, G: i
         baseline_arithmetic_intensity=base["ai"], verify_arithmetic_intensity=verify["ai"],
         draft_arithmetic_intensity=one_draft["ai"],
         tokens_per_s=B / spec, baseline_tokens_per_s=B / base["time"],
-        ttft_ms=ttft * 1e3, request_latency_ms=(ttft + G * spec) * 1e3)
+        ttft_ms=ttft * 1e3, request_latency_ms=(ttft + (G - 1) * spec) * 1e3)   # first token with TTFT
     bounds = dict(baseline_bound=base["bound"], verify_bound=verify["bound"], draft_bound=one_draft["bound"])
     if fits:
         out.update(lat)
@@ -212,7 +262,6 @@ def metrics(tm: dict, dm: dict, T: dict, D: dict | None, *, B: int, P: int, G: i
     else:                      # a design that does not fit never gets a latency (section 4)
         out.update(dict.fromkeys(lat, math.nan))
         out.update(dict.fromkeys(bounds))
-    out["_request_latency_model_md_ms"] = (ttft + (G - 1) * spec) * 1e3 if fits else math.nan
     return out
 
 
@@ -307,14 +356,15 @@ def expected_known() -> dict[tuple, dict]:
             T = device(dev, chips)
             r = dict(params_target_chip_device=dev, params_target_chip_chips=chips)
             # hardware: per-chip figures in display units; system totals x chips
-            # e.g. h100-sxm x 2: 3.35 TB/s, 989.4 TFLOP/s, $30,000 x 2 = $60,000, 700 W x 2 = 1,400 W,
-            # 814 mm^2 x 2 = 1,628 mm^2
-            # chip_memory_capacity_gb is per chip (80 GB); memory_capacity_gb below is the group's
+            # e.g. h100-sxm x 2: 3.35 TB/s, 989.4 TFLOP/s, street price $30,000 x 2 = $60,000,
+            # 700 W x 2 = 1,400 W, 814 mm^2 x 2 = 1,628 mm^2; cost = the manufacturing estimate x 2
+            # chip_memory_capacity_gb is per chip (80 GiB = 85.899 GB); memory_capacity_gb below is the group's
             r.update(buildable=True, chips=chips, mem_bw_tb_s=T["bw"] / 1e12, peak_tflops=T["peak"] / 1e12,
-                     chip_memory_capacity_gb=T["cap"] / 1e9,
+                     chip_memory_capacity_gb=T["cap"] / OUT_GB,
                      die_area_mm2=T["area"], chip_cost_usd=T["cost"], chip_power_w=T["power"],
+                     chip_price_usd=T["price"], price_usd=T["price"] * chips,
                      cost_usd=T["cost"] * chips, power_w=T["power"] * chips, total_die_area_mm2=T["area"] * chips)
-            # memory_capacity_gb is the group's total (80 GB x 2 = 160 GB), the denominator of the fit
+            # memory_capacity_gb is the group's total (80 GiB x 2 = 171.8 GB), the denominator of the fit
             r.update(metrics(M70, M1, T, None, B=B, P=P, G=G, k=K, alpha=ALPHA))
             r.update(derived(r))
             r["constraint_violation"] = violation(r, KNOWN_CON)
@@ -334,17 +384,17 @@ def expected_synth() -> dict[tuple, dict]:
         T = _synth_group(TARGET_KNOBS, stacks)
         for on in (True, False):
             r = dict(params_target_chip_memory_stacks=stacks, params_draft_chip_enabled=on)
+            nan = math.nan          # a synthesised chip has no street price: chip_price_usd, price_usd null
             r.update(chips=1, mem_bw_tb_s=T["bw"] / 1e12, peak_tflops=T["peak"] / 1e12, die_area_mm2=T["area"],
-                     chip_memory_capacity_gb=T["cap"] / 1e9,
-                     chip_cost_usd=T["cost"], chip_power_w=T["power"])
-            nan = math.nan
+                     chip_memory_capacity_gb=T["cap"] / OUT_GB,
+                     chip_cost_usd=T["cost"], chip_power_w=T["power"], chip_price_usd=nan)
             # draft chip: per-chip figures where it exists, NaN (and 0 chips) where it does not
             r.update(draft_chips=dn if on else 0, draft_mem_bw_tb_s=D["bw"] / 1e12 if on else nan,
-                     draft_chip_memory_capacity_gb=D["cap"] / 1e9 if on else nan,
+                     draft_chip_memory_capacity_gb=D["cap"] / OUT_GB if on else nan,
                      draft_peak_tflops=D["peak"] / 1e12 if on else nan, draft_die_area_mm2=D["area"] if on else nan,
                      draft_chip_cost_usd=D["cost"] if on else nan, draft_chip_power_w=D["power"] if on else nan)
             # system = 1 target chip + 2 draft chips
-            r.update(cost_usd=T["cost"] + (dn * D["cost"] if on else 0.0),
+            r.update(cost_usd=T["cost"] + (dn * D["cost"] if on else 0.0), price_usd=nan,
                      power_w=T["power"] + (dn * D["power"] if on else 0.0),
                      total_die_area_mm2=T["area"] + (dn * D["area"] if on else 0.0),
                      buildable=T["buildable"] and (D["buildable"] or not on))
@@ -388,11 +438,12 @@ def synth_grid(tmp_path_factory):
 
 #: columns that are database numbers, unit conversions, sums and capacity arithmetic only (no
 #: efficiency, no roofline): held to GLUE; every other float column to PHYS
-GLUE_ONLY = {"mem_bw_tb_s", "peak_tflops", "chip_memory_capacity_gb", "draft_chip_memory_capacity_gb", "die_area_mm2", "chip_cost_usd", "chip_power_w", "draft_mem_bw_tb_s",
+GLUE_ONLY = {"mem_bw_tb_s", "peak_tflops", "chip_memory_capacity_gb", "draft_chip_memory_capacity_gb",
+             "die_area_mm2", "chip_cost_usd", "chip_power_w", "chip_price_usd", "draft_mem_bw_tb_s",
              "draft_peak_tflops", "draft_die_area_mm2", "draft_chip_cost_usd", "draft_chip_power_w", "cost_usd",
-             "power_w", "total_die_area_mm2", "memory_required_gb", "memory_capacity_gb", "memory_shortfall_gb",
-             "draft_memory_required_gb", "draft_memory_capacity_gb", "draft_memory_shortfall_gb", "datastore_gb",
-             "alpha", "tau", "p_all_accepted", "p_window",
+             "price_usd", "power_w", "total_die_area_mm2", "memory_required_gb", "memory_capacity_gb",
+             "memory_shortfall_gb", "draft_memory_required_gb", "draft_memory_capacity_gb",
+             "draft_memory_shortfall_gb", "datastore_gb", "alpha", "tau", "p_all_accepted", "p_window",
              "link_ms_per_iter"}
 
 
@@ -403,11 +454,6 @@ def _check(actual: pd.Series, expected: dict, where: str) -> None:
             continue
         got = actual[col]
         msg = f"{where}: {col} = {got!r}, expected {want!r}"
-        if col == "request_latency_ms" and not math.isnan(want):
-            # TTFT + G x spec today; TTFT + (G-1) x spec per MODEL.md (xfail test below): either, exactly
-            alt = expected["_request_latency_model_md_ms"]
-            assert got == pytest.approx(want, rel=PHYS) or got == pytest.approx(alt, rel=PHYS), msg
-            continue
         if want is None:
             assert pd.isna(got), msg
         elif isinstance(want, bool):
@@ -457,19 +503,32 @@ def test_known_part_on_two_chips_every_column(known):
         row = df[(df.params_target_chip_device == dev) & (df.params_target_chip_chips == chips)]
         assert len(row) == 1
         _check(row.iloc[0], want, f"{dev} x {chips}")
-    # worked numbers for h200 x 2 (hardware_db/devices/h200.yaml): $35,000 x 2 = $70,000;
-    # 700 W x 2 = 1,400 W; 814 mm^2 x 2 = 1,628 mm^2; 141 GB x 2 = 282 GB
+    # worked numbers for h200 x 2 (hardware_db/devices/h200.yaml): street price $35,000 x 2 = $70,000;
+    # 700 W x 2 = 1,400 W; 814 mm^2 x 2 = 1,628 mm^2; 141 GiB x 2 = 302.795 GB
     h = df[(df.params_target_chip_device == "h200") & (df.params_target_chip_chips == 2)].iloc[0]
-    assert (h.cost_usd, h.power_w, h.total_die_area_mm2, h.memory_capacity_gb) == (70_000, 1_400, 1_628, 282)
+    assert (h.price_usd, h.chip_price_usd, h.power_w, h.total_die_area_mm2) == (70_000, 35_000, 1_400, 1_628)
+    assert h.memory_capacity_gb == pytest.approx(282 * 2 ** 30 / 1e9, rel=GLUE)
     assert (h.mem_bw_tb_s, h.peak_tflops) == (4.8, 989.4)
-    # required: 70,552,387,584 x 2 B = 141.105 GB weights + 768 tokens x 327,680 B = 0.252 GB KV
-    # + 1,235,814,400 x 2 B = 2.472 GB draft + (768 + 8) x 32,768 B = 0.025 GB draft KV + 5% of 282 GB
-    assert h.memory_required_gb == pytest.approx(141.104775168 + 0.25165824 + 2.471493632 + 0.025427968 + 14.1,
-                                                 rel=GLUE)
+    # cost: the manufacturing estimate of one 814 mm^2 N4 die (nodes.yaml: 300 mm wafer,
+    # floor(pi 150^2/814 - pi 300/sqrt(1628)) = 63 dies, Murphy yield at 0.08/cm^2 x 8.14 cm^2 =
+    # 0.5401, $18,000 / (63 x 0.5401) = $528.99) + 141 GiB x $12.25 (hbm3e) = $1,727.25 + packaging
+    # $50 + $200 + 6 stacks x $100 + test 814 x $1.13 = $919.82 -> $4,026.06 a chip; h100-sxm:
+    # 80 GiB x $10.50 (hbm3) = $840, 5 stacks -> $3,038.81
+    assert h.chip_cost_usd == pytest.approx(528.9944306973156 + 1727.25 + 50 + 200 + 600 + 919.82, rel=GLUE)
+    assert h.cost_usd == pytest.approx(2 * h.chip_cost_usd, rel=GLUE)
+    h1 = df[(df.params_target_chip_device == "h100-sxm") & (df.params_target_chip_chips == 2)].iloc[0]
+    assert h1.chip_cost_usd == pytest.approx(528.9944306973156 + 840 + 50 + 200 + 500 + 919.82, rel=GLUE)
+    assert (h1.price_usd, h1.chip_price_usd) == (60_000, 30_000)
+    # required, per chip x 2: 70,552,387,584 x 2 B = 141.105 GB weights + 768 tokens x 327,680 B =
+    # 0.252 GB KV (8 KV heads over 2 chips: halved per chip, so the same total) + 1,235,814,400 x 2 B
+    # = 2.472 GB draft + (768 + 8) x 32,768 B = 0.025 GB draft KV + 5% of 141 GiB per chip x 2
+    assert h.memory_required_gb == pytest.approx(141.104775168 + 0.25165824 + 2.471493632 + 0.025427968
+                                                 + 0.05 * 282 * 2 ** 30 / 1e9, rel=GLUE)
     assert h.memory_shortfall_gb == 0.0
-    # h100-sxm x 1: 141.105 + 0.252 + 2.472 + 0.025 + 5% of 80 = 147.853 GB needed, 80 GB there
+    # h100-sxm x 1: 141.105 + 0.252 + 2.472 + 0.025 + 5% of 85.899 = 148.148 GB needed, 85.899 GB there
     s = df[(df.params_target_chip_device == "h100-sxm") & (df.params_target_chip_chips == 1)].iloc[0]
-    assert s.memory_shortfall_gb == pytest.approx(147.853355008 - 80, rel=GLUE)
+    assert s.memory_shortfall_gb == pytest.approx(143.853355008 + 0.05 * 80 * 2 ** 30 / 1e9 - 80 * 2 ** 30 / 1e9,
+                                                  rel=GLUE)
     # violation = shortfall + 1 (latency cap on an undefined latency) + 0 (700 W <= 1,500 W)
     assert s.constraint_violation == pytest.approx(s.memory_shortfall_gb + 1.0, rel=GLUE)
     assert not s.fits and not s.feasible and pd.isna(s.is_pareto) and pd.isna(s.pareto_rank)
@@ -491,11 +550,13 @@ def test_synthesised_chip_with_draft_chip_every_column(synth_grid):
         _check(row.iloc[0], want, f"{stacks} stacks, draft chip {on}")
     six = df[df.params_target_chip_memory_stacks == 6]
     on, off = (six[six.params_draft_chip_enabled == v].iloc[0] for v in (True, False))
-    # target: 6 stacks x 1,000 GB/s = 6.0 TB/s; 6 x 8 layers x 3 GB = 144 GB; area
-    # 1000/1.58 + 50/2.5 + 6 x 12.5 + 75 = 802.911 mm^2; each draft chip 1.0 TB/s, 24 GB (48 GB
-    # over the two), 100/1.49 + 32/2.5 + 12.5 + 75 = 167.414 mm^2
+    # target: 6 stacks x 1,000 GB/s = 6.0 TB/s; 6 x 8 layers x 3 GiB = 144 GiB = 154.619 GB; area
+    # 1000/1.58 + 50/2.5 + 6 x 12.5 + 75 = 802.911 mm^2; each draft chip 1.0 TB/s, 24 GiB (48 GiB
+    # = 51.540 GB over the two), 100/1.49 + 32/2.5 + 12.5 + 75 = 167.414 mm^2
     assert (on.mem_bw_tb_s, on.memory_capacity_gb, on.draft_mem_bw_tb_s, on.draft_memory_capacity_gb) == \
-        pytest.approx((6.0, 144.0, 1.0, 48.0), rel=GLUE)
+        pytest.approx((6.0, 144 * 2 ** 30 / 1e9, 1.0, 48 * 2 ** 30 / 1e9), rel=GLUE)
+    # no street price for a synthesised chip: chip_price_usd and price_usd null
+    assert six.chip_price_usd.isna().all() and six.price_usd.isna().all()
     assert (on.draft_chips, off.draft_chips) == (2, 0)
     assert on.die_area_mm2 == pytest.approx(1000 / 1.58 + 20 + 75 + 75, rel=GLUE)
     assert on.draft_die_area_mm2 == pytest.approx(100 / 1.49 + 12.8 + 12.5 + 75, rel=GLUE)
@@ -507,9 +568,10 @@ def test_synthesised_chip_with_draft_chip_every_column(synth_grid):
     # link: 2 x 3 us + (4 + 2) int32 ids = 24 B over 128/2 GB/s = 0.375 ns -> 0.006000375 ms
     assert on.link_ms_per_iter == pytest.approx(0.006000375, rel=GLUE) and off.link_ms_per_iter == 0.0
     # on the draft chips the draft's KV and weights leave the target: required differs by the draft
-    # bytes (2.471493632 + 0.025427968 GB), and the draft chips hold them plus 5% of 48 GB
+    # bytes (2.471493632 + 0.025427968 GB), and the draft chips hold them (half each) plus 5% of
+    # 24 GiB each
     assert off.memory_required_gb - on.memory_required_gb == pytest.approx(2.4969216, rel=1e-6)
-    assert on.draft_memory_required_gb == pytest.approx(2.4969216 + 2.4, rel=GLUE)
+    assert on.draft_memory_required_gb == pytest.approx(2.4969216 + 0.05 * 48 * 2 ** 30 / 1e9, rel=GLUE)
     # the draft chips' row breaks both constraints: power - 700 W and 1.2 - speedup
     assert on.speedup < 1.2 and not on.feasible and on.constraint_violation == pytest.approx(
         (on.power_w - 700.0) + (1.2 - on.speedup), rel=GLUE)
@@ -661,17 +723,19 @@ def test_every_column_is_pinned_and_typed(which, expected, request):
 
 
 # ---------------------------------------------------------------------------------------------
-# Known defects, pinned at the right value
+# Formerly known defects, now fixed (kept as plain tests)
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="MODEL.md section 3 (revised 2026-11-30): request latency is "
-                   "TTFT + (G-1)*T_iter/tau (the first token comes with TTFT); evaluate.py uses G")
-def test_request_latency_counts_the_first_token_once(known):
-    _, df, _ = known
-    for (dev, chips), want in expected_known().items():
-        if want["fits"]:
-            r = df[(df.params_target_chip_device == dev) & (df.params_target_chip_chips == chips)].iloc[0]
-            assert r.request_latency_ms == pytest.approx(want["_request_latency_model_md_ms"], rel=PHYS)
+@pytest.mark.parametrize("which", ["known", "synth_grid"])
+def test_request_latency_counts_the_first_token_once(which, request):
+    """MODEL.md section 3 (revised 2026-11-30): request latency = TTFT + (G-1) x T_iter/tau (the
+    first of the G tokens comes with TTFT, which carries the runtime's 2.4 ms per request once)."""
+    _, df, _ = request.getfixturevalue(which)
+    fit = df[df.fits]
+    assert len(fit) == {"known": 2, "synth_grid": 4}[which]
+    for _, r in fit.iterrows():
+        assert r.request_latency_ms == pytest.approx(r.ttft_ms + (G - 1) * r.spec_ms_per_token, rel=GLUE)
+        assert r.ttft_ms > REQ_S * 1e3
 
 
 def test_public_sweep_stays_a_function():

@@ -17,8 +17,8 @@ from ..catalog.fields import Range, one_of, unknown_key
 from ..catalog.specs import DTYPES
 from ..catalog.technology import load_technology
 from ..catalog.yamlio import load_yaml
-from ..model.transformer import WEIGHT_FORMATS, default_kv_dtype
 from ..errors import MISSING, DseError, SpecError, UnknownEntryError, raise_collected
+from ..model.transformer import WEIGHT_FORMATS, default_kv_dtype
 from ..results.columns import NUMERIC_METRICS
 from ..workload import (
     K_LIMIT,
