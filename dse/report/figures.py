@@ -366,8 +366,9 @@ def _draw_pair(ax, d: PairData) -> None:
         ax.annotate(label, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=7,
                     ha="left" if dx > 0 else "right")
     known = np.array([(x, y) for _, x, y in d.known], dtype=float).reshape(-1, 2)
-    _auto_log(ax, "x", d.feasible[:, 0], d.front[:, 0], known[:, 0])
-    _auto_log(ax, "y", d.feasible[:, 1], d.front[:, 1], known[:, 1])
+    # every point drawn decides the scale: faded infeasible designs 10x above the front squash it too
+    _auto_log(ax, "x", d.infeasible[:, 0], d.feasible[:, 0], d.front[:, 0], known[:, 0])
+    _auto_log(ax, "y", d.infeasible[:, 1], d.feasible[:, 1], d.front[:, 1], known[:, 1])
     ax.set_xlabel(f"{axis_label(d.x)}, {_arrow(d.dx)}")
     ax.set_ylabel(f"{axis_label(d.y)}, {_arrow(d.dy)}")
     ax.grid(True, lw=0.4, alpha=0.5)
@@ -386,8 +387,8 @@ def _known_caption(known: pd.DataFrame | None, objs) -> str:
                for i in known.index if not have.loc[i].all()]
     text = " Open black markers: known parts on the same workload."
     if any(c.endswith("cost_usd") for c in cols):
-        text += (" Cost is not like-for-like: synthesised designs carry a manufacturing cost (silicon,"
-                 " memory, packaging; hardware_db/technology), known parts a street-price estimate.")
+        text += (" Cost is like for like: known parts and synthesised designs both carry the manufacturing"
+                 " estimate (silicon, memory, packaging; hardware_db/technology); street prices are in price_usd.")
     return text + (f" Not drawn where a value is missing: {'; '.join(missing)}." if missing else "")
 
 
