@@ -28,6 +28,7 @@ from .results.columns import BASE_CONSTRAINTS
 from .results.frame import results_frame
 from .results.store import study_metadata, write_parquet
 from .study import SAMPLERS, StudySpec, open_study
+from .study.space import active_masks, sampling_order
 
 #: objective value given to Optuna where a metric is undefined (the design does not fit);
 #: the memory constraint already marks such trials infeasible
@@ -54,6 +55,29 @@ def distributions(study: StudySpec) -> dict:
         else:
             out[k.name] = od.FloatDistribution(k.low, k.high, log=k.log, step=k.step)
     return out
+
+
+def ask_design(ostudy, study: StudySpec, dists: dict):
+    """Ask one trial and suggest its active knobs only (a conditional space: a draft-chip knob
+    is not sampled when the draft chip is off, dse.study.space); controllers come first."""
+    trial = ostudy.ask()
+    vals: dict[str, np.ndarray] = {}
+    for k in sampling_order(study):
+        act = active_masks(study, vals, 1).get(k.name)
+        if act is not None and not act[0]:
+            continue
+        vals[k.name] = np.array([_suggest(trial, k.name, dists[k.name])], dtype=object)
+    return trial
+
+
+def _suggest(trial, name: str, d):
+    """One suggest call for a distribution of :func:`distributions`."""
+    import optuna.distributions as od
+    if isinstance(d, od.CategoricalDistribution):
+        return trial.suggest_categorical(name, d.choices)
+    if isinstance(d, od.IntDistribution):
+        return trial.suggest_int(name, d.low, d.high, step=d.step, log=d.log)
+    return trial.suggest_float(name, d.low, d.high, step=d.step, log=d.log)
 
 
 def make_sampler(name: str, seed: int, population: int, n_objectives: int):
@@ -170,8 +194,8 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
             trials = []
             try:
                 for _ in range(b):
-                    trials.append(ostudy.ask(dists))
-                params = {nm: np.array([t.params[nm] for t in trials]) for nm in names}
+                    trials.append(ask_design(ostudy, study, dists))
+                params = {nm: _column([t.params.get(nm) for t in trials]) for nm in names}
                 designs, metrics = evaluate_study(study, params, b, db, tech)
                 cols = metric_table(designs, metrics)
                 cons = constraint_values(cols, study)
@@ -247,7 +271,7 @@ def study_frame(study: StudySpec, ostudy, db, tech, runs) -> pd.DataFrame:
     from optuna.trial import TrialState
     trials = sorted(ostudy.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda t: t.number)
     n = len(trials)
-    params = {k.name: np.array([t.params[k.name] for t in trials]) for k in study.searched}
+    params = {k.name: _column([t.params.get(k.name) for t in trials]) for k in study.searched}
     designs, metrics = evaluate_study(study, params, n, db, tech)
     numbers = np.array([t.number for t in trials], dtype=np.int64)
     starts = [r["first_trial"] for r in runs]
@@ -258,6 +282,11 @@ def study_frame(study: StudySpec, ostudy, db, tech, runs) -> pd.DataFrame:
     df["sampler"] = pd.array([runs[max(w, 0)]["sampler"] for w in which], dtype="string")
     df["seed"] = pd.array([runs[max(w, 0)]["seed"] for w in which], dtype="Int64")
     return df
+
+
+def _column(values: list) -> np.ndarray:
+    """Trial parameters as one array; object dtype when an inactive knob left a None."""
+    return np.array(values, dtype=object if any(v is None for v in values) else None)
 
 
 def _as_utc(when: datetime.datetime | None) -> datetime.datetime | None:
