@@ -91,7 +91,7 @@ def make_sampler(name: str, seed: int, population: int, n_objectives: int):
 
 def _sampler(name: str, seed: int, population: int):
     import optuna
-    if name == "nsga2":
+    if name in ("nsga2", "auto"):       # auto: NSGA-II after the seeds of enqueue_seeds
         return optuna.samplers.NSGAIISampler(population_size=population, seed=seed)
     if name == "nsga3":
         return optuna.samplers.NSGAIIISampler(population_size=population, seed=seed)
@@ -178,6 +178,8 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
     if not runs or runs[-1]["sampler"] != sampler_name or runs[-1]["seed"] != seed:
         runs.append({"sampler": sampler_name, "seed": seed, "first_trial": first})
         ostudy.set_user_attr("dse_runs", runs)
+    if sampler_name == "auto" and first == 0:
+        enqueue_seeds(ostudy, study, n_trials, seed, db, tech)
     dists = distributions(study)
     names = [k.name for k in study.searched]
     told = 0
@@ -227,6 +229,31 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
     return RunResult(frame=df, path=out, n_new=told, storage=storage_url, interrupted=interrupted)
 
 
+def seed_count(n_trials: int, batch_size: int) -> int:
+    """Seeds of sampler auto: half the trials (at least one batch, at most 256 designs)."""
+    return int(min(256, max(min(batch_size, n_trials), n_trials // 2)))
+
+
+def find_seeds(study: StudySpec, n_trials: int, seed: int, db, tech):
+    """The seeds of sampler auto for a budget: dse.presearch with 20 designs per trial up to
+    1,000 trials (20,000 to start, 20 rounds of 4,000 children: 100,000 designs in all)."""
+    from .presearch import presearch
+    scale = min(1.0, n_trials / 1000)
+    return presearch(study, db, tech, seed=seed, keep=seed_count(n_trials, study.batch_size),
+                     initial=max(1000, int(20_000 * scale)), children=max(200, int(4_000 * scale)))
+
+
+def enqueue_seeds(ostudy, study: StudySpec, n_trials: int, seed: int, db, tech) -> int:
+    """Sampler auto: a front found in numpy (dse.presearch; its effort scales with n_trials, up
+    to 100,000 designs) enqueued as the study's first trials. They are asked, evaluated and told
+    like any trial, so every seed is in the storage and the Parquet file; NSGA-II breeds from them."""
+    seeds = find_seeds(study, n_trials, seed, db, tech)
+    for p in seeds.params:
+        ostudy.enqueue_trial(p, skip_if_exists=False)
+    ostudy.set_user_attr("dse_seeds", {"designs": len(seeds.params), "evaluated_in_numpy": seeds.evaluated})
+    return len(seeds.params)
+
+
 def space_fingerprint(study: StudySpec) -> str:
     """Hash of what makes trials comparable: workload, knobs, objectives, constraints and
     technology overrides (not the search budget, sampler or output)."""
@@ -243,7 +270,8 @@ def fail_stale_trials(ostudy, older_than_s: float = 300.0) -> None:
     RUNNING trials belong to live workers on the same storage and are left alone."""
     from optuna.trial import TrialState
     now = datetime.datetime.now()
-    for t in ostudy.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
+    # WAITING trials are enqueued designs (sampler auto's seeds) that no worker has asked yet
+    for t in ostudy.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         start = t.datetime_start
         if start is None or (now - start).total_seconds() > older_than_s:
             ostudy.tell(t.number, state=TrialState.FAIL)

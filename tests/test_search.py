@@ -44,8 +44,8 @@ def test_parquet_schema_dtypes_and_metadata(tmp_path):
     assert meta["schema_version"] == 1 and meta["study"]["name"] == "quickstart"
     assert meta["objectives"] == [{"metric": "spec_ms_per_token", "direction": "minimize"},
                                   {"metric": "cost_usd", "direction": "minimize"}]
-    assert meta["sampler"] == "nsga2" and meta["seed"] == 0 and len(meta["tech_fingerprint"]) == 16
-    assert (df["sampler"] == "nsga2").all() and (df["seed"] == 0).all()
+    assert meta["sampler"] == "auto" and meta["seed"] == 0 and len(meta["tech_fingerprint"]) == 16
+    assert (df["sampler"] == "auto").all() and (df["seed"] == 0).all()
     # designs that do not fit have a shortfall and no latency
     nofit = df[~df["fits"]]
     assert (nofit["memory_shortfall_gb"] > 0).all() and nofit["spec_ms_per_token"].isna().all()
