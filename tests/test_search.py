@@ -223,3 +223,23 @@ def test_front_has_one_row_per_design_and_point(tmp_path):
         # a repeat keeps its design's rank, but never the flag
         rep = df[df["duplicate_of"].notna() & df["feasible"]]
         assert not rep["is_pareto"].fillna(False).any()
+
+
+def test_dse_run_counts_designs_and_sorts_the_front(tmp_path):
+    """`dse run`: one word for one thing ('designs' = distinct designs, from the file's
+    duplicate_of), and the front's table sorted by the first objective."""
+    from click.testing import CliRunner
+
+    from dse.cli import main
+    s = small_study(tmp_path, n_trials=160, sampler="nsga2")
+    r = CliRunner().invoke(main, ["run", s.path, "--storage", ":memory:", "--quiet"])
+    assert r.exit_code == 0, r.output
+    df = pd.read_parquet(tmp_path / "q.parquet")
+    designs = int(df["duplicate_of"].isna().sum())
+    feasible = int((df["duplicate_of"].isna() & df["feasible"]).sum())
+    front = int(df["is_pareto"].fillna(False).sum())
+    assert designs < 160                     # plain NSGA-II repeats some designs
+    lines = r.output.splitlines()
+    assert lines[1].startswith(f"front: {front} designs of {feasible} feasible ({designs} designs in 160 trials); ")
+    latency = [float(line.split()[0]) for line in lines[3:]]
+    assert latency == sorted(latency) and len(latency) == min(front, 25)
