@@ -3,6 +3,9 @@
 Run:  python benchmarks/bench_search_quality.py [--studies quickstart draft-chip] [--seeds 0 1 2]
           [--trials 250 500 1000 2000] [--samplers auto nsga2 nsga3 tpe random qmc gp] [--quick]
 
+The full run takes about 20 minutes on 2 cores (TPE is most of it); --quick (auto and nsga2 at
+1,000 trials, about 1 minute, what benchmarks/run_all.py runs) writes to the temp folder.
+
 For each shipped study (quickstart, draft-chip):
 
 - the best known front: a dense grid (--grid-points per continuous knob, every distinct design,
@@ -122,9 +125,19 @@ def main() -> int:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--grid-points", type=int, default=None, help="dense grid resolution (default per study)")
     ap.add_argument("--quick", action="store_true", help="auto and nsga2 only, 1,000 trials, seeds 0 1 2")
-    ap.add_argument("--out", default=str(ROOT / "docs" / "search-quality.json"))
-    ap.add_argument("--plot", default=str(ROOT / "docs" / "img" / "search-quality.png"))
+    ap.add_argument("--out", default=None, help="JSON results (default: docs/search-quality.json; "
+                    "with --quick, the temp folder)")
+    ap.add_argument("--plot", default=None, help="PNG (default: docs/img/search-quality.png; with --quick, the temp folder)")
+    ap.add_argument("--from-json", action="store_true", help="only redraw the plot and tables from --out")
     args = ap.parse_args()
+    where = Path(tempfile.gettempdir()) if args.quick else ROOT / "docs"
+    args.out = args.out or str(where / "search-quality.json")
+    args.plot = args.plot or str(where / ("search-quality.png" if args.quick else "img/search-quality.png"))
+    if args.from_json:
+        results = json.loads(Path(args.out).read_text())
+        plot(results, Path(args.plot))
+        print(markdown(results))
+        return 0
     if args.quick:
         args.samplers, args.trials = ["auto", "nsga2"], [1000]
     samplers = list(args.samplers)
@@ -196,7 +209,53 @@ def main() -> int:
                                        f">= {TARGETS[name]}", r["hv_ratio"] >= TARGETS[name]))
     Path(args.out).write_text(json.dumps(results, indent=1, default=float))
     plot(results, Path(args.plot))
+    print(markdown(results))
     return report(checks)
+
+
+def markdown(results: dict) -> str:
+    """Per study: HV ratio mean (min-max over seeds) per sampler and budget, the feasible
+    fraction and wall time at the largest budget; then every seed of every run."""
+    out = []
+    for name, st in results["studies"].items():
+        rows = st["rows"]
+        budgets = sorted({r["trials"] for r in rows if not r["sampler"].startswith("dense")})
+        out += [f"### {name}", "",
+                f"Best known front: {st['best_front_size']} points (dense grid of {st['dense_grid']['points']} points "
+                f"per knob, {st['dense_grid']['designs']:,} designs, united with every run); reference point "
+                f"{', '.join(f'{v:.4g}' for v in st['reference'])} (1.1 x its nadir).", "",
+                "| sampler | " + " | ".join(f"{n:,} trials" for n in budgets) + f" | feasible at {budgets[-1]:,} |"
+                " wall s at " + f"{budgets[-1]:,} |",
+                "| --- |" + " ---: |" * (len(budgets) + 2)]
+        for s in dict.fromkeys(r["sampler"] for r in rows):
+            mine = [r for r in rows if r["sampler"] == s]
+            if s.startswith("dense"):
+                continue
+            cells = []
+            for n in budgets:
+                v = [r["hv_ratio"] for r in mine if r["trials"] == n]
+                if not v:
+                    cells.append("")
+                elif len(v) == 1:
+                    cells.append(f"{v[0]:.4f}" + (f" ({mine[budgets.index(n)]['designs']:,} designs)"
+                                                  if s.startswith("grid") else ""))
+                else:
+                    cells.append(f"{np.mean(v):.4f} ({min(v):.4f}-{max(v):.4f})")
+            last = [r for r in mine if r["trials"] == budgets[-1]]
+            feas = [r["feasible_fraction"] for r in last if r["feasible_fraction"] is not None]
+            wall = [r["wall_s"] for r in last if r["wall_s"] is not None]
+            label = "grid of equal cost" if s.startswith("grid") else s
+            out.append(f"| {label} | " + " | ".join(cells) + f" | {np.mean(feas):.2f} |" if feas else
+                       f"| {label} | " + " | ".join(cells) + " | - |")
+            out[-1] += f" {np.mean(wall):.1f} |" if wall else " - |"
+        dense = next(r for r in rows if r["sampler"].startswith("dense"))
+        out += ["", f"The dense grid alone: {dense['hv_ratio']:.4f}.", "",
+                "Every seed, HV ratio: " + "; ".join(
+                    f"{s} {n:,}: " + ", ".join(f"{r['hv_ratio']:.4f}" for r in rows
+                                               if r["sampler"] == s and r["trials"] == n)
+                    for s in dict.fromkeys(r["sampler"] for r in rows) if not s.startswith(("grid", "dense"))
+                    for n in budgets) + ".", ""]
+    return "\n".join(out)
 
 
 def plot(results: dict, path: Path) -> None:
@@ -221,15 +280,17 @@ def plot(results: dict, path: Path) -> None:
                     lw=2.2 if s == "auto" else 1.2)
             ax.fill_between(ns, [min(v) for v in stats], [max(v) for v in stats], alpha=0.15)
         ax.set_xscale("log")
+        ax.minorticks_off()
         ax.set_xticks([250, 500, 1000, 2000], ["250", "500", "1,000", "2,000"])
         ax.set_xlabel("trials (designs evaluated by Optuna)")
         ax.set_ylabel("hypervolume / best known front's")
         lo = min(r["hv_ratio"] for r in st["rows"] if not r["sampler"].startswith("dense"))
         ax.set_ylim(max(0.0, min(0.9, lo - 0.01)), 1.002)
         ax.axhline(1.0, color="grey", lw=0.6)
-        ax.set_title(f"{name}: mean of seeds, band = min..max")
+        seeds = len({r["seed"] for r in st["rows"] if r["seed"] is not None})
+        ax.set_title(f"{name}: mean of {seeds} seeds, band = min..max")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, loc="lower right", bbox_to_anchor=(1.0, 0.1))
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

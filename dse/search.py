@@ -349,3 +349,7 @@ class _Progress:
 
 
 logging.getLogger("optuna").setLevel(logging.WARNING)
+# the space is conditional on purpose (dse.study.space): QMC and TPE sample the knobs every trial
+# shares jointly and a conditional knob on its own; their per-trial warnings say no more
+logging.getLogger("optuna.samplers._qmc").addFilter(lambda r: "non-conditional" not in r.getMessage())
+logging.getLogger("optuna.samplers._base").addFilter(lambda r: "sampled independently" not in r.getMessage())
