@@ -235,17 +235,19 @@ def seed_count(n_trials: int, batch_size: int) -> int:
 
 
 def find_seeds(study: StudySpec, n_trials: int, seed: int, db, tech):
-    """The seeds of sampler auto for a budget: dse.presearch with 20 designs per trial up to
-    1,000 trials (20,000 to start, 20 rounds of 4,000 children: 100,000 designs in all)."""
+    """The seeds of sampler auto for a budget: dse.presearch with 120 designs per trial up to
+    1,000 trials (40,000 to start, 20 rounds of 4,000 children: 120,000 designs in all). A
+    start of 20,000 missed the low-latency end of the quickstart front on 2 of 5 seeds
+    (docs/search-quality.md)."""
     from .presearch import presearch
     scale = min(1.0, n_trials / 1000)
     return presearch(study, db, tech, seed=seed, keep=seed_count(n_trials, study.batch_size),
-                     initial=max(1000, int(20_000 * scale)), children=max(200, int(4_000 * scale)))
+                     initial=max(2000, int(40_000 * scale)), children=max(200, int(4_000 * scale)))
 
 
 def enqueue_seeds(ostudy, study: StudySpec, n_trials: int, seed: int, db, tech) -> int:
     """Sampler auto: a front found in numpy (dse.presearch; its effort scales with n_trials, up
-    to 100,000 designs) enqueued as the study's first trials. They are asked, evaluated and told
+    to 120,000 designs) enqueued as the study's first trials. They are asked, evaluated and told
     like any trial, so every seed is in the storage and the Parquet file; NSGA-II breeds from them."""
     seeds = find_seeds(study, n_trials, seed, db, tech)
     for p in seeds.params:
