@@ -17,6 +17,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 #: extra arguments per script in --quick mode
 QUICK_ARGS = {"bench_search.py": ["--quick"]}
+#: arguments always given: the full search-quality table takes ~20 min (run it by hand)
+ALWAYS_ARGS = {"bench_search_quality.py": ["--quick"]}
 
 
 def main(argv=None) -> int:
@@ -29,7 +31,7 @@ def main(argv=None) -> int:
         return 1
     summary = []
     for script in scripts:
-        extra = QUICK_ARGS.get(script.name, []) if args.quick else []
+        extra = (QUICK_ARGS.get(script.name, []) if args.quick else []) + ALWAYS_ARGS.get(script.name, [])
         cmd = [sys.executable, str(script)] + extra
         print(f"==== python benchmarks/{' '.join([script.name] + extra)}", flush=True)
         t = time.perf_counter()

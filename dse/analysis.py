@@ -130,7 +130,7 @@ def usable_values(df: pd.DataFrame, objs) -> tuple[np.ndarray, np.ndarray]:
 
 # --------------------------------------------------------------------------- fronts
 
-def front(df: pd.DataFrame, objectives=None, where: str | None = None) -> pd.DataFrame:
+def front(df: pd.DataFrame, objectives=None, where: str | None = None, distinct: bool = True) -> pd.DataFrame:
     """The feasible non-dominated rows, best first by the first objective.
 
     Args:
@@ -139,10 +139,14 @@ def front(df: pd.DataFrame, objectives=None, where: str | None = None) -> pd.Dat
         where: a ``DataFrame.query`` string applied before the front is taken, e.g.
             ``"power_w <= 700 and params_k == 4"``.
 
+        distinct: one row per point of the front, the first found (lowest trial): repeats of
+            a design (``duplicate_of`` set) and later rows with the same objective values are
+            left out. False keeps every non-dominated row.
+
     Returns:
-        The front's rows (all columns, original index); duplicates in objective space are
-        all kept. Sorted best first (ascending when minimised, descending when maximised)
-        by the first objective, ties broken by the next objectives.
+        The front's rows (all columns, original index). Sorted best first (ascending when
+        minimised, descending when maximised) by the first objective, ties broken by the next
+        objectives.
     """
     objs = objectives_of(df, objectives)
     if where:
@@ -150,8 +154,12 @@ def front(df: pd.DataFrame, objectives=None, where: str | None = None) -> pd.Dat
             df = df.query(where)
         except Exception as e:  # query raises many types; report them uniformly
             raise DseError(f"where = {where!r}: {e}") from e
+    if distinct and "trial" in df.columns:
+        df = df.sort_values("trial", kind="stable")
     vals, ok = usable_values(df, objs)
     mask = pareto.pareto_mask(vals, directions(objs), feasible=ok)
+    if distinct:
+        mask = pareto.first_of_equal(vals, mask)
     out = df[mask]
     return out.sort_values([m for m, _ in objs], ascending=[d == "minimize" for _, d in objs],
                            kind="stable")
@@ -283,6 +291,14 @@ def hypervolume_history(df: pd.DataFrame, objectives=None, reference=None, order
 
 #: the speculative accounting shown beside a front: a speedup never without alpha, tau, k and c
 SPEC_COLUMNS = ("alpha", "tau", "k", "draft_cost_ratio", "speedup")
+
+
+def count_designs(df: pd.DataFrame) -> int:
+    """Distinct designs among the rows: rows that do not repeat an earlier one (``duplicate_of``
+    null; every row in files written before that column existed)."""
+    if "duplicate_of" in df.columns:
+        return int(df["duplicate_of"].isna().sum())
+    return len(df)
 
 
 def front_table(df: pd.DataFrame, objectives=None, top: int | None = None) -> pd.DataFrame:

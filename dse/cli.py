@@ -131,8 +131,9 @@ def sweep_cmd(study_file, points, shard, out, chunk_size, quiet):
     study = load_study(study_file)
     res = sweep(study, points=points, shard=parse_shard(shard) if shard else None, out=out,
                 chunk_size=chunk_size or DEFAULT_CHUNK, progress=not quiet)
-    click.echo(f"{res.out_dir}: {res.rows_written} of {res.total_points} grid points in {len(res.parts)} part "
-               f"files (shard {res.shard[0]}/{res.shard[1]})")
+    click.echo(f"{res.out_dir}: {res.rows_written} designs from {res.total_points} grid points (a knob that does "
+               f"not act on a design is taken at one value) in {len(res.parts)} part files "
+               f"(shard {res.shard[0]}/{res.shard[1]})")
 
 
 @main.command("pareto", short_help="The front of a results file or dataset.")
@@ -145,7 +146,7 @@ def sweep_cmd(study_file, points, shard, out, chunk_size, quiet):
 @click.option("--csv", "as_csv", is_flag=True, help="Print the front as CSV.")
 def pareto_cmd(path, objectives, where, top, as_json, as_csv):
     """The non-dominated front of a results file or sweep directory."""
-    from .analysis import front, front_table, objectives_of
+    from .analysis import count_designs, front, front_table, objectives_of
     from .cli_text import front_text
     from .results.store import load_results
     df = load_results(path)
@@ -157,10 +158,11 @@ def pareto_cmd(path, objectives, where, top, as_json, as_csv):
     elif as_csv:
         click.echo(table.to_csv(index=False), nl=False)
     elif not len(fr):
-        click.echo(f"no feasible design among {len(df)} rows ({', '.join(f'{m} {d}' for m, d in objs)})")
+        click.echo(f"no feasible design among {count_designs(df)} designs ({', '.join(f'{m} {d}' for m, d in objs)})")
     else:
         shown = f"; showing the first {len(table)}" if len(table) < len(fr) else ""
-        click.echo(f"{len(fr)} rows on the front of {len(df)} ({', '.join(f'{m} {d}' for m, d in objs)}){shown}")
+        click.echo(f"{len(fr)} designs on the front of {count_designs(df)} designs ({len(df)} rows; "
+                   f"{', '.join(f'{m} {d}' for m, d in objs)}){shown}")
         click.echo(front_text(table))
 
 
@@ -175,26 +177,29 @@ def report_cmd(path, out, quiet):
     click.echo(f"{res['html']} ({len(res['figures'])} figures)")
 
 
-def _print_front(df, study, header: str, rows: int = 12):
-    """The front, one line per distinct design, spread evenly along the first objective."""
+def _print_front(df, study, header: str, rows: int = 25):
+    """The front, one line per design (the first trial found), sorted by the first objective;
+    a front longer than ``rows`` is shown at ``rows`` designs spread evenly along it.
+    'designs' always counts distinct designs (repeats of a design carry ``duplicate_of``)."""
     import numpy as np
 
-    from .analysis import front, front_table
+    from .analysis import count_designs, front, front_table
     from .cli_text import front_text
     objs = [(o.metric, o.direction) for o in study.objectives]
     fr = front(df, objs)
+    designs = count_designs(df)
     if not len(fr):
         click.echo(header)
-        click.echo(f"no feasible design among {len(df)} trials ({', '.join(f'{m} {d}' for m, d in objs)})")
+        click.echo(f"no feasible design among {designs} designs ({', '.join(f'{m} {d}' for m, d in objs)})")
         return
-    knobs = [c for c in fr.columns if c.startswith("params_")]
-    distinct = fr.drop_duplicates(subset=knobs + [m for m, _ in objs])
-    pick = np.unique(np.linspace(0, len(distinct) - 1, min(rows, len(distinct))).round().astype(int))
-    table = front_table(distinct.iloc[pick], objs)
+    pick = np.unique(np.linspace(0, len(fr) - 1, min(rows, len(fr))).round().astype(int))
+    table = front_table(fr.iloc[pick], objs)
+    feasible = count_designs(df[df["feasible"].to_numpy(bool)])
     click.echo(header)
     acc = study.acceptance.describe() if study.drafter.kind != "none" else "no drafter"
-    click.echo(f"front: {len(fr)} of {int(df['feasible'].sum())} feasible trials ({len(distinct)} distinct designs); "
-               f"draft {study.drafter.label}, {acc}; showing {len(table)}")
+    shown = f"showing {len(table)}, spread along it" if len(table) < len(fr) else "all shown"
+    click.echo(f"front: {len(fr)} designs of {feasible} feasible ({designs} designs in {len(df)} trials); "
+               f"draft {study.drafter.label}, {acc}; sorted by {objs[0][0]}, {shown}")
     click.echo(front_text(table))
 
 

@@ -112,6 +112,7 @@ def short_name(column: str) -> str:
 
 
 def front_text(table) -> str:
-    """A front table (DataFrame) as text: short knob names, 4 significant digits."""
+    """A front table (DataFrame) as text: short knob names, 4 significant digits; a knob that
+    does not act on the design (null, dse.study.space) shows as '-'."""
     table = table.rename(columns=short_name)
-    return table.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+    return table.to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-")

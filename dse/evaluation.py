@@ -10,7 +10,7 @@ returns every hardware, metric and derived column by name in display units, and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from .model.arrays import DesignBatch, HardwareArrays
 from .model.evaluate import Metrics, evaluate
 from .model.technology import known_part_estimate, synthesize_chip
 from .model.transformer import WEIGHT_FORMATS, default_kv_dtype
+from .study.space import fill_inactive
 from .study.spec import StudySpec
 from .units import FACTOR
 
@@ -33,17 +34,26 @@ class Designs:
 
     batch: DesignBatch
     hardware: dict[str, np.ndarray]
+    #: per conditional knob, where it acts on the design (dse.study.space); null in results elsewhere
+    active: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def knob_arrays(study: StudySpec, params: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
-    """Every knob (searched from ``params``, fixed from the study) as an array of length n."""
+    """Every knob (searched from ``params``, fixed from the study) as an array of length n,
+    inactive entries at their neutral value (dse.study.space)."""
+    return knob_arrays_and_masks(study, params, n)[0]
+
+
+def knob_arrays_and_masks(study: StudySpec, params: dict[str, np.ndarray], n: int
+                          ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """knob_arrays and the activity masks of the conditional knobs."""
     out = {}
     for k in study.knobs:
         if k.searched:
             out[k.name] = np.asarray(params[k.name])
         else:
             out[k.name] = np.full(n, k.fixed, dtype=object if k.kind == "cat" else None)
-    return out
+    return fill_inactive(study, out, n)
 
 
 def _codes(values, index_of) -> np.ndarray:
@@ -137,7 +147,7 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
 def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: Database,
                   tech: TechConstants) -> Designs:
     """Knob arrays -> DesignBatch and hardware result columns (display units)."""
-    kn = knob_arrays(study, params, n)
+    kn, active = knob_arrays_and_masks(study, params, n)
     rt = db.runtime(study.runtime)
     target, tc = chip_group("target_chip_", kn, n, study.dtype, db, tech, rt, study.kv_dtype)
     has_draft = "draft_chip_enabled" in kn
@@ -188,7 +198,7 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
     hwcols["price_usd"] = tc["chip_price_usd"] * chips + d_price         # street price (NaN if unknown)
     hwcols["power_w"] = tc["chip_power_w"] * chips + d_power
     hwcols["total_die_area_mm2"] = tc["die_area_mm2"] * chips + d_area
-    return Designs(batch=batch, hardware=hwcols)
+    return Designs(batch=batch, hardware=hwcols, active=active)
 
 
 def evaluate_study(study: StudySpec, params: dict[str, np.ndarray], n: int, db: Database,

@@ -23,10 +23,11 @@ import pyarrow.parquet as pq
 from .catalog.database import Database
 from .errors import SpecError
 from .evaluation import evaluate_study, objective_matrix
-from .pareto import pareto_mask, pareto_ranks
+from .pareto import first_of_equal, pareto_mask, pareto_ranks
 from .results.frame import results_frame
 from .results.store import read_metadata, study_metadata, write_parquet
 from .study import Knob, StudySpec, open_study
+from .study.space import active_masks
 
 DEFAULT_CHUNK = 131_072
 
@@ -119,6 +120,12 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
         flat = np.arange(start, stop, dtype=np.int64)
         idx = np.unravel_index(flat, shape)
         params = {k.name: vals[i] for (k, vals), i in zip(axes, idx)}
+        keep = distinct_points(study, axes, idx, params, flat.size)
+        if not keep.all():      # a knob that does not act is enumerated at its first value only
+            flat = flat[keep]
+            params = {name: v[keep] for name, v in params.items()}
+        if not flat.size:
+            continue
         designs, metrics = evaluate_study(study, params, flat.size, db, tech)
         df = results_frame(study, designs, metrics, params, trial=flat, sampler="grid", seed=None, pareto=False)
         objs.append(objective_matrix({o.metric: df[o.metric].to_numpy(np.float64, na_value=np.nan)
@@ -141,6 +148,17 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
                        parts=parts, shard=(si, sn))
 
 
+def distinct_points(study: StudySpec, axes, idx, params: dict, n: int) -> np.ndarray:
+    """Grid points that are distinct designs: every inactive knob (dse.study.space) at its
+    first axis value, so no design is enumerated twice."""
+    masks = active_masks(study, params, n)
+    keep = np.ones(n, dtype=bool)
+    for (k, _), i in zip(axes, idx):
+        if k.name in masks:
+            keep &= masks[k.name] | (i == 0)
+    return keep
+
+
 def _check_existing(out_dir: Path, meta: dict) -> None:
     """Refuse a directory that holds parts of another grid, study or shard count: mixing them
     would duplicate or misnumber rows. The same grid and shard count may be re-run."""
@@ -160,7 +178,7 @@ def _check_existing(out_dir: Path, meta: dict) -> None:
 def _write_pareto_flags(parts: list[Path], values: np.ndarray, feasible: np.ndarray, study: StudySpec) -> None:
     """Front and ranks over all of this shard's rows, written back into each part atomically."""
     dirs = [o.direction for o in study.objectives]
-    mask = pareto_mask(values, dirs, feasible)
+    mask = first_of_equal(values, pareto_mask(values, dirs, feasible))     # one row per point of the front
     ranks = pareto_ranks(values, dirs, feasible)
     offset = 0
     for path in parts:

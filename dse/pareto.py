@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import moocore
 import numpy as np
 
-__all__ = ["pareto_mask", "pareto_ranks", "hypervolume", "default_reference", "maximise_flags"]
+__all__ = ["pareto_mask", "pareto_ranks", "first_of_equal", "hypervolume", "default_reference", "maximise_flags"]
 
 #: every accepted spelling of an objective direction -> "minimize" | "maximize" (the one table)
 DIRECTIONS = {"min": "minimize", "minimize": "minimize", "minimise": "minimize",
@@ -57,6 +57,23 @@ def _prepare(values, directions, feasible=None):
             raise ValueError(f"feasible must have shape ({v.shape[0]},), but got {f.shape}")
         ok &= f
     return v, flags, ok
+
+
+def first_of_equal(values, mask) -> np.ndarray:
+    """``mask`` keeping only the first row (in row order) of each distinct objective vector
+    among the masked rows: one row per point of a front, the first found.
+
+    >>> first_of_equal([[1, 3], [2, 2], [1, 3], [2, 2]], [True, True, True, False]).tolist()
+    [True, True, False, False]
+    """
+    v = np.asarray(values, dtype=np.float64)
+    m = np.asarray(mask, dtype=bool)
+    rows = np.flatnonzero(m)
+    out = np.zeros(m.shape, dtype=bool)
+    if rows.size:
+        _, first = np.unique(v[rows].reshape(rows.size, -1), axis=0, return_index=True)
+        out[rows[first]] = True
+    return out
 
 
 def pareto_mask(values, directions: Sequence[str], feasible=None) -> np.ndarray:

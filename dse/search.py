@@ -28,6 +28,7 @@ from .results.columns import BASE_CONSTRAINTS
 from .results.frame import results_frame
 from .results.store import study_metadata, write_parquet
 from .study import SAMPLERS, StudySpec, open_study
+from .study.space import active_masks, sampling_order
 
 #: objective value given to Optuna where a metric is undefined (the design does not fit);
 #: the memory constraint already marks such trials infeasible
@@ -56,6 +57,29 @@ def distributions(study: StudySpec) -> dict:
     return out
 
 
+def ask_design(ostudy, study: StudySpec, dists: dict):
+    """Ask one trial and suggest its active knobs only (a conditional space: a draft-chip knob
+    is not sampled when the draft chip is off, dse.study.space); controllers come first."""
+    trial = ostudy.ask()
+    vals: dict[str, np.ndarray] = {}
+    for k in sampling_order(study):
+        act = active_masks(study, vals, 1).get(k.name)
+        if act is not None and not act[0]:
+            continue
+        vals[k.name] = np.array([_suggest(trial, k.name, dists[k.name])], dtype=object)
+    return trial
+
+
+def _suggest(trial, name: str, d):
+    """One suggest call for a distribution of :func:`distributions`."""
+    import optuna.distributions as od
+    if isinstance(d, od.CategoricalDistribution):
+        return trial.suggest_categorical(name, d.choices)
+    if isinstance(d, od.IntDistribution):
+        return trial.suggest_int(name, d.low, d.high, step=d.step, log=d.log)
+    return trial.suggest_float(name, d.low, d.high, step=d.step, log=d.log)
+
+
 def make_sampler(name: str, seed: int, population: int, n_objectives: int):
     """The sampler, always with its seed (Optuna 5's default multi-objective sampler is TPE).
     NSGA-III and QMC are marked experimental by Optuna; that warning is silenced here."""
@@ -67,7 +91,7 @@ def make_sampler(name: str, seed: int, population: int, n_objectives: int):
 
 def _sampler(name: str, seed: int, population: int):
     import optuna
-    if name == "nsga2":
+    if name in ("nsga2", "auto"):       # auto: NSGA-II after the seeds of enqueue_seeds
         return optuna.samplers.NSGAIISampler(population_size=population, seed=seed)
     if name == "nsga3":
         return optuna.samplers.NSGAIIISampler(population_size=population, seed=seed)
@@ -154,6 +178,8 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
     if not runs or runs[-1]["sampler"] != sampler_name or runs[-1]["seed"] != seed:
         runs.append({"sampler": sampler_name, "seed": seed, "first_trial": first})
         ostudy.set_user_attr("dse_runs", runs)
+    if sampler_name == "auto" and first == 0:
+        enqueue_seeds(ostudy, study, n_trials, seed, db, tech)
     dists = distributions(study)
     names = [k.name for k in study.searched]
     told = 0
@@ -170,8 +196,8 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
             trials = []
             try:
                 for _ in range(b):
-                    trials.append(ostudy.ask(dists))
-                params = {nm: np.array([t.params[nm] for t in trials]) for nm in names}
+                    trials.append(ask_design(ostudy, study, dists))
+                params = {nm: _column([t.params.get(nm) for t in trials]) for nm in names}
                 designs, metrics = evaluate_study(study, params, b, db, tech)
                 cols = metric_table(designs, metrics)
                 cons = constraint_values(cols, study)
@@ -203,6 +229,33 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
     return RunResult(frame=df, path=out, n_new=told, storage=storage_url, interrupted=interrupted)
 
 
+def seed_count(n_trials: int, batch_size: int) -> int:
+    """Seeds of sampler auto: half the trials (at least one batch, at most 256 designs)."""
+    return int(min(256, max(min(batch_size, n_trials), n_trials // 2)))
+
+
+def find_seeds(study: StudySpec, n_trials: int, seed: int, db, tech):
+    """The seeds of sampler auto for a budget: dse.presearch with 120 designs per trial up to
+    1,000 trials (40,000 to start, 20 rounds of 4,000 children: 120,000 designs in all). A
+    start of 20,000 missed the low-latency end of the quickstart front on 2 of 5 seeds
+    (docs/search-quality.md)."""
+    from .presearch import presearch
+    scale = min(1.0, n_trials / 1000)
+    return presearch(study, db, tech, seed=seed, keep=seed_count(n_trials, study.batch_size),
+                     initial=max(2000, int(40_000 * scale)), children=max(200, int(4_000 * scale)))
+
+
+def enqueue_seeds(ostudy, study: StudySpec, n_trials: int, seed: int, db, tech) -> int:
+    """Sampler auto: a front found in numpy (dse.presearch; its effort scales with n_trials, up
+    to 120,000 designs) enqueued as the study's first trials. They are asked, evaluated and told
+    like any trial, so every seed is in the storage and the Parquet file; NSGA-II breeds from them."""
+    seeds = find_seeds(study, n_trials, seed, db, tech)
+    for p in seeds.params:
+        ostudy.enqueue_trial(p, skip_if_exists=False)
+    ostudy.set_user_attr("dse_seeds", {"designs": len(seeds.params), "evaluated_in_numpy": seeds.evaluated})
+    return len(seeds.params)
+
+
 def space_fingerprint(study: StudySpec) -> str:
     """Hash of what makes trials comparable: workload, knobs, objectives, constraints and
     technology overrides (not the search budget, sampler or output)."""
@@ -219,7 +272,8 @@ def fail_stale_trials(ostudy, older_than_s: float = 300.0) -> None:
     RUNNING trials belong to live workers on the same storage and are left alone."""
     from optuna.trial import TrialState
     now = datetime.datetime.now()
-    for t in ostudy.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
+    # WAITING trials are enqueued designs (sampler auto's seeds) that no worker has asked yet
+    for t in ostudy.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         start = t.datetime_start
         if start is None or (now - start).total_seconds() > older_than_s:
             ostudy.tell(t.number, state=TrialState.FAIL)
@@ -247,7 +301,7 @@ def study_frame(study: StudySpec, ostudy, db, tech, runs) -> pd.DataFrame:
     from optuna.trial import TrialState
     trials = sorted(ostudy.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda t: t.number)
     n = len(trials)
-    params = {k.name: np.array([t.params[k.name] for t in trials]) for k in study.searched}
+    params = {k.name: _column([t.params.get(k.name) for t in trials]) for k in study.searched}
     designs, metrics = evaluate_study(study, params, n, db, tech)
     numbers = np.array([t.number for t in trials], dtype=np.int64)
     starts = [r["first_trial"] for r in runs]
@@ -258,6 +312,11 @@ def study_frame(study: StudySpec, ostudy, db, tech, runs) -> pd.DataFrame:
     df["sampler"] = pd.array([runs[max(w, 0)]["sampler"] for w in which], dtype="string")
     df["seed"] = pd.array([runs[max(w, 0)]["seed"] for w in which], dtype="Int64")
     return df
+
+
+def _column(values: list) -> np.ndarray:
+    """Trial parameters as one array; object dtype when an inactive knob left a None."""
+    return np.array(values, dtype=object if any(v is None for v in values) else None)
 
 
 def _as_utc(when: datetime.datetime | None) -> datetime.datetime | None:
@@ -292,3 +351,7 @@ class _Progress:
 
 
 logging.getLogger("optuna").setLevel(logging.WARNING)
+# the space is conditional on purpose (dse.study.space): QMC and TPE sample the knobs every trial
+# shares jointly and a conditional knob on its own; their per-trial warnings say no more
+logging.getLogger("optuna.samplers._qmc").addFilter(lambda r: "non-conditional" not in r.getMessage())
+logging.getLogger("optuna.samplers._base").addFilter(lambda r: "sampled independently" not in r.getMessage())

@@ -28,7 +28,10 @@ def brute_front(df, objs):
     feas = df[df["feasible"]]
     v = np.stack([feas[m].to_numpy(float) * (1 if d == "min" else -1) for m, d in objs], axis=1)
     dominated = ((v[None, :, :] <= v[:, None, :]).all(-1) & (v[None, :, :] < v[:, None, :]).any(-1)).any(1)
-    return set(feas["trial"].to_numpy()[~dominated].tolist())
+    order = np.argsort(feas["trial"].to_numpy(), kind="stable")       # ties: the first trial is the one kept
+    v, trial, dominated = v[order], feas["trial"].to_numpy()[order], dominated[order]
+    earlier_tie = np.array([(v[:i] == v[i]).all(-1).any() for i in range(len(v))])
+    return set(trial[~dominated & ~earlier_tie].tolist())
 
 
 @pytest.mark.parametrize("m", [2, 3, 4])
@@ -50,19 +53,21 @@ def test_pareto_table_csv_where_top(sweep_dir):
     r = CliRunner().invoke(main, ["pareto", str(sweep_dir)])
     assert r.exit_code == 0
     lines = r.output.splitlines()
-    assert lines[0] == (f"{n_front} rows on the front of {len(df)} (spec_ms_per_token minimize, cost_usd minimize)")
+    # a sweep has no repeats: every row is a design
+    assert lines[0] == (f"{n_front} designs on the front of {len(df)} designs ({len(df)} rows; "
+                        "spec_ms_per_token minimize, cost_usd minimize)")
     # objectives first, then the speculative accounting, then the knobs with short names
     assert lines[1].split()[:8] == ["spec_ms_per_token", "cost_usd", "alpha", "tau", "k", "draft_cost_ratio",
                                     "speedup", "trial"]
     assert "process_node" in lines[1].split() and "params_" not in lines[1]
     small = df.query("chips <= 2")
     expect = da.front(small)
-    assert len(expect) > 3                       # so that --top 3 truncates
-    r = CliRunner().invoke(main, ["pareto", str(sweep_dir), "--csv", "--top", "3", "--where", "chips <= 2"])
+    assert len(expect) > 2                       # so that --top 2 truncates
+    r = CliRunner().invoke(main, ["pareto", str(sweep_dir), "--csv", "--top", "2", "--where", "chips <= 2"])
     assert r.exit_code == 0
     table = pd.read_csv(io.StringIO(r.output))
-    assert table["trial"].tolist() == expect["trial"].head(3).tolist()
-    assert (table["spec_ms_per_token"].to_numpy() == expect["spec_ms_per_token"].head(3).to_numpy()).all()
+    assert table["trial"].tolist() == expect["trial"].head(2).tolist()
+    assert (table["spec_ms_per_token"].to_numpy() == expect["spec_ms_per_token"].head(2).to_numpy()).all()
 
 
 def test_pareto_bad_objective_exit_2(sweep_dir):

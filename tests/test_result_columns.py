@@ -308,6 +308,14 @@ def pareto(rows: list[dict], objectives: list[dict]) -> None:
             r["is_pareto"], r["pareto_rank"] = rank == 0, rank
         left = [r for r in left if all(r is not f for f in front)]
         rank += 1
+    # issue 11: is_pareto marks the first row (in row order) of each point of the front; a later
+    # row with the same objective values (a repeat, a tie) keeps rank 0 but is not flagged
+    seen = []
+    for r in rows:
+        if r["is_pareto"]:
+            point = [r[o["metric"]] for o in objectives]
+            r["is_pareto"] = point not in seen
+            seen.append(point)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -342,10 +350,12 @@ SYNTH = {
 }
 
 
-def _synth_group(kn: dict, stacks: int) -> dict:
+def _synth_group(kn: dict, stacks: int, link: bool = True) -> dict:
+    """link=False: a lone target chip without a draft chip has no peer, so no link (issue 11:
+    link bandwidth and latency are inactive there, evaluated at 0 GB/s and 0 us, no link power)."""
     return synth(kn["process_node"], kn["peak_tflops"], kn["memory"], stacks, kn["stack_height"],
-                 kn["sram_mb"], kn["link_bw_gb_s"], eta_m=kn["mem_efficiency"], eta_c=kn["compute_efficiency"],
-                 lat_us=kn["link_latency_us"], chips=kn["chips"])
+                 kn["sram_mb"], kn["link_bw_gb_s"] if link else 0.0, eta_m=kn["mem_efficiency"],
+                 eta_c=kn["compute_efficiency"], lat_us=kn["link_latency_us"] if link else 0.0, chips=kn["chips"])
 
 
 def expected_known() -> dict[tuple, dict]:
@@ -369,6 +379,7 @@ def expected_known() -> dict[tuple, dict]:
             r.update(derived(r))
             r["constraint_violation"] = violation(r, KNOWN_CON)
             r["feasible"] = r["fits"] and r["constraint_violation"] == 0
+            r["duplicate_of"] = None            # grid points are distinct designs
             rows[(dev, chips)] = r
     pareto(list(rows.values()), KNOWN_OBJ)
     return rows
@@ -381,8 +392,9 @@ def expected_synth() -> dict[tuple, dict]:
     dn = DRAFT_KNOBS["chips"]                          # 2 draft chips in tensor parallel
     rows = {}
     for stacks in TARGET_KNOBS["memory_stacks"]:
-        T = _synth_group(TARGET_KNOBS, stacks)
         for on in (True, False):
+            # one target chip: its 900 GB/s link serves only the draft chip (36 W = 900e9 x 8 x 5 pJ/bit)
+            T = _synth_group(TARGET_KNOBS, stacks, link=on)
             r = dict(params_target_chip_memory_stacks=stacks, params_draft_chip_enabled=on)
             nan = math.nan          # a synthesised chip has no street price: chip_price_usd, price_usd null
             r.update(chips=1, mem_bw_tb_s=T["bw"] / 1e12, peak_tflops=T["peak"] / 1e12, die_area_mm2=T["area"],
@@ -403,6 +415,7 @@ def expected_synth() -> dict[tuple, dict]:
             r.update(derived(r))
             r["constraint_violation"] = violation(r, SYNTH_CON)
             r["feasible"] = r["fits"] and r["constraint_violation"] == 0
+            r["duplicate_of"] = None            # grid points are distinct designs
             rows[(stacks, on)] = r
     pareto(list(rows.values()), SYNTH_OBJ)
     return rows
@@ -649,6 +662,12 @@ def test_run_study_rows_match_the_grid(tmp_path, request, spec, grid_fixture, ex
     # Pareto flags among this file's rows (ties do not dominate: identical rows share the front)
     rows = [dict(exp[key(r)]) for _, r in df.iterrows()]
     pareto(rows, obj)
+    # 8 random trials over 4 designs repeat some: duplicate_of is the first trial of the same design
+    first = {}
+    for (_, r), want in zip(df.iterrows(), rows):
+        want["duplicate_of"] = first.get(key(r))
+        first.setdefault(key(r), int(r.trial))
+    assert any(w["duplicate_of"] is not None for w in rows)
     for (_, r), want in zip(df.iterrows(), rows):
         _check(r, want, f"run_study trial {r.trial}")
 
@@ -690,7 +709,7 @@ def test_evaluate_design_agrees_with_the_row(known):
 # The schema: no column without a pinned value, and each column's type
 # ---------------------------------------------------------------------------------------------
 
-INT = ("trial", "seed", "chips", "draft_chips", "k", "tree_nodes", "pareto_rank", "params_target_chip_chips",
+INT = ("trial", "seed", "chips", "draft_chips", "k", "tree_nodes", "pareto_rank", "duplicate_of", "params_target_chip_chips",
        "params_target_chip_memory_stacks")
 BOOL = ("buildable", "fits", "feasible", "is_pareto", "params_draft_chip_enabled")
 STR = ("study", "state", "sampler", "params_target_chip_device", "baseline_bound", "verify_bound", "draft_bound",

@@ -44,8 +44,8 @@ def test_parquet_schema_dtypes_and_metadata(tmp_path):
     assert meta["schema_version"] == 2 and meta["study"]["name"] == "quickstart"
     assert meta["objectives"] == [{"metric": "spec_ms_per_token", "direction": "minimize"},
                                   {"metric": "cost_usd", "direction": "minimize"}]
-    assert meta["sampler"] == "nsga2" and meta["seed"] == 0 and len(meta["tech_fingerprint"]) == 16
-    assert (df["sampler"] == "nsga2").all() and (df["seed"] == 0).all()
+    assert meta["sampler"] == "auto" and meta["seed"] == 0 and len(meta["tech_fingerprint"]) == 16
+    assert (df["sampler"] == "auto").all() and (df["seed"] == 0).all()
     # designs that do not fit have a shortfall and no latency
     nofit = df[~df["fits"]]
     assert (nofit["memory_shortfall_gb"] > 0).all() and nofit["spec_ms_per_token"].isna().all()
@@ -98,7 +98,9 @@ def test_pareto_flags_match_brute_force(tmp_path):
     feas = df[df["feasible"]]
     v = feas[["spec_ms_per_token", "cost_usd"]].to_numpy()
     dominated = ((v[None, :, :] <= v[:, None, :]).all(-1) & (v[None, :, :] < v[:, None, :]).any(-1)).any(1)
-    np.testing.assert_array_equal(feas["is_pareto"].to_numpy(bool), ~dominated)
+    earlier_tie = np.array([(v[:i] == v[i]).all(-1).any() for i in range(len(v))])    # rows in trial order
+    np.testing.assert_array_equal(feas["is_pareto"].to_numpy(bool), ~dominated & ~earlier_tie)
+    np.testing.assert_array_equal(feas["pareto_rank"].to_numpy() == 0, ~dominated)
     assert df.loc[~df["feasible"], "is_pareto"].isna().all()
     assert (feas.loc[feas["is_pareto"], "pareto_rank"] == 0).all()
     # every constraint holds on the front
@@ -152,3 +154,92 @@ def test_designs_without_a_link_or_bandwidth_are_infeasible(tmp_path):
     assert len(two) and (~two["feasible"]).all() and (~two["buildable"]).all()
     one = df[df["params_target_chip_chips"] == 1]
     assert one["feasible"].all() and np.isfinite(one["spec_ms_per_token"]).all()
+
+
+DRAFT = Path(__file__).parent.parent / "studies" / "draft-chip.yaml"
+
+
+def _draft_study(tmp_path, n_trials=200):
+    raw = yaml.safe_load(DRAFT.read_text())
+    raw["search"].update(n_trials=n_trials, batch_size=50, sampler="nsga2")
+    raw["output"] = str(tmp_path / "d.parquet")
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    p = tmp_path / "d.yaml"
+    p.write_text(yaml.safe_dump(raw))
+    return load_study(p)
+
+
+def test_inactive_knobs_are_null_and_not_sampled(tmp_path):
+    """Issue 11: draft-chip knobs are null (and not Optuna parameters) when the draft chip is off;
+    stacks with SRAM-only memory too; the results columns say so."""
+    import optuna
+    journal = str(tmp_path / "d.journal")
+    df = run_study(_draft_study(tmp_path, n_trials=100), storage=journal, progress=False).frame
+    draft = [c for c in df.columns if c.startswith("params_draft_chip_") and c != "params_draft_chip_enabled"]
+    assert set(draft) == {f"params_draft_chip_{k}" for k in ("peak_tflops", "memory", "memory_stacks", "sram_mb",
+                                                             "link_bw_gb_s")}
+    off, on = df[~df.params_draft_chip_enabled], df[df.params_draft_chip_enabled]
+    assert len(off) and len(on)
+    assert off[draft].isna().all().all() and off["draft_chips"].eq(0).all()
+    sram = on[on.params_draft_chip_memory == "sram"]
+    assert len(sram) and sram["params_draft_chip_memory_stacks"].isna().all()
+    assert on.loc[on.params_draft_chip_memory != "sram", draft].notna().all().all()
+    # Optuna never sampled them: the trials hold exactly the active knobs
+    ost = optuna.load_study(study_name="draft-chip",
+                            storage=optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(journal)))
+    for t in ost.get_trials(states=(optuna.trial.TrialState.COMPLETE,)):
+        if not t.params["draft_chip_enabled"]:
+            assert set(t.params) == {"target_chip_peak_tflops", "target_chip_memory", "target_chip_memory_stacks",
+                                     "target_chip_stack_height", "draft_chip_enabled"}
+        elif t.params["draft_chip_memory"] == "sram":
+            assert "draft_chip_memory_stacks" not in t.params
+
+
+def test_one_chip_needs_no_link(tmp_path):
+    """Quickstart: at one chip the link bandwidth is null (and evaluated as no link)."""
+    df = run_study(small_study(tmp_path, n_trials=128), storage=":memory:", progress=False).frame
+    one = df[df.params_target_chip_chips == 1]
+    assert len(one) and one.params_target_chip_link_bw_gb_s.isna().all()
+    many = df[df.params_target_chip_chips > 1]
+    assert many.params_target_chip_link_bw_gb_s.notna().all()
+
+
+def test_front_has_one_row_per_design_and_point(tmp_path):
+    """No two is_pareto rows share all active knobs or all objective values; duplicate_of points
+    at the first trial of the same design (brute force over the params columns)."""
+    for df, objs in ((run_study(small_study(tmp_path / "q", n_trials=256), storage=":memory:", progress=False).frame,
+                      ["spec_ms_per_token", "cost_usd"]),
+                     (run_study(_draft_study(tmp_path / "d"), storage=":memory:", progress=False).frame,
+                      ["spec_ms_per_token", "cost_usd", "power_w"])):
+        knobs = [c for c in df.columns if c.startswith("params_")]
+        front = df[df["is_pareto"].fillna(False).astype(bool)]
+        assert len(front) > 3
+        assert not front.duplicated(subset=knobs).any() and not front.duplicated(subset=objs).any()
+        keys = [tuple("<null>" if pd.isna(x) else x for x in row) for row in df[knobs].itertuples(index=False)]
+        first = {}
+        for key, trial, dup in zip(keys, df["trial"], df["duplicate_of"]):
+            want = first.setdefault(key, trial)
+            assert (pd.isna(dup) and want == trial) or dup == want
+        # a repeat keeps its design's rank, but never the flag
+        rep = df[df["duplicate_of"].notna() & df["feasible"]]
+        assert not rep["is_pareto"].fillna(False).any()
+
+
+def test_dse_run_counts_designs_and_sorts_the_front(tmp_path):
+    """`dse run`: one word for one thing ('designs' = distinct designs, from the file's
+    duplicate_of), and the front's table sorted by the first objective."""
+    from click.testing import CliRunner
+
+    from dse.cli import main
+    s = small_study(tmp_path, n_trials=160, sampler="nsga2")
+    r = CliRunner().invoke(main, ["run", s.path, "--storage", ":memory:", "--quiet"])
+    assert r.exit_code == 0, r.output
+    df = pd.read_parquet(tmp_path / "q.parquet")
+    designs = int(df["duplicate_of"].isna().sum())
+    feasible = int((df["duplicate_of"].isna() & df["feasible"]).sum())
+    front = int(df["is_pareto"].fillna(False).sum())
+    assert designs < 160                     # plain NSGA-II repeats some designs
+    lines = r.output.splitlines()
+    assert lines[1].startswith(f"front: {front} designs of {feasible} feasible ({designs} designs in 160 trials); ")
+    latency = [float(line.split()[0]) for line in lines[3:]]
+    assert latency == sorted(latency) and len(latency) == min(front, 25)

@@ -36,7 +36,14 @@ def test_shards_partition_the_grid_and_rerun_replaces(tmp_path, study):
         sweep(study, points=3, shard=(i, 3), out=out, chunk_size=500, progress=False)
     sweep(study, points=3, shard=(1, 3), out=out, chunk_size=500, progress=False)    # re-run one shard
     df = da.load_results(out)
-    assert len(df) == full.total_points and df["trial"].is_unique
+    # 3 points: 2 nodes x 3^5 (TFLOP/s, memory, stacks, height, SRAM) = 486 chips, x 4 chip counts x 3
+    # links = 5,832 grid points; at one chip the link does nothing, so only its first value is a
+    # design there: 486 x (1 + 3 x 3) = 4,860 distinct designs (issue 11)
+    assert full.total_points == 5832 and full.rows_written == 4860
+    assert len(df) == full.rows_written and df["trial"].is_unique
+    one = df[df["params_target_chip_chips"] == 1]
+    assert one["params_target_chip_link_bw_gb_s"].isna().all() and len(one) == 486
+    assert df.loc[df["params_target_chip_chips"] > 1, "params_target_chip_link_bw_gb_s"].notna().all()
     ref = da.load_results(tmp_path / "full").set_index("trial").sort_index()
     got = df.set_index("trial").sort_index()
     pd.testing.assert_series_equal(got["spec_ms_per_token"], ref["spec_ms_per_token"])
@@ -44,7 +51,10 @@ def test_shards_partition_the_grid_and_rerun_replaces(tmp_path, study):
     feas = ref[ref["feasible"]]
     v = feas[["spec_ms_per_token", "cost_usd"]].to_numpy()
     dominated = ((v[None, :, :] <= v[:, None, :]).all(-1) & (v[None, :, :] < v[:, None, :]).any(-1)).any(1)
-    np.testing.assert_array_equal(feas["is_pareto"].to_numpy(bool), ~dominated)
+    # is_pareto: the first row (trial order) of each point of the front
+    earlier_tie = np.array([(v[:i] == v[i]).all(-1).any() for i in range(len(v))])
+    np.testing.assert_array_equal(feas["is_pareto"].to_numpy(bool), ~dominated & ~earlier_tie)
+    np.testing.assert_array_equal(feas["pareto_rank"].to_numpy() == 0, ~dominated)
     assert ref.loc[~ref["feasible"], "is_pareto"].isna().all()
 
 

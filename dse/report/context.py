@@ -29,6 +29,7 @@ from ..errors import DseError, SpecError
 from ..evaluation import evaluate_study
 from ..results.frame import results_frame
 from ..study import Knob, StudySpec, load_study, open_study, parse_study
+from ..study.space import is_conditional
 
 DEVICES = ("h100-sxm", "h200", "b200", "mi300x")
 CHIPS = (1, 2, 4, 8)
@@ -281,6 +282,8 @@ def _trial_params(study: StudySpec, row) -> dict:
     out = {}
     for k in study.searched:
         v = row[f"params_{k.name}"]
+        if pd.isna(v):          # an inactive knob (dse.study.space): not a parameter of this trial
+            continue
         if k.choices:
             out[k.name] = {str(c): c for c in k.choices}[str(v)]
         else:
@@ -296,19 +299,23 @@ def _optuna_study(df: pd.DataFrame, study: StudySpec):
     dists = distributions(study)
     metrics = [o.metric for o in study.objectives]
     s = optuna.create_study(directions=[o.direction for o in study.objectives])
-    s.add_trials([optuna.trial.create_trial(params=_trial_params(study, row), distributions=dists,
-                                            values=[float(row[m]) for m in metrics])
-                  for _, row in df.iterrows()])
+    trials = []
+    for _, row in df.iterrows():
+        params = _trial_params(study, row)
+        trials.append(optuna.trial.create_trial(params=params, distributions={k: dists[k] for k in params},
+                                                values=[float(row[m]) for m in metrics]))
+    s.add_trials(trials)
     return s
 
 
 def _usable_rows(df: pd.DataFrame, study: StudySpec) -> pd.DataFrame:
-    """Feasible COMPLETE rows with finite objectives and every searched param present."""
+    """Feasible COMPLETE rows with finite objectives and every searched param present (or
+    inactive, dse.study.space)."""
     metrics = [o.metric for o in study.objectives]
     ok = da.feasible_mask(df) & np.isfinite(df[metrics].to_numpy(np.float64, na_value=np.nan)).all(axis=1)
     if "state" in df.columns:
         ok &= (df["state"] == "COMPLETE").fillna(False).to_numpy(dtype=bool)
-    pcols = [f"params_{k.name}" for k in study.searched]
+    pcols = [f"params_{k.name}" for k in study.searched if not is_conditional(k)]
     ok &= df[pcols].notna().all(axis=1).to_numpy(dtype=bool)
     return df[ok]
 

@@ -36,6 +36,6 @@ NUMERIC_METRICS = tuple(dict.fromkeys(
 BASE_CONSTRAINTS = ("memory_fit_gb", "buildable")
 #: columns every results row has besides params_* (in file order)
 ID_COLUMNS = ("study", "trial", "state", "sampler", "seed")
-TAIL_COLUMNS = ("feasible", "constraint_violation", "is_pareto", "pareto_rank", "datetime_start",
+TAIL_COLUMNS = ("feasible", "constraint_violation", "is_pareto", "pareto_rank", "duplicate_of", "datetime_start",
                 "datetime_complete")
 

@@ -12,7 +12,8 @@ import pandas as pd
 
 from ..evaluation import Designs, constraint_values, metric_table
 from ..model.evaluate import Metrics
-from ..pareto import pareto_mask, pareto_ranks
+from ..pareto import first_of_equal, pareto_mask, pareto_ranks
+from ..study.space import is_conditional
 from .columns import BOUND_COLUMNS, DERIVED_COLUMNS, HARDWARE_COLUMNS, INT_METRICS, TEXT_METRICS
 
 
@@ -32,15 +33,7 @@ def results_frame(study, designs: Designs, metrics: Metrics, params: dict[str, n
         "seed": pd.array([seed] * n, dtype="Int64"),
     }
     for k in study.searched:
-        v = np.asarray(params[k.name])
-        if k.kind == "cat":
-            data[f"params_{k.name}"] = pd.array(v.astype(str), dtype="string")
-        elif k.kind == "bool":
-            data[f"params_{k.name}"] = v.astype(bool)
-        elif k.kind == "int":
-            data[f"params_{k.name}"] = v.astype(np.int64)
-        else:
-            data[f"params_{k.name}"] = v.astype(np.float64)
+        data[f"params_{k.name}"] = _param_column(k, np.asarray(params[k.name]), designs.active.get(k.name))
     for name in HARDWARE_COLUMNS:
         if name in cols:
             kind = bool if name == "buildable" else np.int64 if name in ("chips", "draft_chips") else np.float64
@@ -66,17 +59,52 @@ def results_frame(study, designs: Designs, metrics: Metrics, params: dict[str, n
     else:
         df["is_pareto"] = pd.array([None] * n, dtype="boolean")
         df["pareto_rank"] = pd.array([None] * n, dtype="Int64")
+    df["duplicate_of"] = duplicate_of(df, study)
     df["datetime_start"] = _utc(datetime_start, n)
     df["datetime_complete"] = _utc(datetime_complete, n)
     return df
 
 
+def _param_column(k, v: np.ndarray, active: np.ndarray | None):
+    """One params_ column; a conditional knob (dse.study.space) is null where it does not act."""
+    if not is_conditional(k):
+        if k.kind == "cat":
+            return pd.array(v.astype(str), dtype="string")
+        return v.astype(bool if k.kind == "bool" else np.int64 if k.kind == "int" else np.float64)
+    act = np.ones(v.shape, dtype=bool) if active is None else active
+    if k.kind == "float":
+        return np.where(act, v, np.nan).astype(np.float64)
+    dtype = {"cat": "string", "bool": "boolean", "int": "Int64"}[k.kind]
+    vals = [x if a else None for x, a in zip(v.tolist(), act.tolist())]
+    if k.kind == "cat":
+        vals = [None if x is None else str(x) for x in vals]
+    return pd.array(vals, dtype=dtype)
+
+
+def duplicate_of(df: pd.DataFrame, study) -> pd.array:
+    """The trial of the first row (lowest trial) with the same active knobs, where a row repeats
+    a design; null for each design's first row. Inactive knobs are null (dse.study.space), so
+    knobs that do nothing never make two rows different designs."""
+    cols = [f"params_{k.name}" for k in study.searched]
+    n = len(df)
+    if not n or not cols:
+        return pd.array([None] * n, dtype="Int64")
+    group = df.groupby(cols, dropna=False, sort=False).ngroup().to_numpy()
+    trial = df["trial"].to_numpy(np.int64)
+    first = pd.Series(trial).groupby(group).transform("min").to_numpy(np.int64)
+    out = pd.array(first, dtype="Int64")
+    out[first == trial] = pd.NA
+    return out
+
+
 def add_pareto_flags(df: pd.DataFrame, study) -> pd.DataFrame:
-    """is_pareto and pareto_rank (0 = front) among feasible rows; null for infeasible rows."""
+    """pareto_rank (0 = front) among feasible rows, null for infeasible rows; is_pareto marks
+    the first row (in row order, which is trial order) of each point of the front, so a repeated
+    design or an exact tie is on the front once (its pareto_rank is still 0)."""
     values = df[[o.metric for o in study.objectives]].to_numpy(dtype=np.float64, na_value=np.nan)
     dirs = [o.direction for o in study.objectives]
     feas = df["feasible"].to_numpy(dtype=bool)
-    mask = pareto_mask(values, dirs, feas)
+    mask = first_of_equal(values, pareto_mask(values, dirs, feas))
     ranks = pareto_ranks(values, dirs, feas)
     usable = ranks >= 0
     df["is_pareto"] = pd.array(np.where(usable, mask, None), dtype="boolean")

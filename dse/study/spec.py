@@ -8,7 +8,8 @@ from typing import Any
 
 from ..workload import K_LIMIT, TREE_NODES_MAX, Workload
 
-SAMPLERS = ("nsga2", "nsga3", "tpe", "gp", "random", "qmc")
+#: "auto" (the default): NSGA-II whose first trials are a front found in numpy (dse.presearch)
+SAMPLERS = ("auto", "nsga2", "nsga3", "tpe", "gp", "random", "qmc")
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ WORKLOAD_KEYS = {"target", "draft", "dtype", "kv_dtype", "batch", "prompt_tokens
                  "acceptance", "k", "runtime", "overlap", "tree_nodes", "k_max", "continuous"}
 TOP_KEYS = {"name", "description", "workload", "space", "objectives", "constraints", "search", "grid", "output",
             "storage", "technology", "schema_version"}
-SEARCH_DEFAULTS = {"sampler": "nsga2", "n_trials": 2000, "batch_size": 64, "seed": 0}
+SEARCH_DEFAULTS = {"sampler": "auto", "n_trials": 2000, "batch_size": 64, "seed": 0}
 
 
 @dataclass(frozen=True)

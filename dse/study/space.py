@@ -1,0 +1,109 @@
+"""Which knobs act on a design: the conditional search space of a study.
+
+A knob is *inactive* for a design when no value of it changes that design (issue 11):
+
+- every draft-chip knob when ``draft_chip_enabled`` is false;
+- the target's ``link_bw_gb_s`` on one chip without a draft chip (no peer to reach; with a
+  draft chip the link is one end of the draft link), and its ``link_latency_us`` on one chip
+  (the draft link's latency is the draft chip's);
+- ``memory_stacks`` with SRAM-only memory, ``stack_height`` with anything but HBM
+  (MODEL.md section 5: the model ignores both there).
+
+An inactive knob is null in results and not sampled; it is evaluated at its neutral value:
+link bandwidth and latency 0 (a chip with no peer carries no link, so pays no link power),
+otherwise the knob's first choice or low end (which the model then ignores). Two rows with
+equal active knobs are therefore the same design.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .spec import Knob, StudySpec
+
+#: knob keys whose activity depends on other knobs (with every draft-chip knob but `enabled`)
+CONDITIONAL_KEYS = ("link_bw_gb_s", "link_latency_us", "memory_stacks", "stack_height")
+#: keys that decide other knobs' activity: they are sampled first
+CONTROL_KEYS = ("enabled", "chips", "memory", "device")
+#: neutral value of an inactive knob whose value would otherwise still count (link power)
+NEUTRAL = {"link_bw_gb_s": 0.0, "link_latency_us": 0.0}
+
+
+def is_conditional(k: Knob) -> bool:
+    """Can this knob be inactive for some design? (Its results column is then nullable.)"""
+    return k.key in CONDITIONAL_KEYS or (k.section == "draft_chip" and k.key != "enabled")
+
+
+def sampling_order(study: StudySpec) -> list[Knob]:
+    """Searched knobs with the controlling ones first: enabled, then chips/memory/device, then the rest."""
+    def rank(k: Knob) -> int:
+        return 0 if k.key == "enabled" else 1 if k.key in CONTROL_KEYS else 2
+    return sorted(study.searched, key=rank)
+
+
+def neutral_value(k: Knob):
+    """The value an inactive knob is evaluated at."""
+    if k.key in NEUTRAL:
+        return NEUTRAL[k.key]
+    if k.fixed is not None:
+        return k.fixed
+    return k.choices[0] if k.choices else k.low
+
+
+def active_masks(study: StudySpec, values: dict, n: int) -> dict[str, np.ndarray]:
+    """For every conditional knob present in ``values`` (arrays of length n, one per knob
+    name; a missing controller takes its fixed value), a bool array: does it act on the design?
+
+    >>> import pathlib, dse
+    >>> from dse.study import load_study
+    >>> s = load_study(pathlib.Path(dse.__file__).parent.parent / "studies" / "draft-chip.yaml")
+    >>> m = active_masks(s, {"draft_chip_enabled": np.array([True, False]),
+    ...                      "draft_chip_memory": np.array(["sram", "sram"])}, 2)
+    >>> m["draft_chip_memory_stacks"].tolist(), m["draft_chip_peak_tflops"].tolist()
+    ([False, False], [True, False])
+    >>> m["target_chip_link_bw_gb_s"].tolist()      # one target chip: the link serves the draft chip only
+    [True, False]
+    """
+    def get(name, default):
+        if name in values and values[name] is not None:
+            return np.asarray(values[name])
+        k = study.knob(name)
+        v = k.fixed if k is not None and k.fixed is not None else default
+        return np.full(n, v, dtype=object if isinstance(v, str) else None)
+
+    kinds = {m.name: m.kind for m in study.tech.memory} if study.tech is not None else {}
+    on = get("draft_chip_enabled", False).astype(bool) if study.knob("draft_chip_enabled") else np.zeros(n, bool)
+    out: dict[str, np.ndarray] = {}
+    for k in study.knobs:
+        if not is_conditional(k) or k.section not in ("target_chip", "draft_chip"):
+            continue
+        prefix = k.section + "_"
+        group = on if k.section == "draft_chip" else np.ones(n, dtype=bool)
+        if k.key == "link_bw_gb_s":
+            act = (get(prefix + "chips", 1).astype(np.int64) > 1) | on
+        elif k.key == "link_latency_us":
+            act = (get(prefix + "chips", 1).astype(np.int64) > 1) | (on if k.section == "draft_chip" else False)
+        elif k.key in ("memory_stacks", "stack_height") and study.knob(prefix + "memory") is not None:
+            kind = np.array([kinds.get(str(m), "hbm") for m in get(prefix + "memory", "hbm3e")], dtype=object)
+            act = (kind != "sram") if k.key == "memory_stacks" else (kind == "hbm")
+        else:
+            act = np.ones(n, dtype=bool)
+        out[k.name] = np.asarray(act, dtype=bool) & group
+    return out
+
+
+def fill_inactive(study: StudySpec, values: dict[str, np.ndarray], n: int
+                  ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Every knob with inactive entries (None, NaN or any value) set to its neutral value, and
+    the activity masks (conditional knobs only; the others act on every design)."""
+    masks = active_masks(study, values, n)
+    out = dict(values)
+    for name, act in masks.items():
+        if act.all() or name not in out:
+            continue
+        k = study.knob(name)
+        v = np.asarray(out[name])
+        filled = np.where(act, v, np.asarray(neutral_value(k), dtype=object))
+        out[name] = filled.astype(object if k.kind == "cat" else bool if k.kind == "bool"
+                                  else np.int64 if k.kind == "int" else np.float64)
+    return out, masks
