@@ -8,6 +8,7 @@ imports (optuna, pandas, matplotlib) happen inside the commands that need them, 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
@@ -27,6 +28,9 @@ class _Group(click.Group):
                 raise
             click.echo(f"error: {exc}", err=True)
             sys.exit(getattr(exc, "exit_code", 2))
+        except KeyboardInterrupt:   # a second Ctrl-C/SIGTERM, or one outside dse run/sweep: no "Aborted!"
+            click.echo("interrupted", err=True)
+            sys.exit(130)
         except BrokenPipeError:     # `dse pareto ... | head`
             sys.stderr.close()
             sys.exit(0)
@@ -43,7 +47,9 @@ class _Group(click.Group):
 @click.pass_context
 def main(ctx, debug):
     """dse: design-space explorer for LLM-inference accelerators and speculative decoding."""
+    import warnings
     ctx.obj = {"debug": debug}
+    warnings.formatwarning = lambda message, category, *a, **k: f"warning: {message}\n"
 
 
 def _kv(ctx, param, values):
@@ -96,23 +102,54 @@ def eval_cmd(as_json, **kwargs):
 
 @main.command("run", short_help="Search a study with Optuna; Parquet + front.")
 @click.argument("study_file", type=click.Path(dir_okay=False))
-@click.option("--n-trials", type=int, default=None, help="Total trials of the study (resumes up to it).")
+@click.option("--n-trials", type=int, default=None, help="Total trials of the study (per task with --task).")
 @click.option("--sampler", default=None, help="nsga2|nsga3|tpe|gp|random|qmc (default: the study's).")
 @click.option("--seed", type=int, default=None, help="Sampler seed (default: the study's search.seed).")
-@click.option("--storage", default=None, help="Optuna storage URL or journal file; ':memory:' for none.")
-@click.option("--out", default=None, help="Parquet file (default: the study's output).")
+@click.option("--storage", default=None,
+              help="Shared storage: journal file or journal:PATH, postgresql+psycopg://..., sqlite:///...; ':memory:'.")
+@click.option("--task", default=None,
+              help="I/N: independent array task I of N (in-memory study, own seed); auto (SLURM array); all/N.")
+@click.option("--out", default=None, help="Parquet file (default: the study's output); a directory with --task.")
+@click.option("--heartbeat-timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="Seconds without a heartbeat after which another worker's RUNNING trial is failed and re-asked.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def run_cmd(study_file, n_trials, sampler, seed, storage, out, quiet):
+def run_cmd(study_file, n_trials, sampler, seed, storage, task, out, heartbeat_timeout, quiet):
     """Search a study with Optuna; write Parquet and print the front."""
-    from .search import run_study
+    from .search import parse_task, redact_url, run_study, run_tasks
     from .study import load_study
+    if task is None and os.environ.get("SLURM_ARRAY_TASK_ID") is not None and storage is None:
+        click.echo("note: SLURM_ARRAY_TASK_ID is set: give --task auto to run this array element as an "
+                   "independent task, or --storage URL to join a shared study", err=True)
     study = load_study(study_file)
+    parsed = parse_task(task)
+    if parsed is not None:
+        i, n = parsed
+        res = run_tasks(study, n, which=None if i == "all" else [i], out=out, n_trials=n_trials, sampler=sampler,
+                        seed=seed, progress=not quiet, only_missing=i == "all")
+        for r in res:
+            if not r.interrupted:
+                click.echo(f"{r.path} ({len(r.frame)} trials, seed {r.frame['seed'].iloc[0] if len(r.frame) else '-'})")
+        if res and res[-1].interrupted:
+            r = res[-1]
+            _stopped(r.interrupted, f"task {r.path.name} was not finished and is not written; run the same "
+                     "command again to do it")
+        if not res:
+            click.echo("every task's part is on disk already (re-run one with --task I/N to replace it)")
+        return
     res = run_study(study, n_trials=n_trials, sampler=sampler, seed=seed, storage=storage, out=out,
-                    progress=not quiet)
-    _print_front(res.frame, study, f"{res.path} ({len(res.frame)} trials, {res.n_new} new; storage {res.storage})")
+                    progress=not quiet, heartbeat_timeout_s=heartbeat_timeout)
     if res.interrupted:
-        click.echo("interrupted: finished trials are kept; run the same command again to resume", err=True)
-        sys.exit(130)
+        _stopped(res.interrupted, f"{len(res.frame)} finished trials written to {res.path} (storage "
+                 f"{redact_url(res.storage)}); run the same command again to resume")
+    _print_front(res.frame, study, f"{res.path} ({len(res.frame)} trials, {res.n_new} new; storage {res.storage})")
+
+
+def _stopped(signum: int, what: str):
+    """One line on stderr, exit 128 + the signal's number (143 SIGTERM, 130 SIGINT)."""
+    import signal
+    name = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}.get(signum, f"signal {signum}")
+    click.echo(f"interrupted by {name}: {what}", err=True)
+    sys.exit(128 + int(signum))
 
 
 @main.command("sweep", short_help="Exhaustive grid of a study into a Parquet dataset.")
@@ -123,14 +160,29 @@ def run_cmd(study_file, n_trials, sampler, seed, storage, out, quiet):
 @click.option("--chunk-size", type=int, default=None, help="Rows per part file (bounds memory).")
 @click.option("--quiet", is_flag=True, help="No progress line.")
 def sweep_cmd(study_file, points, shard, out, chunk_size, quiet):
-    """Evaluate the exhaustive grid of a study's space into a Parquet dataset."""
+    """Evaluate the exhaustive grid of a study's space into a Parquet dataset (only the missing parts)."""
     from .grid import DEFAULT_CHUNK, parse_shard, sweep
     from .study import load_study
     study = load_study(study_file)
     res = sweep(study, points=points, shard=parse_shard(shard) if shard else None, out=out,
                 chunk_size=chunk_size or DEFAULT_CHUNK, progress=not quiet)
-    click.echo(f"{res.out_dir}: {res.rows_written} of {res.total_points} grid points in {len(res.parts)} part "
-               f"files (shard {res.shard[0]}/{res.shard[1]})")
+    done = f"{len(res.parts)} part files of shard {res.shard[0]}/{res.shard[1]} on disk in {res.out_dir}"
+    if res.interrupted:
+        _stopped(res.interrupted, f"{done}; run the same command again to do only the missing parts")
+    kept = f", {res.skipped} already there" if res.skipped else ""
+    click.echo(f"{res.out_dir}: {res.rows_written} of {res.total_points} grid points written in "
+               f"{len(res.parts) - res.skipped} part files{kept} (shard {res.shard[0]}/{res.shard[1]})")
+
+
+@main.command("export", short_help="A shared study's finished trials to Parquet.")
+@click.option("--storage", required=True, help="The study's storage URL or journal file.")
+@click.option("--study", "study_name", required=True, help="The study's name (its `name:`).")
+@click.option("--out", required=True, help="Parquet file to write.")
+def export_cmd(storage, study_name, out):
+    """Every COMPLETE trial of a shared study in the results schema (workers may still run)."""
+    from .export import export_study
+    res = export_study(storage, study_name, out)
+    click.echo(f"{res.path} ({len(res.frame)} trials; storage {res.storage})")
 
 
 @main.command("pareto", short_help="The front of a results file or dataset.")

@@ -141,11 +141,12 @@ def test_unwritable_output_is_a_runtime_failure(tmp_path):
     assert one_error_line(res).startswith(f"error: {blocker}")
 
 
-def test_unreachable_database_is_a_runtime_failure(tmp_path):
+def test_unreachable_database_is_one_line_exit_2(tmp_path):
+    """Issue 12: bad storage URLs, unreachable servers and wrong study names: one line, exit 2."""
     p = study(tmp_path)
     res = run("run", str(p), "--storage", f"sqlite:///{tmp_path}/no/such/dir/x.db")
-    assert res.exit_code == 1
-    assert one_error_line(res).startswith(f"error: --storage sqlite:///{tmp_path}/no/such/dir/x.db: cannot open")
+    assert res.exit_code == 2
+    assert one_error_line(res).startswith(f"error: --storage = 'sqlite:///{tmp_path}/no/such/dir/x.db': cannot open")
 
 
 def test_top_level_help_does_not_truncate_and_options_have_help():
