@@ -7,6 +7,7 @@ imports (optuna, pandas, matplotlib) happen inside the commands that need them, 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -197,8 +198,7 @@ def pareto_cmd(path, objectives, where, top, as_json, as_csv):
     """The non-dominated front of a results file or sweep directory."""
     from .analysis import front, front_table, objectives_of
     from .cli_text import front_text
-    from .results.store import load_results
-    df = load_results(path)
+    df = _load_results(path)
     objs = objectives_of(df, list(objectives) or None)
     fr = front(df, objs, where=where)
     table = front_table(fr, objs, top=top)
@@ -221,8 +221,29 @@ def pareto_cmd(path, objectives, where, top, as_json, as_csv):
 def report_cmd(path, out, quiet):
     """PNG figures and a self-contained HTML page for a results file or dataset."""
     from .report import build_report
-    res = build_report(path, out=out, progress=not quiet)
+    with _warnings_to_stderr():
+        res = build_report(path, out=out, progress=not quiet)
     click.echo(f"{res['html']} ({len(res['figures'])} figures)")
+
+
+def _load_results(path):
+    """load_results, with its warnings (an incomplete dataset) as `warning: ...` lines on stderr."""
+    from .results.store import load_results
+    with _warnings_to_stderr():
+        return load_results(path)
+
+
+@contextlib.contextmanager
+def _warnings_to_stderr():
+    """Warnings raised in the block, each as one `warning: ...` line on stderr."""
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        finally:
+            for w in caught:
+                click.echo(f"warning: {w.message}", err=True)
 
 
 def _print_front(df, study, header: str, rows: int = 12):

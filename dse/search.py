@@ -140,12 +140,12 @@ def clear_stale_lock(journal: str | Path, wait_s: float = 2.0, out=None) -> bool
 
 def _rdb_storage(url: str):
     """RDBStorage with a small connection pool (100 workers stay under PostgreSQL's default
-    max_connections = 100 x ... = 2 each at most) and pre-ping against dropped connections;
+    max_connections = 100 with 1 each, 2 at most);
     creation is retried, since many workers starting at once race to create the tables."""
     import optuna
     kwargs = {}
     if not url.startswith("sqlite"):
-        kwargs = {"pool_size": 1, "max_overflow": 1, "pool_pre_ping": True, "pool_recycle": 300}
+        kwargs = {"pool_size": 1, "max_overflow": 1, "pool_recycle": 300}
     for attempt in range(6):
         try:
             return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
@@ -179,7 +179,8 @@ def resolve_storage(study: StudySpec, storage: str | None, out: Path):
                             "postgresql+psycopg://USER@HOST/DB with pip install 'dse[postgres]')") from None
         except Exception as exc:  # SQLAlchemy: malformed URL or unreachable server: both exit 2
             lines = [x.strip() for x in str(exc).splitlines() if x.strip() and not x.startswith(("(Background", "["))]
-            first = _redact_text(lines[-1] if lines else type(exc).__name__, url)
+            first = _redact_text(re.sub(r"^\([\w.]+\) ", "", "; ".join(lines[:2])) if lines
+                                 else type(exc).__name__, url)
             if type(exc).__name__ in ("ArgumentError", "NoSuchModuleError"):
                 raise SpecError(None, "--storage", shown, f"not a database URL: {first} (expected "
                                 "sqlite:///FILE or postgresql+psycopg://USER@HOST/DB)") from None
@@ -463,13 +464,13 @@ def last_sign_of_life(trial) -> float:
     return max(float(beat), start) if beat is not None else start
 
 
-def fail_stale_trials(ostudy, timeout_s: float = 60.0, trials=None) -> int:
+def fail_stale_trials(ostudy, timeout_s: float = 60.0, trials=None, now: float | None = None) -> int:
     """FAIL the RUNNING trials whose worker gave no sign of life for ``timeout_s`` seconds
     (killed: ask/tell runs no heartbeat thread; a batch here takes milliseconds to seconds and
     refreshes ``dse_heartbeat`` while it is told) and enqueue their parameters again, so their
     designs are re-asked. Returns how many were failed."""
     from optuna.trial import TrialState
-    now = time.time()
+    now = time.time() if now is None else now
     trials = ostudy.get_trials(deepcopy=False) if trials is None else trials
     failed = 0
     for t in trials:
