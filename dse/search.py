@@ -402,7 +402,7 @@ def _search_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heart
                 for t in trials:
                     ostudy.tell(t, state=TrialState.FAIL)
                 raise
-            _tell_all(ostudy, trials, cons, values, study)
+            _tell_all(ostudy, trials, cons, values, study, beat_every_s=min(10.0, heartbeat_timeout_s / 3))
             tally["told"] += b
             bar.update(b)
     finally:
@@ -426,23 +426,32 @@ def _within_budget(ostudy, trials: list, n_trials: int) -> list:
 
 def _tell_all(ostudy, trials, cons, values, study, beat_every_s: float = 10.0) -> None:
     """Tell every evaluated trial even if interrupted half-way (a second Ctrl-C); on a slow
-    database, refresh the heartbeat of the trials still to tell every ``beat_every_s``."""
+    database, refresh the heartbeat of the trials still to tell every ``beat_every_s``. A trial
+    another worker already failed as stale (its design was enqueued again) is skipped."""
+    from optuna.exceptions import UpdateFinishedTrialError
     pending = list(range(len(trials)))
     last = time.monotonic()
+
+    def tell(i):
+        try:
+            _set_constraints(trials[i], cons[i], study)
+            ostudy.tell(trials[i], values[i].tolist())
+        except UpdateFinishedTrialError:
+            pass
     try:
         while pending:
             if time.monotonic() - last > beat_every_s:
                 for j in pending:
-                    trials[j].set_user_attr("dse_heartbeat", time.time())
+                    try:
+                        trials[j].set_user_attr("dse_heartbeat", time.time())
+                    except UpdateFinishedTrialError:
+                        pass
                 last = time.monotonic()
-            i = pending[0]
-            _set_constraints(trials[i], cons[i], study)
-            ostudy.tell(trials[i], values[i].tolist())
+            tell(pending[0])
             pending.pop(0)
     except KeyboardInterrupt:       # evaluated already: tell the rest, keep them all
         for i in pending:
-            _set_constraints(trials[i], cons[i], study)
-            ostudy.tell(trials[i], values[i].tolist())
+            tell(i)
         raise
 
 
