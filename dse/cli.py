@@ -14,7 +14,7 @@ import sys
 
 import click
 
-from .errors import DseError
+from .errors import DseError, SpecError
 
 
 class _Group(click.Group):
@@ -111,10 +111,12 @@ def eval_cmd(as_json, **kwargs):
 @click.option("--task", default=None,
               help="I/N: independent array task I of N (in-memory study, own seed); auto (SLURM array); all/N.")
 @click.option("--out", default=None, help="Parquet file (default: the study's output); a directory with --task.")
+@click.option("--dask", "dask_address", default=None,
+              help="With --task all/N: run the tasks on this Dask scheduler, or local:N worker processes.")
 @click.option("--heartbeat-timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
               help="Seconds without a heartbeat after which another worker's RUNNING trial is failed and re-asked.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def run_cmd(study_file, n_trials, sampler, seed, storage, task, out, heartbeat_timeout, quiet):
+def run_cmd(study_file, n_trials, sampler, seed, storage, task, out, dask_address, heartbeat_timeout, quiet):
     """Search a study with Optuna; write Parquet and print the front."""
     from .search import parse_task, redact_url, run_study, run_tasks
     from .study import load_study
@@ -123,6 +125,15 @@ def run_cmd(study_file, n_trials, sampler, seed, storage, task, out, heartbeat_t
                    "independent task, or --storage URL to join a shared study", err=True)
     study = load_study(study_file)
     parsed = parse_task(task)
+    if dask_address is not None:
+        from .distributed import tasks_on_dask
+        from .search import dataset_dir
+        if parsed is None or parsed[0] != "all":
+            raise SpecError(None, "--dask", dask_address, "runs array tasks: give --task all/N too")
+        rows = tasks_on_dask(dask_address, study_file, parsed[1], out=out, n_trials=n_trials, sampler=sampler,
+                             seed=seed)
+        click.echo(f"{dataset_dir(study, out)}: {parsed[1]} tasks, {rows} trials (Dask {dask_address})")
+        return
     if parsed is not None:
         i, n = parsed
         res = run_tasks(study, n, which=None if i == "all" else [i], out=out, n_trials=n_trials, sampler=sampler,
@@ -159,12 +170,23 @@ def _stopped(signum: int, what: str):
 @click.option("--shard", default=None, help="I/N: evaluate this slice only (or SLURM_ARRAY_TASK_ID/COUNT).")
 @click.option("--out", default=None, help="Dataset directory (default: <output>-sweep/).")
 @click.option("--chunk-size", type=int, default=None, help="Rows per part file (bounds memory).")
+@click.option("--dask", "dask_address", default=None,
+              help="Run shards 0..N-1 of --shard all/N (default all/16) as Dask tasks: a scheduler address or local:N.")
 @click.option("--quiet", is_flag=True, help="No progress line.")
-def sweep_cmd(study_file, points, shard, out, chunk_size, quiet):
+def sweep_cmd(study_file, points, shard, out, chunk_size, dask_address, quiet):
     """Evaluate the exhaustive grid of a study's space into a Parquet dataset (only the missing parts)."""
     from .grid import DEFAULT_CHUNK, parse_shard, sweep
     from .study import load_study
     study = load_study(study_file)
+    if dask_address is not None:
+        from .distributed import sweep_on_dask
+        head, _, tail = (shard or "all/16").partition("/")
+        if head != "all" or not tail.isdigit() or int(tail) < 1:
+            raise SpecError(None, "--shard", shard, "with --dask, give all/N (N shards as N Dask tasks)")
+        rows, parts = sweep_on_dask(dask_address, study_file, int(tail), points=points, out=out,
+                                    chunk_size=chunk_size)
+        click.echo(f"{rows} grid points written in {parts} part files on disk ({tail} shards on Dask {dask_address})")
+        return
     res = sweep(study, points=points, shard=parse_shard(shard) if shard else None, out=out,
                 chunk_size=chunk_size or DEFAULT_CHUNK, progress=not quiet)
     done = f"{len(res.parts)} part files of shard {res.shard[0]}/{res.shard[1]} on disk in {res.out_dir}"
