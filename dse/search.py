@@ -498,8 +498,9 @@ def fail_stale_trials(ostudy, timeout_s: float = 60.0, trials=None, now: float |
 def _set_constraints(trial, values: np.ndarray, study: StudySpec) -> None:
     """Every constraint on every trial before tell (a trial without them counts as feasible)."""
     names = BASE_CONSTRAINTS + tuple(c.metric for c in study.constraints)
+    have = trial.constraints        # one storage read (each read is a query on a database)
     for name, v in zip(names, values, strict=True):
-        if name not in trial.constraints:
+        if name not in have:
             trial.set_constraint(name, float(v))
 
 

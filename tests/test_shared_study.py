@@ -61,8 +61,10 @@ def study_file(tmp_path, n_trials=400, batch_size=25):
 
 
 def workers(p, url, tmp_path, n=4, extra=()):
+    """n `dse run` processes on one storage (random sampler: NSGA-II's per-ask history reads
+    double the time on a database, and coordination is what these tests check)."""
     return [subprocess.Popen([DSE, "run", str(p), "--storage", url, "--out", str(tmp_path / f"w{i}.parquet"),
-                              *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              "--sampler", "random", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for i in range(n)]
 
 
@@ -115,6 +117,7 @@ def test_sigkill_of_one_worker_then_rerun_reaches_the_total(tmp_path, storage):
     assert procs[0].returncode == -signal.SIGKILL
     assert [pr.returncode for pr in procs[1:]] == [0, 0, 0], outs
     r = subprocess.run([DSE, "run", str(p), "--storage", storage, "--heartbeat-timeout", beat, "--quiet",
+                        "--sampler", "random",
                         "--out", str(tmp_path / "again.parquet")], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     states = trial_states(storage, name)
