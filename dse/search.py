@@ -386,9 +386,14 @@ def _search_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heart
                 time.sleep(0.2)
                 continue
             trials = []
+            beat_every = min(10.0, heartbeat_timeout_s / 3)
             try:
+                last_beat = time.monotonic()
                 for _ in range(b):
                     trials.append(ostudy.ask(dists))
+                    if time.monotonic() - last_beat > beat_every:    # a slow database: keep them alive
+                        _beat(trials)
+                        last_beat = time.monotonic()
                 trials = _within_budget(ostudy, trials, n_trials)
                 if not trials:
                     continue
@@ -400,9 +405,9 @@ def _search_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heart
                 values = _finite_objectives(cols, study)
             except KeyboardInterrupt:
                 for t in trials:
-                    ostudy.tell(t, state=TrialState.FAIL)
+                    _fail(ostudy, t)
                 raise
-            _tell_all(ostudy, trials, cons, values, study, beat_every_s=min(10.0, heartbeat_timeout_s / 3))
+            _tell_all(ostudy, trials, cons, values, study, beat_every_s=beat_every)
             tally["told"] += b
             bar.update(b)
     finally:
@@ -420,8 +425,29 @@ def _within_budget(ostudy, trials: list, n_trials: int) -> list:
     keep = [t for t in trials if t.number in allowed]
     for t in trials:
         if t.number not in allowed:
-            ostudy.tell(t, state=TrialState.FAIL)
+            _fail(ostudy, t)
     return keep
+
+
+def _fail(ostudy, trial) -> None:
+    """Tell FAIL, unless another worker already finished the trial (failed it as stale)."""
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+    try:
+        ostudy.tell(trial, state=TrialState.FAIL)
+    except UpdateFinishedTrialError:
+        pass
+
+
+def _beat(trials) -> None:
+    """Set ``dse_heartbeat`` (epoch seconds) on trials this worker still holds."""
+    from optuna.exceptions import UpdateFinishedTrialError
+    now = time.time()
+    for t in trials:
+        try:
+            t.set_user_attr("dse_heartbeat", now)
+        except UpdateFinishedTrialError:
+            pass
 
 
 def _tell_all(ostudy, trials, cons, values, study, beat_every_s: float = 10.0) -> None:
@@ -441,11 +467,7 @@ def _tell_all(ostudy, trials, cons, values, study, beat_every_s: float = 10.0) -
     try:
         while pending:
             if time.monotonic() - last > beat_every_s:
-                for j in pending:
-                    try:
-                        trials[j].set_user_attr("dse_heartbeat", time.time())
-                    except UpdateFinishedTrialError:
-                        pass
+                _beat([trials[j] for j in pending])
                 last = time.monotonic()
             tell(pending[0])
             pending.pop(0)
