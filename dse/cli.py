@@ -7,12 +7,14 @@ imports (optuna, pandas, matplotlib) happen inside the commands that need them, 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 
 import click
 
-from .errors import DseError
+from .errors import DseError, SpecError
 
 
 class _Group(click.Group):
@@ -27,6 +29,9 @@ class _Group(click.Group):
                 raise
             click.echo(f"error: {exc}", err=True)
             sys.exit(getattr(exc, "exit_code", 2))
+        except KeyboardInterrupt:   # a second Ctrl-C/SIGTERM, or one outside dse run/sweep: no "Aborted!"
+            click.echo("interrupted", err=True)
+            sys.exit(130)
         except BrokenPipeError:     # `dse pareto ... | head`
             sys.stderr.close()
             sys.exit(0)
@@ -43,7 +48,9 @@ class _Group(click.Group):
 @click.pass_context
 def main(ctx, debug):
     """dse: design-space explorer for LLM-inference accelerators and speculative decoding."""
+    import warnings
     ctx.obj = {"debug": debug}
+    warnings.formatwarning = lambda message, category, *a, **k: f"warning: {message}\n"
 
 
 def _kv(ctx, param, values):
@@ -98,23 +105,65 @@ def eval_cmd(as_json, **kwargs):
 
 @main.command("run", short_help="Search a study with Optuna; Parquet + front.")
 @click.argument("study_file", type=click.Path(dir_okay=False))
-@click.option("--n-trials", type=int, default=None, help="Total trials of the study (resumes up to it).")
+@click.option("--n-trials", type=int, default=None, help="Total trials of the study (per task with --task).")
 @click.option("--sampler", default=None, help="nsga2|nsga3|tpe|gp|random|qmc (default: the study's).")
 @click.option("--seed", type=int, default=None, help="Sampler seed (default: the study's search.seed).")
-@click.option("--storage", default=None, help="Optuna storage URL or journal file; ':memory:' for none.")
-@click.option("--out", default=None, help="Parquet file (default: the study's output).")
+@click.option("--storage", default=None,
+              help="Shared storage: journal file or journal:PATH, postgresql+psycopg://..., sqlite:///...; ':memory:'.")
+@click.option("--task", default=None,
+              help="I/N: independent array task I of N (in-memory study, own seed); auto (SLURM array); all/N.")
+@click.option("--out", default=None, help="Parquet file (default: the study's output); a directory with --task.")
+@click.option("--dask", "dask_address", default=None,
+              help="With --task all/N: run the tasks on this Dask scheduler, or local:N worker processes.")
+@click.option("--heartbeat-timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="Seconds without a heartbeat after which another worker's RUNNING trial is failed and re-asked.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def run_cmd(study_file, n_trials, sampler, seed, storage, out, quiet):
+def run_cmd(study_file, n_trials, sampler, seed, storage, task, out, dask_address, heartbeat_timeout, quiet):
     """Search a study with Optuna; write Parquet and print the front."""
-    from .search import run_study
+    from .search import parse_task, redact_url, run_study, run_tasks
     from .study import load_study
+    if task is None and os.environ.get("SLURM_ARRAY_TASK_ID") is not None and storage is None:
+        click.echo("note: SLURM_ARRAY_TASK_ID is set: give --task auto to run this array element as an "
+                   "independent task, or --storage URL to join a shared study", err=True)
     study = load_study(study_file)
+    parsed = parse_task(task)
+    if dask_address is not None:
+        from .distributed import tasks_on_dask
+        from .search import dataset_dir
+        if parsed is None or parsed[0] != "all":
+            raise SpecError(None, "--dask", dask_address, "runs array tasks: give --task all/N too")
+        rows = tasks_on_dask(dask_address, study_file, parsed[1], out=out, n_trials=n_trials, sampler=sampler,
+                             seed=seed)
+        click.echo(f"{dataset_dir(study, out)}: {parsed[1]} tasks, {rows} trials (Dask {dask_address})")
+        return
+    if parsed is not None:
+        i, n = parsed
+        res = run_tasks(study, n, which=None if i == "all" else [i], out=out, n_trials=n_trials, sampler=sampler,
+                        seed=seed, progress=not quiet, only_missing=i == "all")
+        for r in res:
+            if not r.interrupted:
+                click.echo(f"{r.path} ({len(r.frame)} trials, seed {r.frame['seed'].iloc[0] if len(r.frame) else '-'})")
+        if res and res[-1].interrupted:
+            r = res[-1]
+            _stopped(r.interrupted, f"task {r.path.name} was not finished and is not written; run the same "
+                     "command again to do it")
+        if not res:
+            click.echo("every task's part is on disk already (re-run one with --task I/N to replace it)")
+        return
     res = run_study(study, n_trials=n_trials, sampler=sampler, seed=seed, storage=storage, out=out,
-                    progress=not quiet)
-    _print_front(res.frame, study, f"{res.path} ({len(res.frame)} trials, {res.n_new} new; storage {res.storage})")
+                    progress=not quiet, heartbeat_timeout_s=heartbeat_timeout)
     if res.interrupted:
-        click.echo("interrupted: finished trials are kept; run the same command again to resume", err=True)
-        sys.exit(130)
+        _stopped(res.interrupted, f"{len(res.frame)} finished trials written to {res.path} (storage "
+                 f"{redact_url(res.storage)}); run the same command again to resume")
+    _print_front(res.frame, study, f"{res.path} ({len(res.frame)} trials, {res.n_new} new; storage {res.storage})")
+
+
+def _stopped(signum: int, what: str):
+    """One line on stderr, exit 128 + the signal's number (143 SIGTERM, 130 SIGINT)."""
+    import signal
+    name = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}.get(signum, f"signal {signum}")
+    click.echo(f"interrupted by {name}: {what}", err=True)
+    sys.exit(128 + int(signum))
 
 
 @main.command("sweep", short_help="Exhaustive grid of a study into a Parquet dataset.")
@@ -123,17 +172,43 @@ def run_cmd(study_file, n_trials, sampler, seed, storage, out, quiet):
 @click.option("--shard", default=None, help="I/N: evaluate this slice only (or SLURM_ARRAY_TASK_ID/COUNT).")
 @click.option("--out", default=None, help="Dataset directory (default: <output>-sweep/).")
 @click.option("--chunk-size", type=int, default=None, help="Rows per part file (bounds memory).")
+@click.option("--dask", "dask_address", default=None,
+              help="Run shards 0..N-1 of --shard all/N (default all/16) as Dask tasks: a scheduler address or local:N.")
 @click.option("--quiet", is_flag=True, help="No progress line.")
-def sweep_cmd(study_file, points, shard, out, chunk_size, quiet):
-    """Evaluate the exhaustive grid of a study's space into a Parquet dataset."""
+def sweep_cmd(study_file, points, shard, out, chunk_size, dask_address, quiet):
+    """Evaluate the exhaustive grid of a study's space into a Parquet dataset (only the missing parts)."""
     from .grid import DEFAULT_CHUNK, parse_shard, sweep
     from .study import load_study
     study = load_study(study_file)
+    if dask_address is not None:
+        from .distributed import sweep_on_dask
+        head, _, tail = (shard or "all/16").partition("/")
+        if head != "all" or not tail.isdigit() or int(tail) < 1:
+            raise SpecError(None, "--shard", shard, "with --dask, give all/N (N shards as N Dask tasks)")
+        rows, parts = sweep_on_dask(dask_address, study_file, int(tail), points=points, out=out,
+                                    chunk_size=chunk_size)
+        click.echo(f"{rows} grid points written in {parts} part files on disk ({tail} shards on Dask {dask_address})")
+        return
     res = sweep(study, points=points, shard=parse_shard(shard) if shard else None, out=out,
                 chunk_size=chunk_size or DEFAULT_CHUNK, progress=not quiet)
+    done = f"{len(res.parts)} part files of shard {res.shard[0]}/{res.shard[1]} on disk in {res.out_dir}"
+    if res.interrupted:
+        _stopped(res.interrupted, f"{done}; run the same command again to do only the missing parts")
+    kept = f", {res.skipped} already there" if res.skipped else ""
     click.echo(f"{res.out_dir}: {res.rows_written} designs from {res.total_points} grid points (a knob that does "
-               f"not act on a design is taken at one value) in {len(res.parts)} part files "
-               f"(shard {res.shard[0]}/{res.shard[1]})")
+               f"not act on a design is taken at one value) written in {len(res.parts) - res.skipped} part "
+               f"files{kept} (shard {res.shard[0]}/{res.shard[1]})")
+
+
+@main.command("export", short_help="A shared study's finished trials to Parquet.")
+@click.option("--storage", required=True, help="The study's storage URL or journal file.")
+@click.option("--study", "study_name", required=True, help="The study's name (its `name:`).")
+@click.option("--out", required=True, help="Parquet file to write.")
+def export_cmd(storage, study_name, out):
+    """Every COMPLETE trial of a shared study in the results schema (workers may still run)."""
+    from .export import export_study
+    res = export_study(storage, study_name, out)
+    click.echo(f"{res.path} ({len(res.frame)} trials; storage {res.storage})")
 
 
 @main.command("pareto", short_help="The front of a results file or dataset.")
@@ -148,8 +223,7 @@ def pareto_cmd(path, objectives, where, top, as_json, as_csv):
     """The non-dominated front of a results file or sweep directory."""
     from .analysis import count_designs, front, front_table, objectives_of
     from .cli_text import front_text
-    from .results.store import load_results
-    df = load_results(path)
+    df = _load_results(path)
     objs = objectives_of(df, list(objectives) or None)
     fr = front(df, objs, where=where)
     table = front_table(fr, objs, top=top)
@@ -173,8 +247,29 @@ def pareto_cmd(path, objectives, where, top, as_json, as_csv):
 def report_cmd(path, out, quiet):
     """PNG figures and a self-contained HTML page for a results file or dataset."""
     from .report import build_report
-    res = build_report(path, out=out, progress=not quiet)
+    with _warnings_to_stderr():
+        res = build_report(path, out=out, progress=not quiet)
     click.echo(f"{res['html']} ({len(res['figures'])} figures)")
+
+
+def _load_results(path):
+    """load_results, with its warnings (an incomplete dataset) as `warning: ...` lines on stderr."""
+    from .results.store import load_results
+    with _warnings_to_stderr():
+        return load_results(path)
+
+
+@contextlib.contextmanager
+def _warnings_to_stderr():
+    """Warnings raised in the block, each as one `warning: ...` line on stderr."""
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        finally:
+            for w in caught:
+                click.echo(f"warning: {w.message}", err=True)
 
 
 def _print_front(df, study, header: str, rows: int = 25):

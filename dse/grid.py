@@ -4,15 +4,17 @@ Grid: every choice of a categorical knob; ``points`` values of a continuous one 
 for log ranges; every integer when there are no more than ``points``). Chunks of flat grid
 indices are evaluated with bounded memory and written as one part file each; with
 ``shard=(I, N)`` (or SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT) only chunks c with
-c % N == I are done. Part names are deterministic, so re-running a shard replaces its parts
-and never duplicates them. is_pareto / pareto_rank are computed over the shard's rows (the
-whole grid when unsharded); `dse pareto DIR` computes the front of the whole dataset.
+c % N == I are done. Part names are deterministic and ``_manifest.json`` lists every part of
+the grid, so a re-run does only the parts not on disk (a dataset interrupted by SIGTERM or
+Ctrl-C is completed, never duplicated), and readers name the parts still missing. Once all of
+a shard's parts are on disk, is_pareto / pareto_rank are written into them over the shard's
+rows (the whole grid when unsharded); ``load_results`` / ``dse pareto DIR`` recompute them over
+the whole dataset, so per-shard flags are never taken for global ones.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,10 +24,12 @@ import pyarrow.parquet as pq
 
 from .catalog.database import Database
 from .errors import SpecError
-from .evaluation import evaluate_study, objective_matrix
-from .pareto import first_of_equal, pareto_mask, pareto_ranks
+from .evaluation import evaluate_study
+from .interrupt import stop_on_signals
+from .pareto import front_flags
+from .progress import Progress
 from .results.frame import results_frame
-from .results.store import read_metadata, study_metadata, write_parquet
+from .results.store import check_manifest, read_metadata, study_metadata, write_manifest, write_parquet
 from .study import Knob, StudySpec, open_study
 from .study.space import active_masks
 
@@ -39,6 +43,10 @@ class SweepResult:
     rows_written: int
     parts: list[Path]
     shard: tuple[int, int]
+    #: parts of this shard already on disk (not redone)
+    skipped: int = 0
+    #: the signal that stopped the sweep (15 SIGTERM, 2 SIGINT), 0 when it finished
+    interrupted: int = 0
 
 
 def axis_values(k: Knob, points: int) -> np.ndarray:
@@ -112,40 +120,46 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
                                 "axes": {k.name: np.asarray(v).tolist() for k, v in axes},
                                 "shard": [si, sn], "chunk_size": chunk_size})
     _check_existing(out_dir, meta)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    prefix = f"part-{si:05d}-of-{sn:05d}-"
-    parts, objs, feas = [], [], []
-    for j, c in enumerate(mine):
-        start, stop = c * chunk_size, min(total, (c + 1) * chunk_size)
-        flat = np.arange(start, stop, dtype=np.int64)
-        idx = np.unravel_index(flat, shape)
-        params = {k.name: vals[i] for (k, vals), i in zip(axes, idx)}
-        keep = distinct_points(study, axes, idx, params, flat.size)
-        if not keep.all():      # a knob that does not act is enumerated at its first value only
-            flat = flat[keep]
-            params = {name: v[keep] for name, v in params.items()}
-        if not flat.size:
-            continue
-        designs, metrics = evaluate_study(study, params, flat.size, db, tech)
-        df = results_frame(study, designs, metrics, params, trial=flat, sampler="grid", seed=None, pareto=False)
-        objs.append(objective_matrix({o.metric: df[o.metric].to_numpy(np.float64, na_value=np.nan)
-                                      for o in study.objectives}, study))
-        feas.append(df["feasible"].to_numpy(bool))
-        path = out_dir / f"{prefix}{c:06d}.parquet"
-        write_parquet(df, path, meta)
-        parts.append(path)
-        if progress:
-            sys.stderr.write(f"\r[sweep] shard {si}/{sn}: chunk {j + 1}/{len(mine)} ({stop - start} points)")
-            sys.stderr.flush()
-    if progress and mine:
-        sys.stderr.write("\n")
-    for stale in out_dir.glob(f"{prefix}*.parquet"):
-        if parts and stale not in parts:
-            stale.unlink()
-    if parts:
-        _write_pareto_flags(parts, np.concatenate(objs), np.concatenate(feas), study)
-    return SweepResult(out_dir=out_dir, total_points=total, rows_written=sum(o.shape[0] for o in objs),
-                       parts=parts, shard=(si, sn))
+    manifest = {"kind": "sweep", "study": study.name, "points": points, "total": total, "chunk_size": chunk_size,
+                "shards": sn, "parts": [part_name(c, sn) for c in range(n_chunks)]}
+    check_manifest(out_dir, manifest)
+    write_manifest(out_dir, manifest)
+    todo = [c for c in mine if not (out_dir / part_name(c, sn)).is_file()]
+    parts, rows = [out_dir / part_name(c, sn) for c in mine if c not in todo], 0
+    skipped = len(parts)
+    bar = Progress(len(mine), skipped, unit="parts", label=f"dse sweep shard {si}/{sn}", enabled=progress)
+    with stop_on_signals() as stop:
+        try:
+            for c in todo:
+                if stop.requested:
+                    break
+                start, stop_i = c * chunk_size, min(total, (c + 1) * chunk_size)
+                flat = np.arange(start, stop_i, dtype=np.int64)
+                idx = np.unravel_index(flat, shape)
+                params = {k.name: vals[i] for (k, vals), i in zip(axes, idx)}
+                keep = distinct_points(study, axes, idx, params, flat.size)
+                if not keep.all():      # a knob that does not act is enumerated at its first value only
+                    flat = flat[keep]
+                    params = {name: v[keep] for name, v in params.items()}
+                designs, metrics = evaluate_study(study, params, flat.size, db, tech)
+                df = results_frame(study, designs, metrics, params, trial=flat, sampler="grid", seed=None,
+                                   pareto=False)
+                parts.append(write_parquet(df, out_dir / part_name(c, sn), meta))
+                rows += flat.size
+                bar.update(1)
+        except KeyboardInterrupt:   # a second signal: the part being written is not on disk
+            stop.signum = stop.signum or 2
+        finally:
+            bar.close()
+        if not stop.signum and (todo or not _has_flags(parts)):
+            _write_pareto_flags(sorted(parts), study)
+    return SweepResult(out_dir=out_dir, total_points=total, rows_written=rows, parts=sorted(parts),
+                       shard=(si, sn), skipped=skipped, interrupted=stop.signum)
+
+
+def part_name(chunk: int, shards: int) -> str:
+    """The part file of grid chunk ``chunk`` (done by shard chunk % shards)."""
+    return f"part-{chunk % shards:05d}-of-{shards:05d}-{chunk:06d}.parquet"
 
 
 def distinct_points(study: StudySpec, axes, idx, params: dict, n: int) -> np.ndarray:
@@ -175,11 +189,25 @@ def _check_existing(out_dir: Path, meta: dict) -> None:
                         "chunk size) or shard count; use a new directory or delete it")
 
 
-def _write_pareto_flags(parts: list[Path], values: np.ndarray, feasible: np.ndarray, study: StudySpec) -> None:
+def _has_flags(parts: list[Path]) -> bool:
+    """Whether the shard's parts carry Pareto flags already (written once the shard was complete)."""
+    if not parts:
+        return True
+    col = pq.read_table(parts[0], columns=["pareto_rank", "feasible"])
+    return not (col["feasible"].to_numpy().any() and col["pareto_rank"].null_count == col.num_rows)
+
+
+def _write_pareto_flags(parts: list[Path], study: StudySpec) -> None:
     """Front and ranks over all of this shard's rows, written back into each part atomically."""
+    if not parts:
+        return
+    names = [o.metric for o in study.objectives]
+    tables = [pq.read_table(p, columns=names + ["feasible"]) for p in parts]
+    values = np.concatenate([np.column_stack([t[m].to_numpy(zero_copy_only=False) for m in names])
+                             .astype(np.float64) for t in tables])
+    feasible = np.concatenate([t["feasible"].to_numpy(zero_copy_only=False) for t in tables]).astype(bool)
     dirs = [o.direction for o in study.objectives]
-    mask = first_of_equal(values, pareto_mask(values, dirs, feasible))     # one row per point of the front
-    ranks = pareto_ranks(values, dirs, feasible)
+    mask, ranks = front_flags(values, dirs, feasible)     # one flagged row per point of the front
     offset = 0
     for path in parts:
         table = pq.read_table(path)
@@ -190,10 +218,10 @@ def _write_pareto_flags(parts: list[Path], values: np.ndarray, feasible: np.ndar
         rk = pa.array(r, mask=~usable, type=pa.int64())
         table = table.set_column(table.schema.get_field_index("is_pareto"), "is_pareto", is_p)
         table = table.set_column(table.schema.get_field_index("pareto_rank"), "pareto_rank", rk)
-        tmp = path.with_name("." + path.name + ".tmp")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         pq.write_table(table, tmp, compression="zstd")
         os.replace(tmp, path)
         offset += n
 
 
-__all__ = ["sweep", "grid_axes", "axis_values", "parse_shard", "shard_from_env", "SweepResult", "write_parquet"]
+__all__ = ["sweep", "grid_axes", "axis_values", "parse_shard", "shard_from_env", "SweepResult", "write_parquet", "part_name"]

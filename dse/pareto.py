@@ -176,3 +176,10 @@ def default_reference(values, directions: Sequence[str]) -> np.ndarray:
     span = hi - lo
     span = np.where(span > 0, span, np.where(worst != 0, np.abs(worst), 10.0))
     return np.where(fl, worst - 0.1 * span, worst + 0.1 * span)
+
+
+def front_flags(values, directions, feasible) -> tuple[np.ndarray, np.ndarray]:
+    """(is_pareto, pareto_rank) as results store them: the rank of every feasible row (-1 where
+    infeasible or NaN), and the front flag on the first row (in row order) of each point of the
+    front, so a repeated design or an exact tie is on the front once."""
+    return first_of_equal(values, pareto_mask(values, directions, feasible)), pareto_ranks(values, directions, feasible)

@@ -11,8 +11,13 @@ their parameters (the model is deterministic), so it always matches the storage.
 from __future__ import annotations
 
 import datetime
+import json
 import logging
+import os
+import re
+import signal
 import sys
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +29,11 @@ from .catalog.database import Database
 from .catalog.fields import Range
 from .errors import DseError, RuntimeFailure, SpecError
 from .evaluation import constraint_values, evaluate_study, metric_table
+from .interrupt import stop_on_signals
+from .progress import Progress
 from .results.columns import BASE_CONSTRAINTS
 from .results.frame import results_frame
-from .results.store import study_metadata, write_parquet
+from .results.store import check_manifest, study_metadata, write_manifest, write_parquet
 from .study import SAMPLERS, StudySpec, open_study
 from .study.space import active_masks, sampling_order
 
@@ -41,7 +48,8 @@ class RunResult:
     path: Path
     n_new: int
     storage: str
-    interrupted: bool = False
+    #: the signal that stopped the run (signal.SIGTERM, signal.SIGINT), 0 when it finished
+    interrupted: int = 0
 
 
 def distributions(study: StudySpec) -> dict:
@@ -110,8 +118,72 @@ def _sampler(name: str, seed: int, population: int):
     raise SpecError(None, "sampler", name, f"expected one of {', '.join(SAMPLERS)}")
 
 
+def redact_url(url: str) -> str:
+    """A storage URL with its password replaced by ``***`` (for logs, errors and metadata)."""
+    return re.sub(r"(://[^:/@?#]*:)[^@/]*@", r"\1***@", str(url))
+
+
+def _redact_text(text: str, url: str) -> str:
+    """An error message with the URL's password (if any) blanked, wherever it appears."""
+    m = re.search(r"://[^:/@?#]*:([^@/]*)@", str(url))
+    text = str(text).replace(str(url), redact_url(url))
+    return text.replace(m.group(1), "***") if m and m.group(1) else text
+
+
+def clear_stale_lock(journal: str | Path, wait_s: float = 2.0, out=None) -> bool:
+    """Remove ``JOURNAL.lock`` when nobody releases it within ``wait_s`` seconds.
+
+    Optuna holds the journal's lock only while appending (milliseconds); a lock that stays
+    is left by a killed process, and Optuna would wait out its 30 s grace period silently.
+    Returns True when a stale lock was removed (one line on stderr says so)."""
+    lock = Path(str(journal) + ".lock")
+    if not os.path.lexists(lock):
+        return False
+    try:
+        first = os.lstat(lock)
+    except FileNotFoundError:
+        return False
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        try:
+            now = os.lstat(lock)
+        except FileNotFoundError:
+            return False            # released: a live worker held it
+        if (now.st_ino, now.st_mtime_ns) != (first.st_ino, first.st_mtime_ns):
+            return False            # re-taken: live workers are appending
+    age = time.time() - first.st_mtime
+    try:
+        os.unlink(lock)
+    except FileNotFoundError:
+        return False
+    (out or sys.stderr).write(f"note: removed a stale journal lock {lock} ({age:.0f} s old, not released "
+                              f"within {wait_s:g} s: left by a killed process)\n")
+    return True
+
+
+def _rdb_storage(url: str):
+    """RDBStorage with a small connection pool (100 workers stay under PostgreSQL's default
+    max_connections = 100 with 1 each, 2 at most);
+    creation is retried, since many workers starting at once race to create the tables."""
+    import optuna
+    kwargs = {}
+    if not url.startswith("sqlite"):
+        kwargs = {"pool_size": 1, "max_overflow": 1, "pool_recycle": 300}
+    for attempt in range(6):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+        except Exception as exc:   # noqa: BLE001 - classified below
+            kind = type(exc).__name__
+            if kind in ("IntegrityError", "ProgrammingError") and attempt < 5:
+                time.sleep(0.2 * 2 ** attempt)   # another worker is creating the tables
+                continue
+            raise
+
+
 def resolve_storage(study: StudySpec, storage: str | None, out: Path):
-    """None/null: a journal file beside the output; ':memory:'; a database URL; or a file path."""
+    """None/null: a journal file beside the output; ':memory:'; a database URL; or a file path
+    (``journal:PATH`` too). Returns (storage, the URL as shown: password redacted)."""
     import optuna
     from optuna.storages.journal import JournalFileBackend
     url = storage if storage is not None else study.storage
@@ -119,84 +191,240 @@ def resolve_storage(study: StudySpec, storage: str | None, out: Path):
         url = str(out.with_suffix(".journal"))
     if url == ":memory:":
         return None, url
+    if url.startswith("journal:"):
+        url = url[len("journal:"):]
     if "://" in url:
+        shown = redact_url(url)
         try:
-            return optuna.storages.RDBStorage(url), url
+            return _rdb_storage(url), shown
         except ImportError as exc:  # the URL names a driver that is not installed: bad input
-            raise SpecError(None, "--storage", url, f"cannot open this database: {str(exc).splitlines()[0]}"
-                            " (expected sqlite:///FILE or postgresql+psycopg://USER@HOST/DB with psycopg "
-                            "installed)") from None
-        except Exception as exc:  # SQLAlchemy: malformed URL (bad input) or unreachable server (runtime)
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise SpecError(None, "--storage", shown, f"cannot open this database: "
+                            f"{_redact_text(str(exc).splitlines()[0], url)} (expected sqlite:///FILE, or "
+                            "postgresql+psycopg://USER@HOST/DB with pip install 'dse[postgres]')") from None
+        except Exception as exc:  # SQLAlchemy: a malformed URL is bad input (exit 2), a server that
+            # cannot be reached or a file that cannot be opened is a runtime failure (exit 1)
+            lines = [x.strip() for x in str(exc).splitlines() if x.strip() and not x.startswith(("(Background", "["))]
+            first = _redact_text(re.sub(r"^\([\w.]+\) ", "", "; ".join(lines[:2])) if lines
+                                 else type(exc).__name__, url)
             if type(exc).__name__ in ("ArgumentError", "NoSuchModuleError"):
-                raise SpecError(None, "--storage", url, f"not a database URL: {first} (expected sqlite:///FILE "
-                                "or postgresql+psycopg://USER@HOST/DB)") from None
-            raise RuntimeFailure(f"--storage {url}: cannot open this database: {first}") from None
+                raise SpecError(None, "--storage", shown, f"not a database URL: {first} (expected "
+                                "sqlite:///FILE or postgresql+psycopg://USER@HOST/DB)") from None
+            raise RuntimeFailure(f"--storage {shown}: cannot open this database: {first}") from None
     Path(url).parent.mkdir(parents=True, exist_ok=True)
+    clear_stale_lock(url)
     return optuna.storages.JournalStorage(JournalFileBackend(url)), url
+
+
+def derive_seed(seed: int, task: int) -> int:
+    """The sampler seed of array task ``task``: numpy's SeedSequence([seed, task]), first
+    32-bit word (independent streams per task, the same on every machine)."""
+    return int(np.random.SeedSequence([int(seed), int(task)]).generate_state(1)[0])
+
+
+def parse_task(text: str | None) -> tuple[int, int] | str | None:
+    """'I/N', 'all/N' -> (I, N) or ('all', N); 'auto' -> SLURM_ARRAY_TASK_ID/COUNT; None."""
+    if text is None:
+        return None
+    text = str(text).strip()
+    if text == "auto":
+        from .grid import shard_from_env
+        env = shard_from_env()
+        if env is None:
+            raise SpecError(None, "--task", text, "auto needs SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT "
+                            "(run inside a job array, or give I/N)")
+        text = f"{env[0]}/{env[1]}"
+    head, _, tail = text.partition("/")
+    try:
+        n = int(tail)
+        i = head if head == "all" else int(head)
+    except ValueError:
+        raise SpecError(None, "--task", text, "expected I/N with integers 0 <= I < N, all/N or auto") from None
+    if n < 1 or (i != "all" and not 0 <= i < n):
+        raise SpecError(None, "--task", text, "expected I/N with integers 0 <= I < N, all/N or auto")
+    return i, n
+
+
+def task_part_name(i: int, n: int) -> str:
+    return f"task-{i:05d}-of-{n:05d}.parquet"
+
+
+def run_tasks(study: StudySpec | str | Path, tasks: int, *, which: list[int] | None = None,
+              out: str | Path | None = None, n_trials: int | None = None, sampler: str | None = None,
+              seed: int | None = None, progress: bool = True, db: Database | None = None,
+              only_missing: bool = False) -> list[RunResult]:
+    """Independent array tasks: task I runs its own in-memory study of ``n_trials`` trials with
+    seed derive_seed(seed, I) and writes DIR/task-I-of-N.parquet atomically (a re-run replaces
+    it). Trial numbers are I x n_trials + the task's own trial number, unique in the dataset.
+    ``only_missing`` skips tasks whose part is on disk. Stops after the task in flight on
+    SIGTERM/SIGINT (the result of that task says so and its part is not written)."""
+    study, db, tech = open_study(study, db)
+    which = list(range(tasks)) if which is None else which
+    results = []
+    for i in which:
+        out_dir = dataset_dir(study, out)
+        if only_missing and (out_dir / task_part_name(i, tasks)).exists():
+            continue
+        res = run_study(study, n_trials=n_trials, sampler=sampler, seed=seed, out=out, progress=progress,
+                        db=db, task=(i, tasks))
+        results.append(res)
+        if res.interrupted:
+            break
+    return results
+
+
+def dataset_dir(study: StudySpec, out: str | Path | None) -> Path:
+    """--out, or the study's output path without its suffix."""
+    return Path(out) if out else Path(study.output).with_suffix("")
 
 
 def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sampler: str | None = None,
               seed: int | None = None, storage: str | None = None, out: str | Path | None = None,
-              progress: bool = True, db: Database | None = None) -> RunResult:
-    """Create or resume the Optuna study, run it to ``n_trials`` in total, write Parquet."""
+              progress: bool = True, db: Database | None = None, task: tuple[int, int] | None = None,
+              heartbeat_timeout_s: float = 60.0) -> RunResult:
+    """Create or resume the Optuna study, run it to ``n_trials`` in total, write Parquet.
+
+    Shared storages: workers claim trials so that the study ends with exactly ``n_trials``
+    COMPLETE (a trial asked beyond the total is failed at once); a RUNNING trial whose worker
+    gave no sign of life (start or ``dse_heartbeat`` user attribute) for ``heartbeat_timeout_s``
+    is failed and its parameters enqueued again. ``task=(I, N)``: one independent array task
+    (see :func:`run_tasks`)."""
     import optuna
-    from optuna.trial import TrialState
     study, db, tech = open_study(study, db)
     n_trials = study.n_trials if n_trials is None else n_trials
     Range(True, 1, 10_000_000).check(n_trials, None, "--n-trials")
     sampler_name = sampler or study.sampler
     seed = study.seed if seed is None else seed
+    if not Range(True, 0, 2**32 - 1).contains(seed):
+        raise SpecError(None, "--seed", seed, Range(True, 0, 2**32 - 1).text())
+    offset = 0
+    manifest = None
+    if task is not None:
+        ti, tn = task
+        if storage not in (None, ":memory:"):
+            raise SpecError(None, "--storage", redact_url(storage), "array tasks (--task) each run an in-memory "
+                            "study; give --storage for one shared study instead of --task")
+        out_dir = dataset_dir(study, out)
+        if out_dir.exists() and not out_dir.is_dir():
+            raise SpecError(None, "--out", str(out_dir), "is a file; array tasks write a dataset directory")
+        manifest = {"kind": "tasks", "study": study.name, "tasks": tn, "trials_per_task": n_trials,
+                    "sampler": sampler_name, "seed": seed,
+                    "parts": [task_part_name(i, tn) for i in range(tn)]}
+        check_manifest(out_dir, manifest)
+        seed = derive_seed(seed, ti)
+        storage, out, offset = ":memory:", out_dir / task_part_name(ti, tn), ti * n_trials
     out = Path(out or study.output)
     if out.is_dir():
-        raise SpecError(None, "--out", str(out), "is a directory; expected a Parquet file path")
+        raise SpecError(None, "--out", str(out), "is a directory; expected a Parquet file path (or give --task)")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     directions = [o.direction for o in study.objectives]
     # every option is checked before the storage (a journal file) is created
-    if not Range(True, 0, 2**32 - 1).contains(seed):
-        raise SpecError(None, "--seed", seed, Range(True, 0, 2**32 - 1).text())
     opt_sampler = make_sampler(sampler_name, seed, study.batch_size, len(directions))
     store, storage_url = resolve_storage(study, storage, out)
-    ostudy = optuna.create_study(study_name=study.name, storage=store, directions=directions, sampler=opt_sampler,
-                                 load_if_exists=True)
-    if [d.name.lower() for d in ostudy.directions] != directions:
-        raise DseError(f"{storage_url}: study {study.name!r} exists with directions "
-                       f"{[d.name.lower() for d in ostudy.directions]}, the study file asks for {directions}; "
-                       "use another name or --storage")
-    space_key = space_fingerprint(study)
-    stored = ostudy.user_attrs.get("dse_space")
-    if stored is None:
-        ostudy.set_user_attr("dse_space", space_key)
-    elif stored != space_key:
-        raise DseError(f"{storage_url}: study {study.name!r} was run with another workload or space "
-                       f"(fingerprint {stored}, this file gives {space_key}); resuming would mix designs. "
-                       "Rename the study, or give another --storage / --out")
+    ostudy = _create_study(study, store, storage_url, directions, opt_sampler)
     runs = list(ostudy.user_attrs.get("dse_runs", []))
-    fail_stale_trials(ostudy)
-    done = ostudy.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     first = len(ostudy.get_trials(deepcopy=False))
     if not runs or runs[-1]["sampler"] != sampler_name or runs[-1]["seed"] != seed:
         runs.append({"sampler": sampler_name, "seed": seed, "first_trial": first})
         ostudy.set_user_attr("dse_runs", runs)
     if sampler_name == "auto" and first == 0:
         enqueue_seeds(ostudy, study, n_trials, seed, db, tech)
+    tally, signum = {"told": 0}, 0
+    label = f"dse run task {task[0]}/{task[1]}" if task else "dse run"
+    with stop_on_signals() as stop:
+        try:
+            _search_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heartbeat_timeout_s, tally)
+        except KeyboardInterrupt:
+            signum = stop.signum or signal.SIGINT
+        signum = signum or stop.signum
+    told = tally["told"]
+    if task is not None and signum:
+        # a task's part holds all of its trials or is not written (a re-run replaces it)
+        return RunResult(frame=pd.DataFrame(), path=out, n_new=told, storage=storage_url, interrupted=signum)
+    df = study_frame(study, ostudy, db, tech, runs)
+    if offset:
+        df["trial"] = df["trial"] + offset
+    extra = {"task": list(task)} if task else {}
+    meta = study_metadata(study, db, tech, sampler=sampler_name, seed=seed, storage=storage_url, runs=runs, **extra)
+    if manifest is not None:
+        write_manifest(out.parent, manifest)
+    write_parquet(df, out, meta)
+    return RunResult(frame=df, path=out, n_new=told, storage=storage_url, interrupted=signum)
+
+
+def _create_study(study: StudySpec, store, storage_url: str, directions: list[str], opt_sampler):
+    """Create (once, even when many workers start together) or load the Optuna study and check
+    it is this study: same directions and space fingerprint; record the resolved study."""
+    import optuna
+    for attempt in range(5):
+        try:
+            ostudy = optuna.create_study(study_name=study.name, storage=store, directions=directions,
+                                         sampler=opt_sampler, load_if_exists=True)
+            break
+        except optuna.exceptions.DuplicatedStudyError:
+            time.sleep(0.1 * 2 ** attempt)
+        except Exception as exc:
+            if type(exc).__name__ not in ("IntegrityError", "OperationalError") or attempt == 4:
+                raise
+            time.sleep(0.1 * 2 ** attempt)
+    if [d.name.lower() for d in ostudy.directions] != directions:
+        raise DseError(f"{storage_url}: study {study.name!r} exists with directions "
+                       f"{[d.name.lower() for d in ostudy.directions]}, the study file asks for {directions}; "
+                       "use another name or --storage")
+    space_key = space_fingerprint(study)
+    attrs = ostudy.user_attrs
+    stored = attrs.get("dse_space")
+    if stored is None:
+        ostudy.set_user_attr("dse_space", space_key)
+    elif stored != space_key:
+        raise DseError(f"{storage_url}: study {study.name!r} was run with another workload or space "
+                       f"(fingerprint {stored}, this file gives {space_key}); resuming would mix designs. "
+                       "Rename the study, or give another --storage / --out")
+    if "dse_study" not in attrs:
+        ostudy.set_user_attr("dse_study", json.loads(json.dumps(study.resolved(), default=str)))
+    return ostudy
+
+
+def _search_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heartbeat_timeout_s, tally) -> None:
+    """Claim, ask, evaluate and tell batches until the study holds n_trials COMPLETE trials;
+    ``tally["told"]`` counts the trials told COMPLETE (kept when interrupted)."""
+    from optuna.trial import TrialState
     dists = distributions(study)
     names = [k.name for k in study.searched]
-    told = 0
-    interrupted = False
-    bar = _Progress(n_trials, len(done), enabled=progress)
+    live_states = (TrialState.RUNNING, TrialState.WAITING)
+    done0 = sum(t.state == TrialState.COMPLETE for t in ostudy.get_trials(deepcopy=False))
+    bar = Progress(n_trials, done0, unit="trials", label=label, enabled=progress)
+    said_waiting = False
     try:
-        while True:
-            # recount each batch: other workers may share this storage, so together they stop
-            # at n_trials complete (overshooting by at most one batch per other worker)
-            taken = len(ostudy.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
-            b = min(study.batch_size, n_trials - taken)
-            if b <= 0:
+        while not stop.requested:
+            every = ostudy.get_trials(deepcopy=False)
+            if fail_stale_trials(ostudy, heartbeat_timeout_s, every):
+                every = ostudy.get_trials(deepcopy=False)
+            complete = sum(t.state == TrialState.COMPLETE for t in every)
+            if complete >= n_trials:
                 break
+            live = sum(t.state in live_states for t in every)
+            waiting = sum(t.state == TrialState.WAITING for t in every)
+            b = min(study.batch_size, max(n_trials - complete - live, 0) + waiting)
+            if b <= 0:             # the rest is in other workers' hands: wait for them (or their timeout)
+                if not said_waiting and progress:
+                    sys.stderr.write(f"[{label}] waiting for {live} trials RUNNING in other workers (failed as "
+                                     f"stale after {heartbeat_timeout_s:g} s without a heartbeat)\n")
+                    said_waiting = True
+                time.sleep(0.2)
+                continue
             trials = []
+            beat_every = min(10.0, heartbeat_timeout_s / 3)
             try:
+                last_beat = time.monotonic()
                 for _ in range(b):
                     trials.append(ask_design(ostudy, study, dists))
+                    if time.monotonic() - last_beat > beat_every:    # a slow database: keep them alive
+                        _beat(trials)
+                        last_beat = time.monotonic()
+                trials = _within_budget(ostudy, trials, n_trials)
+                if not trials:
+                    continue
+                b = len(trials)
                 params = {nm: _column([t.params.get(nm) for t in trials]) for nm in names}
                 designs, metrics = evaluate_study(study, params, b, db, tech)
                 cols = metric_table(designs, metrics)
@@ -204,29 +432,76 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
                 values = _finite_objectives(cols, study)
             except KeyboardInterrupt:
                 for t in trials:
-                    ostudy.tell(t, state=TrialState.FAIL)
+                    _fail(ostudy, t)
                 raise
-            pending = list(range(b))
-            try:
-                while pending:
-                    i = pending[0]
-                    _set_constraints(trials[i], cons[i], study)
-                    ostudy.tell(trials[i], values[i].tolist())
-                    pending.pop(0)
-            except KeyboardInterrupt:       # evaluated already: tell the rest, keep them all
-                for i in pending:
-                    _set_constraints(trials[i], cons[i], study)
-                    ostudy.tell(trials[i], values[i].tolist())
-                raise
-            told += b
+            _tell_all(ostudy, trials, cons, values, study, beat_every_s=beat_every)
+            tally["told"] += b
             bar.update(b)
-    except KeyboardInterrupt:
-        interrupted = True
-    bar.close()
-    df = study_frame(study, ostudy, db, tech, runs)
-    meta = study_metadata(study, db, tech, sampler=sampler_name, seed=seed, storage=storage_url, runs=runs)
-    write_parquet(df, out, meta)
-    return RunResult(frame=df, path=out, n_new=told, storage=storage_url, interrupted=interrupted)
+    finally:
+        bar.close()
+
+
+def _within_budget(ostudy, trials: list, n_trials: int) -> list:
+    """Keep the asked trials among the first n_trials live ones (COMPLETE, RUNNING, WAITING, by
+    trial number); fail the others at once. Trial numbers come from the storage, so workers
+    racing for the last slots agree, and the study ends with exactly n_trials COMPLETE."""
+    from optuna.trial import TrialState
+    counted = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING)
+    live = sorted(t.number for t in ostudy.get_trials(deepcopy=False, states=counted))
+    allowed = set(live[:n_trials])
+    keep = [t for t in trials if t.number in allowed]
+    for t in trials:
+        if t.number not in allowed:
+            _fail(ostudy, t)
+    return keep
+
+
+def _fail(ostudy, trial) -> None:
+    """Tell FAIL, unless another worker already finished the trial (failed it as stale)."""
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+    try:
+        ostudy.tell(trial, state=TrialState.FAIL)
+    except UpdateFinishedTrialError:
+        pass
+
+
+def _beat(trials) -> None:
+    """Set ``dse_heartbeat`` (epoch seconds) on trials this worker still holds."""
+    from optuna.exceptions import UpdateFinishedTrialError
+    now = time.time()
+    for t in trials:
+        try:
+            t.set_user_attr("dse_heartbeat", now)
+        except UpdateFinishedTrialError:
+            pass
+
+
+def _tell_all(ostudy, trials, cons, values, study, beat_every_s: float = 10.0) -> None:
+    """Tell every evaluated trial even if interrupted half-way (a second Ctrl-C); on a slow
+    database, refresh the heartbeat of the trials still to tell every ``beat_every_s``. A trial
+    another worker already failed as stale (its design was enqueued again) is skipped."""
+    from optuna.exceptions import UpdateFinishedTrialError
+    pending = list(range(len(trials)))
+    last = time.monotonic()
+
+    def tell(i):
+        try:
+            _set_constraints(trials[i], cons[i], study)
+            ostudy.tell(trials[i], values[i].tolist())
+        except UpdateFinishedTrialError:
+            pass
+    try:
+        while pending:
+            if time.monotonic() - last > beat_every_s:
+                _beat([trials[j] for j in pending])
+                last = time.monotonic()
+            tell(pending[0])
+            pending.pop(0)
+    except KeyboardInterrupt:       # evaluated already: tell the rest, keep them all
+        for i in pending:
+            tell(i)
+        raise
 
 
 def seed_count(n_trials: int, batch_size: int) -> int:
@@ -266,24 +541,42 @@ def space_fingerprint(study: StudySpec) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def fail_stale_trials(ostudy, older_than_s: float = 300.0) -> None:
-    """FAIL trials left RUNNING by an interrupted worker (ask/tell records no heartbeat; a
-    batch here takes milliseconds, so a trial running for minutes has no worker). Fresh
-    RUNNING trials belong to live workers on the same storage and are left alone."""
+def last_sign_of_life(trial) -> float:
+    """Epoch seconds of a trial's last heartbeat: its ``dse_heartbeat`` user attribute, else
+    its start (Optuna stores naive local times)."""
+    beat = trial.user_attrs.get("dse_heartbeat")
+    start = trial.datetime_start.timestamp() if trial.datetime_start is not None else 0.0
+    return max(float(beat), start) if beat is not None else start
+
+
+def fail_stale_trials(ostudy, timeout_s: float = 60.0, trials=None, now: float | None = None) -> int:
+    """FAIL the RUNNING trials whose worker gave no sign of life for ``timeout_s`` seconds
+    (killed: ask/tell runs no heartbeat thread; a batch here takes milliseconds to seconds and
+    refreshes ``dse_heartbeat`` while it is told) and enqueue their parameters again, so their
+    designs are re-asked. Returns how many were failed."""
     from optuna.trial import TrialState
-    now = datetime.datetime.now()
-    # WAITING trials are enqueued designs (sampler auto's seeds) that no worker has asked yet
-    for t in ostudy.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        start = t.datetime_start
-        if start is None or (now - start).total_seconds() > older_than_s:
+    now = time.time() if now is None else now
+    trials = ostudy.get_trials(deepcopy=False) if trials is None else trials
+    failed = 0
+    for t in trials:
+        if t.state != TrialState.RUNNING or now - last_sign_of_life(t) <= timeout_s:
+            continue
+        try:
             ostudy.tell(t.number, state=TrialState.FAIL)
+        except Exception:   # noqa: BLE001 - another worker failed or finished it first
+            continue
+        failed += 1
+        if t.params:
+            ostudy.enqueue_trial(t.params, user_attrs={"dse_reasked": t.number})
+    return failed
 
 
 def _set_constraints(trial, values: np.ndarray, study: StudySpec) -> None:
     """Every constraint on every trial before tell (a trial without them counts as feasible)."""
     names = BASE_CONSTRAINTS + tuple(c.metric for c in study.constraints)
+    have = trial.constraints        # one storage read (each read is a query on a database)
     for name, v in zip(names, values, strict=True):
-        if name not in trial.constraints:
+        if name not in have:
             trial.set_constraint(name, float(v))
 
 
@@ -324,30 +617,6 @@ def _as_utc(when: datetime.datetime | None) -> datetime.datetime | None:
     if when is None:
         return None
     return when.astimezone(datetime.UTC)
-
-
-class _Progress:
-    """A one-line progress bar on stderr (silent with --quiet or when disabled)."""
-
-    def __init__(self, total: int, done: int, enabled: bool):
-        self.total, self.done, self.enabled = total, done, enabled
-        self._draw()
-
-    def _draw(self):
-        if not self.enabled:
-            return
-        width = 30
-        filled = int(width * self.done / max(self.total, 1))
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} trials")
-        sys.stderr.flush()
-
-    def update(self, n: int):
-        self.done += n
-        self._draw()
-
-    def close(self):
-        if self.enabled:
-            sys.stderr.write("\n")
 
 
 logging.getLogger("optuna").setLevel(logging.WARNING)

@@ -147,6 +147,8 @@ def test_unwritable_output_is_a_runtime_failure(tmp_path):
 
 
 def test_unreachable_database_is_a_runtime_failure(tmp_path):
+    """A database that cannot be opened is not the input's fault: one line, exit 1 (a malformed
+    URL is bad input, exit 2: tests/test_shared_study.py)."""
     p = study(tmp_path)
     res = run("run", str(p), "--storage", f"sqlite:///{tmp_path}/no/such/dir/x.db")
     assert res.exit_code == 1

@@ -12,7 +12,7 @@ import pandas as pd
 
 from ..evaluation import Designs, constraint_values, metric_table
 from ..model.evaluate import Metrics
-from ..pareto import first_of_equal, pareto_mask, pareto_ranks
+from ..pareto import front_flags
 from ..study.space import is_conditional
 from .columns import BOUND_COLUMNS, DERIVED_COLUMNS, HARDWARE_COLUMNS, INT_METRICS, TEXT_METRICS
 
@@ -104,8 +104,7 @@ def add_pareto_flags(df: pd.DataFrame, study) -> pd.DataFrame:
     values = df[[o.metric for o in study.objectives]].to_numpy(dtype=np.float64, na_value=np.nan)
     dirs = [o.direction for o in study.objectives]
     feas = df["feasible"].to_numpy(dtype=bool)
-    mask = first_of_equal(values, pareto_mask(values, dirs, feas))
-    ranks = pareto_ranks(values, dirs, feas)
+    mask, ranks = front_flags(values, dirs, feas)
     usable = ranks >= 0
     df["is_pareto"] = pd.array(np.where(usable, mask, None), dtype="boolean")
     df["pareto_rank"] = pd.array(np.where(usable, ranks, None), dtype="Int64")

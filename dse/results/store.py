@@ -2,6 +2,11 @@
 
 The file-level key ``dse`` holds JSON: schema_version, dse_version, the resolved study, the
 objectives with directions, the constraints, and a fingerprint of the database constants.
+
+A dataset directory (``dse sweep``, ``dse run --task``) holds part files and ``_manifest.json``,
+what it should hold: the part names, the study, the grid or the tasks. Reading a directory warns
+with the missing parts named, and recomputes ``is_pareto`` / ``pareto_rank`` over all parts
+(the parts' own flags, if any, are per shard or per task).
 """
 
 from __future__ import annotations
@@ -85,6 +90,69 @@ def read_metadata(path: str | os.PathLike) -> dict:
     return json.loads(meta[META_KEY]) if META_KEY in meta else {}
 
 
+# --------------------------------------------------------------------------- manifest
+
+MANIFEST = "_manifest.json"
+
+
+def read_manifest(root: str | os.PathLike) -> dict | None:
+    """The dataset directory's manifest, or None when it has none."""
+    path = Path(root) / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except ValueError as e:
+        raise DseError(f"{path}: not valid JSON ({e}); delete it and re-run to rewrite it") from e
+
+
+def write_manifest(root: str | os.PathLike, manifest: dict) -> Path:
+    """Write ``_manifest.json`` atomically (every task or shard writes the same content)."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / MANIFEST
+    fd, tmp = tempfile.mkstemp(prefix=f".{MANIFEST}.", suffix=".tmp", dir=root)
+    with os.fdopen(fd, "w") as f:
+        json.dump(manifest, f, indent=1, default=str)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    return path
+
+
+def check_manifest(root: str | os.PathLike, manifest: dict) -> None:
+    """Refuse a directory whose manifest describes another dataset (study, grid, task count,
+    budget): its parts would be mixed with these."""
+    old = read_manifest(root)
+    if old is None or old == manifest:
+        return
+    diff = sorted(k for k in set(old) | set(manifest) if old.get(k) != manifest.get(k) and k != "parts")
+    raise DseError(f"{root}: holds another dataset ({', '.join(diff) or 'parts'} differ from this run, "
+                   f"see {MANIFEST}); use another --out or delete the directory")
+
+
+def missing_parts(root: str | os.PathLike, manifest: dict | None = None) -> list[str]:
+    """Names of the parts the manifest lists that are not on disk."""
+    root = Path(root)
+    manifest = read_manifest(root) if manifest is None else manifest
+    if not manifest:
+        return []
+    return [p for p in manifest.get("parts", []) if not (root / p).is_file()]
+
+
+def incomplete_message(root: str | os.PathLike, missing: list[str], manifest: dict) -> str:
+    """'DIR: incomplete: 6 of 12 parts missing (a, b, ...); <how to finish>'."""
+    shown = ", ".join(missing[:6]) + (f", ... ({len(missing) - 6} more)" if len(missing) > 6 else "")
+    n = len(manifest.get("parts", []))
+    if manifest.get("kind") == "tasks":
+        tasks = [int(p.split("-")[1]) for p in missing]
+        total = manifest.get("tasks")
+        how = (f"missing tasks {', '.join(map(str, tasks[:12]))}{' ...' if len(tasks) > 12 else ''} of {total}: "
+               f"run `dse run STUDY --task I/{total} --out {root}` for each (or --task all/{total})")
+    else:
+        how = "run the same `dse sweep` command(s) again: they do only the missing parts"
+    return f"{root}: incomplete dataset: {len(missing)} of {n} parts missing ({shown}); {how}"
+
+
 # --------------------------------------------------------------------------- loading
 
 def _part_files(root: Path) -> list[Path]:
@@ -166,6 +234,11 @@ def load_results(path, columns: Sequence[str] | None = None) -> pd.DataFrame:
     if not root.exists():
         raise DseError(f"{root}: results path does not exist")
     files = _part_files(root) if root.is_dir() else [root]
+    if root.is_dir():
+        manifest = read_manifest(root)
+        missing = missing_parts(root, manifest)
+        if missing:
+            warnings.warn(incomplete_message(root, missing, manifest), stacklevel=2)
     if not files:
         raise DseError(f"{root}: no *.parquet part files in this directory "
                        f"(files named _* or .* are temporary and skipped)")
@@ -184,17 +257,42 @@ def load_results(path, columns: Sequence[str] | None = None) -> pd.DataFrame:
         schema = pa.unify_schemas(list(schemas), promote_options="permissive")
     except pa.ArrowException as e:
         raise DseError(f"{root}: part files have incompatible columns ({e})") from e
+    extra: list[str] = []
+    flags = root.is_dir() and {"is_pareto", "pareto_rank"} <= set(schema.names)
+    need = [o.get("metric") for o in meta.get("objectives") or [] if isinstance(o, dict)] + ["feasible"]
+    flags = flags and bool(meta.get("objectives")) and all(c in schema.names for c in need)
     if columns is not None:
         columns = list(columns)
         missing = [c for c in columns if c not in schema.names]
         if missing:
             raise DseError(f"{root}: no column(s) {', '.join(map(repr, missing))}; "
                            f"available: {', '.join(schema.names)}")
+        flags = flags and bool({"is_pareto", "pareto_rank"} & set(columns))
+        if flags:
+            extra = [c for c in need if c not in columns]
     try:
         table = pads.dataset([str(f) for f in files], schema=schema,
-                             format="parquet").to_table(columns=columns)
+                             format="parquet").to_table(columns=None if columns is None else columns + extra)
     except pa.ArrowException as e:
         raise DseError(f"{root}: cannot read the results ({e})") from e
     df = _restore_nullable(table.to_pandas(), schema)
+    if flags:
+        _global_pareto_flags(df, meta)
+        df = df.drop(columns=extra)
     df.attrs["dse"] = meta
     return df
+
+
+def _global_pareto_flags(df: pd.DataFrame, meta: dict) -> None:
+    """is_pareto / pareto_rank over every row of a dataset (null where infeasible), replacing
+    the per-part flags."""
+    import numpy as np
+
+    from ..pareto import front_flags
+    objs = [(o["metric"], o.get("direction", "minimize")) for o in meta["objectives"]]
+    values = df[[m for m, _ in objs]].to_numpy(dtype=np.float64, na_value=np.nan)
+    feas = df["feasible"].fillna(False).to_numpy(dtype=bool)
+    mask, ranks = front_flags(values, [d for _, d in objs], feas)
+    usable = ranks >= 0
+    df["is_pareto"] = pd.array(np.where(usable, mask, None), dtype="boolean")
+    df["pareto_rank"] = pd.array(np.where(usable, ranks, None), dtype="Int64")

@@ -1,0 +1,45 @@
+"""`dse export`: a shared study's finished trials to the results schema, while workers still run.
+
+The study is rebuilt from what `dse run` stored in it (user attribute ``dse_study``, the
+resolved study), every COMPLETE trial is re-evaluated (the model is deterministic) and the
+Parquet file is written atomically. The storage URL in the metadata has its password blanked.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import DseError, SpecError
+from .report.context import study_from_mapping, study_mapping
+from .results.store import study_metadata, write_parquet
+from .search import RunResult, redact_url, resolve_storage, study_frame
+from .study import open_study
+
+
+def export_study(storage: str, study_name: str, out: str | Path) -> RunResult:
+    """Write the COMPLETE trials of study ``study_name`` in ``storage`` to ``out`` (Parquet)."""
+    import optuna
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if storage in (None, "", ":memory:"):
+        raise SpecError(None, "--storage", storage, "give the shared study's storage URL or journal file")
+    if "://" not in storage and not storage.startswith("journal:") and not Path(storage).is_file():
+        raise SpecError(None, "--storage", storage, "no such journal file (or give a database URL)")
+    out = Path(out)
+    store, shown = resolve_storage(None, storage, out)
+    names = [s.study_name for s in optuna.get_all_study_summaries(store, include_best_trial=False)]
+    if study_name not in names:
+        known = ", ".join(sorted(names)) or "none"
+        raise SpecError(None, "--study", study_name, f"no such study in {shown} (studies there: {known})")
+    ostudy = optuna.load_study(study_name=study_name, storage=store)
+    resolved = ostudy.user_attrs.get("dse_study")
+    if not isinstance(resolved, dict):
+        raise DseError(f"{shown}: study {study_name!r} was not created by dse run (no dse_study attribute)")
+    study = study_from_mapping(study_mapping(resolved), source=f"{shown} study {study_name}")
+    study, db, tech = open_study(study)
+    runs = list(ostudy.user_attrs.get("dse_runs", [])) or [{"sampler": "", "seed": None, "first_trial": 0}]
+    df = study_frame(study, ostudy, db, tech, runs)
+    last = runs[-1]
+    meta = study_metadata(study, db, tech, sampler=last["sampler"], seed=last["seed"], storage=redact_url(shown),
+                          runs=runs, exported=True)
+    write_parquet(df, out, meta)
+    return RunResult(frame=df, path=out, n_new=0, storage=shown)

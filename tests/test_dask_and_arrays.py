@@ -1,0 +1,123 @@
+"""Issue 12: a 64-shard sweep as 64 processes (8 at a time) and on Dask equals the unsharded sweep;
+array tasks on Dask equal the same tasks run in one process. Dask tests use a real LocalCluster
+and skip without dask.distributed (pip install '.[dask]') unless DSE_REQUIRE_SERVERS=1."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from click.testing import CliRunner
+
+import dse
+import dse.analysis as da
+from dse.cli import main
+from dse.grid import sweep
+from dse.search import run_tasks
+from dse.study import load_study
+
+QUICK = Path(__file__).parent.parent / "studies" / "quickstart.yaml"
+DSE = str(Path(sys.executable).with_name("dse"))
+TIMES = ["datetime_start", "datetime_complete"]
+
+
+def need_dask():
+    try:
+        import dask.distributed  # noqa: F401
+    except ImportError:
+        msg = "no dask.distributed: pip install '.[dask]'"
+        if os.environ.get("DSE_REQUIRE_SERVERS") == "1":
+            pytest.fail(msg + "; DSE_REQUIRE_SERVERS=1 makes this a failure")
+        pytest.skip(msg)
+
+
+@pytest.fixture(scope="module")
+def unsharded(tmp_path_factory):
+    out = tmp_path_factory.mktemp("full")
+    sweep(load_study(QUICK), points=3, out=out, chunk_size=50, progress=False)
+    return da.load_results(out).set_index("trial").sort_index().drop(columns=TIMES)
+
+
+def same_rows(path, ref):
+    got = da.load_results(path).set_index("trial").sort_index().drop(columns=TIMES)
+    pd.testing.assert_frame_equal(got, ref)
+
+
+@pytest.mark.skipif(os.environ.get("DSE_REQUIRE_SERVERS") != "1" and os.environ.get("DSE_SLOW_TESTS") != "1",
+                    reason="64 processes take ~1-2 min on 2 cores: set DSE_SLOW_TESTS=1 (.ci/run does)")
+def test_64_shards_as_64_processes_equal_the_unsharded_sweep(tmp_path, unsharded):
+    out = tmp_path / "sw"
+    running, codes = [], []
+    for i in range(64):                          # 8 at a time, as a job array with %8 would
+        if len(running) == 8:
+            codes.append(running.pop(0).wait(timeout=300))
+        running.append(subprocess.Popen([DSE, "sweep", str(QUICK), "--points", "3", "--chunk-size", "50",
+                                         "--shard", f"{i}/64", "--out", str(out), "--quiet"]))
+    codes += [p.wait(timeout=300) for p in running]
+    assert codes == [0] * 64
+    assert len(list(out.glob("part-*.parquet"))) == -(-5832 // 50)       # 117 parts, none twice
+    same_rows(out, unsharded)
+
+
+def test_64_shards_on_dask_local_cluster_equal_the_unsharded_sweep(tmp_path, unsharded):
+    need_dask()
+    out = tmp_path / "sw"
+    r = CliRunner().invoke(main, ["sweep", str(QUICK), "--points", "3", "--chunk-size", "50", "--shard", "all/64",
+                                  "--out", str(out), "--dask", "local:2"])
+    assert r.exit_code == 0, r.output
+    assert "5832 grid points written in 117 part files" in r.output
+    same_rows(out, unsharded)
+
+
+def test_array_tasks_on_dask_equal_the_same_tasks_in_one_process(tmp_path):
+    need_dask()
+    raw = yaml.safe_load(QUICK.read_text())
+    raw["search"].update(n_trials=60, batch_size=20)
+    raw["output"] = str(tmp_path / "q.parquet")
+    p = tmp_path / "quick.yaml"
+    p.write_text(yaml.safe_dump(raw))
+    run_tasks(load_study(p), 4, out=tmp_path / "here", progress=False)
+    r = CliRunner().invoke(main, ["run", str(p), "--task", "all/4", "--dask", "local:2", "--out",
+                                  str(tmp_path / "dask")])
+    assert r.exit_code == 0, r.output
+    assert "4 tasks, 240 trials" in r.output
+    ref = da.load_results(tmp_path / "here").set_index("trial").sort_index().drop(columns=TIMES)
+    same_rows(tmp_path / "dask", ref)
+
+
+def test_dask_needs_all_tasks_and_a_good_address(tmp_path):
+    r = CliRunner().invoke(main, ["run", str(QUICK), "--task", "1/4", "--dask", "local:2"])
+    assert r.exit_code == 2 and "give --task all/N too" in r.output
+    r = CliRunner().invoke(main, ["sweep", str(QUICK), "--shard", "1/4", "--dask", "local:2"])
+    assert r.exit_code == 2 and "with --dask, give all/N" in r.output
+
+
+RECIPES = Path(__file__).parent.parent / "examples" / "slurm"
+
+
+def test_slurm_recipes_with_the_array_variables_set(tmp_path):
+    """No SLURM in CI: the recipes' commands run with the array variables sbatch would set."""
+    raw = yaml.safe_load(QUICK.read_text())
+    raw["search"].update(n_trials=30, batch_size=10)
+    raw["output"] = str(tmp_path / "q.parquet")
+    p = tmp_path / "quick.yaml"
+    p.write_text(yaml.safe_dump(raw))
+    env = {**os.environ, "PATH": f"{Path(DSE).parent}:{os.environ['PATH']}", "STUDY": str(p),
+           "SLURM_ARRAY_TASK_COUNT": "3", "SLURM_ARRAY_TASK_MIN": "0"}
+    for i in range(3):
+        for recipe, out in (("array-tasks.sbatch", "tasks"), ("sweep-array.sbatch", "sweep")):
+            r = subprocess.run(["bash", str(RECIPES / recipe)], capture_output=True, text=True, timeout=300,
+                               env={**env, "SLURM_ARRAY_TASK_ID": str(i), "OUT": str(tmp_path / out),
+                                    "POINTS": "2"})
+            assert r.returncode == 0, (recipe, r.stderr)
+    tasks = da.load_results(tmp_path / "tasks")
+    assert len(tasks) == 90 and sorted(tasks["trial"]) == list(range(90))      # 3 tasks x 30 trials
+    grid = da.load_results(tmp_path / "sweep")
+    # every distinct design of the grid once (a knob that does not act is taken at one value):
+    # the same rows as one unsharded sweep
+    whole = dse.sweep(str(p), points=2, out=tmp_path / "whole", progress=False)
+    assert grid["trial"].is_unique and len(grid) == whole.rows_written < grid.attrs["dse"]["grid"]["total"]
+    assert sorted(grid["trial"]) == sorted(da.load_results(tmp_path / "whole")["trial"])
