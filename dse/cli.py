@@ -187,7 +187,7 @@ def sweep_cmd(study_file, points, shard, out, chunk_size, dask_address, quiet):
             raise SpecError(None, "--shard", shard, "with --dask, give all/N (N shards as N Dask tasks)")
         rows, parts = sweep_on_dask(dask_address, study_file, int(tail), points=points, out=out,
                                     chunk_size=chunk_size)
-        click.echo(f"{rows} grid points written in {parts} part files on disk ({tail} shards on Dask {dask_address})")
+        click.echo(f"{rows} designs written in {parts} part files on disk ({tail} shards on Dask {dask_address})")
         return
     res = sweep(study, points=points, shard=parse_shard(shard) if shard else None, out=out,
                 chunk_size=chunk_size or DEFAULT_CHUNK, progress=not quiet)

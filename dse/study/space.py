@@ -54,9 +54,13 @@ def active_masks(study: StudySpec, values: dict, n: int) -> dict[str, np.ndarray
     """For every conditional knob present in ``values`` (arrays of length n, one per knob
     name; a missing controller takes its fixed value), a bool array: does it act on the design?
 
-    >>> import pathlib, dse
-    >>> from dse.study import load_study
-    >>> s = load_study(pathlib.Path(dse.__file__).parent.parent / "studies" / "draft-chip.yaml")
+    >>> from dse.study import parse_study
+    >>> s = parse_study({"name": "d", "workload": {"target": "llama-3.1-8b", "draft": "llama-3.2-1b",
+    ...                                            "acceptance": {"alpha": 0.8}},
+    ...                  "space": {"target_chip": {"peak_tflops": 500, "memory": ["hbm3e"]},
+    ...                            "draft_chip": {"enabled": [True, False], "peak_tflops": 50,
+    ...                                           "memory": ["sram", "lpddr5x"]}},
+    ...                  "objectives": [{"metric": "spec_ms_per_token"}]}, "example")
     >>> m = active_masks(s, {"draft_chip_enabled": np.array([True, False]),
     ...                      "draft_chip_memory": np.array(["sram", "sram"])}, 2)
     >>> m["draft_chip_memory_stacks"].tolist(), m["draft_chip_peak_tflops"].tolist()
