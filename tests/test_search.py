@@ -15,12 +15,13 @@ from dse.study import load_study
 QUICK = Path(__file__).parent.parent / "studies" / "quickstart.yaml"
 
 
-def small_study(tmp_path, n_trials=96, **search):
-    raw = yaml.safe_load(QUICK.read_text())
-    raw["search"].update(n_trials=n_trials, batch_size=32, **search)
-    raw["output"] = str(tmp_path / "q.parquet")
+def small_study(tmp_path, n_trials=96, source=QUICK, **search):
+    """A shipped study with a small search budget, writing into tmp_path."""
+    raw = yaml.safe_load(source.read_text())
+    raw["search"].update({"batch_size": 32, **search, "n_trials": n_trials})
+    raw["output"] = str(tmp_path / f"{source.stem}.parquet")
     tmp_path.mkdir(parents=True, exist_ok=True)
-    p = tmp_path / "quick.yaml"
+    p = tmp_path / f"{source.stem}.yaml"
     p.write_text(yaml.safe_dump(raw))
     return load_study(p)
 
@@ -160,13 +161,7 @@ DRAFT = Path(__file__).parent.parent / "studies" / "draft-chip.yaml"
 
 
 def _draft_study(tmp_path, n_trials=200):
-    raw = yaml.safe_load(DRAFT.read_text())
-    raw["search"].update(n_trials=n_trials, batch_size=50, sampler="nsga2")
-    raw["output"] = str(tmp_path / "d.parquet")
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    p = tmp_path / "d.yaml"
-    p.write_text(yaml.safe_dump(raw))
-    return load_study(p)
+    return small_study(tmp_path, n_trials, source=DRAFT, batch_size=50, sampler="nsga2")
 
 
 def test_inactive_knobs_are_null_and_not_sampled(tmp_path):
@@ -234,7 +229,7 @@ def test_dse_run_counts_designs_and_sorts_the_front(tmp_path):
     s = small_study(tmp_path, n_trials=160, sampler="nsga2")
     r = CliRunner().invoke(main, ["run", s.path, "--storage", ":memory:", "--quiet"])
     assert r.exit_code == 0, r.output
-    df = pd.read_parquet(tmp_path / "q.parquet")
+    df = pd.read_parquet(s.output)
     designs = int(df["duplicate_of"].isna().sum())
     feasible = int((df["duplicate_of"].isna() & df["feasible"]).sum())
     front = int(df["is_pareto"].fillna(False).sum())
