@@ -81,10 +81,19 @@ MODELS = {
 }
 #: EAGLE-1's default static tree (mc_sim_7b_63: 4-8-8-3-2 nodes per depth below the root)
 EAGLE_DEFAULT_TREE = (25, 5)
+#: EAGLE+gpt-fast, the code behind the README's gpt-fast rows (SafeAILab/EAGLE branch eaglefast,
+#: commit b2faa21 of 2024-01-18, model/ea_model.py: eagenerate -> chaintopK_genrate(sk=3)):
+#: a CHAIN of 3 drafted tokens verified as 4 positions, not the static tree
+EAGLE_GPT_FAST_CHAIN = 3
 #: Mean accepted length of EAGLE-1 on MT-bench at T=0 (arXiv 2401.15077 Table 1, Hugging Face backend)
 EAGLE_TAU = {"LLaMA2-Chat 13B": 3.90}
 EAGLE_TAU_SOURCE = ("EAGLE paper (arXiv 2401.15077) Table 1, LLaMA2-Chat 13B, MT-bench, T=0, HF backend "
                     "[UNVERIFIED transcription: not re-read against the paper here]")
+#: draft_method text -> dse drafter family for tree and retrieval methods (first match wins)
+TREE_METHODS = (("medusa", "medusa"), ("hydra", "medusa"), ("rest", "ngram"), ("retrieval", "ngram"),
+                ("prompt lookup", "ngram"), ("pld", "ngram"))
+#: Medusa-1's released heads (hardware_db/models/medusa-vicuna-7b.yaml) when the row names none
+MEDUSA_HEADS_DEFAULT = 5
 DRAFTS = {"T5-small": "t5-small", "T5-base": "t5-base", "T5-large": "t5-large", "draft model 4B": "chinchilla-draft-4b"}
 #: CSV precision text -> weight dtype ('not stated' is bf16: T5X's default dtype, t5_1_1/base.gin)
 PRECISION = {
@@ -93,7 +102,8 @@ PRECISION = {
     "INT4 weights (g32)": "int4", "not stated in sources read": "bf16",
     "FP8 (fp8 KV cache)": "fp8-head16", "4-bit (q4f16_1 assumed)": "q4f16_1", "FP8 (NIM fp8 profile)": "fp8-head16",
 }
-_RUNTIME_BY_FRAMEWORK = (("transformers", "eager"), ("gpt-fast", "gpt-fast"))   # else the device's default
+_RUNTIME_BY_FRAMEWORK = (("transformers", "eager"), ("Hugging Face", "eager"), ("HF backend", "eager"),
+                         ("gpt-fast", "gpt-fast"))   # else the device's default
 #: decode-file metric text -> kind of comparison
 DECODE_METRICS = {"decode tok/s": "decode_ms", "autoregressive sampling": "decode_ms", "draft sampling": "decode_ms",
                   "decode ms/token": "decode_ms", "effective ms/token": "spec_ms",
@@ -237,25 +247,112 @@ def _serving_case(rid: str, row: dict[str, str]) -> Case:
                 note="; ".join(x for x in (hw_note, len_note) if x), source=row["source"])
 
 
+def _acceptance(row: dict[str, str]) -> dict[str, float] | None:
+    """The row's own acceptance: tau (mean accepted length) if published, else alpha."""
+    tau, alpha = _num(row.get("mean_accepted_length_tau", "")), _num(row.get("acceptance_rate_alpha", ""))
+    if tau is not None:
+        return {"tau": tau}
+    return {"alpha": alpha} if alpha is not None else None
+
+
+def _eagle_case(rid: str, row: dict[str, str], model: str, dtype: str) -> Case:
+    """EAGLE-1 rows: the Hugging Face backend drafts the static default tree; EAGLE+gpt-fast
+    drafts a chain of 3 (EAGLE_GPT_FAST_CHAIN). Without a published tau for the chain, its alpha
+    is the one whose best 25-node, depth-5 tree has the paper's tau (dse's positional model,
+    p_r = alpha (1 - alpha)^(r-1)); that model gives rank 1 less than EAGLE's top-1 rate, so the
+    chain's tau is if anything low."""
+    target, method = row["target_model"], row["draft_method"]
+    design, hw_note = _design(row["hardware"], model, dtype, _chips(row["hardware"]), prompt=128, output=128,
+                              framework=method)
+    nodes, depth = EAGLE_DEFAULT_TREE
+    given = _acceptance(row)
+    if given is None and target not in EAGLE_TAU:
+        raise _NotModelled(f"EAGLE row without tau or alpha, and no published tau for {target!r} in EAGLE_TAU")
+    notes = []
+    if "gpt-fast" in method:
+        k = EAGLE_GPT_FAST_CHAIN
+        if given is None:
+            from .model.specdec import implied_tree_alpha
+            alpha = implied_tree_alpha(EAGLE_TAU[target], depth, nodes)
+            given = {"alpha": round(alpha, 4)}
+            notes.append(f"alpha {alpha:.4f}: the i.i.d. rate whose best {nodes}-node depth-{depth} tree has "
+                         f"tau {EAGLE_TAU[target]:g} ({EAGLE_TAU_SOURCE})")
+        design.update(draft="eagle", k=k, **given)
+        notes.insert(0, f"EAGLE+gpt-fast drafts a chain of {k} (SafeAILab/EAGLE branch eaglefast, b2faa21, "
+                        "model/ea_model.py chaintopK_genrate(sk=3)), not the static tree")
+    else:
+        given = given or {"tau": EAGLE_TAU[target]}
+        design.update(draft="eagle", k=depth, tree_nodes=nodes, **given)
+        notes.append(f"EAGLE default tree mc_sim_7b_63 ({nodes} nodes, depth {depth}; SafeAILab/EAGLE "
+                     "eagle/model/choices.py)")
+    baseline = _num(row.get("target_ms_per_token", ""))
+    if baseline:
+        design["baseline_ms"] = baseline
+        notes.append(f"baseline anchored at the row's {baseline:g} ms/token")
+    notes += ["chat fine-tune has the base model's shapes", hw_note, "MT-bench lengths not in the row: 128/128"]
+    return Case(rid, "", "speedup", float(row["measured_speedup"]), "held-out", design=design,
+                note="; ".join(x for x in notes if x), source=row["source"])
+
+
+def _tree_method(text: str) -> str | None:
+    """The dse drafter family of a Medusa, Hydra, REST or prompt-lookup row, else None."""
+    low = text.lower()
+    return next((fam for key, fam in TREE_METHODS if re.search(rf"\b{key}\b", low)), None)
+
+
+def _tree_method_case(rid: str, row: dict[str, str], model: str, dtype: str, family: str) -> Case:
+    """Medusa / Hydra heads (``medusa:H``) and retrieval drafts (REST, prompt lookup: ``ngram``):
+    the tree ('N nodes', 'depth D') or chain ('gamma=K', 'K=4') from k_or_tree, the row's tau
+    or alpha, its baseline step if published. Hydra's heads are modelled as Medusa heads (the
+    extra input of each sequentially dependent head is not counted)."""
+    method, shape = row["draft_method"], row["k_or_tree"]
+    given = _acceptance(row)
+    if given is None:
+        raise _NotModelled("no acceptance rate or tau published for this run")
+    nodes = re.search(r"(\d+)\s*-?\s*nodes?\b", shape, re.I)
+    depth = re.search(r"depth\s*=?\s*(\d+)", shape, re.I)
+    chain = re.search(r"\b(?:gamma|k)\s*=\s*(\d+)", shape, re.I)
+    notes = []
+    if family == "medusa":
+        m = re.search(r"(\d+)\s*heads?", method, re.I)
+        heads = int(m.group(1)) if m else MEDUSA_HEADS_DEFAULT
+        if not m:
+            notes.append(f"heads not in the row: {heads} (Medusa-1's released heads)")
+        draft = f"medusa:{heads}"
+        k = int(depth.group(1)) if depth else (int(chain.group(1)) if chain else heads)
+    else:
+        draft = "ngram"
+        if not (depth or chain):
+            raise _NotModelled(f"draft length or tree depth not given in {shape!r}")
+        k = int((depth or chain).group(1))
+    if "hydra" in method.lower():
+        notes.append("Hydra heads modelled as Medusa heads")
+    design, hw_note = _design(row["hardware"], model, dtype, _chips(row["hardware"]), prompt=128, output=128,
+                              framework=f"{method} {row.get('notes', '')}")
+    design.update(draft=draft, k=k, **given)
+    if nodes:
+        design["tree_nodes"] = int(nodes.group(1))
+    elif not chain:
+        raise _NotModelled(f"tree size not given in {shape!r} (expected 'N nodes' or 'gamma=K')")
+    baseline = _num(row.get("target_ms_per_token", ""))
+    if baseline:
+        design["baseline_ms"] = baseline
+        notes.append(f"baseline anchored at the row's {baseline:g} ms/token")
+    notes += [hw_note, "lengths not in the row: 128/128"]
+    return Case(rid, "", "speedup", float(row["measured_speedup"]), "held-out", design=design,
+                note="; ".join(x for x in notes if x), source=row["source"])
+
+
 def _specdec_case(rid: str, row: dict[str, str]) -> Case:
     """A row of specdec_measurements_public.csv."""
     src, target = row["source"], row["target_model"]
     dtype = _lookup(PRECISION, row["precision"], "precision")
     model = _lookup(MODELS, target, "model")
     if "EAGLE" in row["draft_method"]:
-        # EAGLE's default static tree and the paper's mean accepted length for it; the baseline is
-        # anchored at the row's measured gpt-fast step, so the row tests the tree's accounting
-        design, hw_note = _design(row["hardware"], model, dtype, _chips(row["hardware"]), prompt=128, output=128)
-        nodes, depth = EAGLE_DEFAULT_TREE
-        tau = EAGLE_TAU[target]
-        design.update(draft="eagle", k=depth, tree_nodes=nodes, tau=tau, baseline_ms=_num(row["target_ms_per_token"]))
-        note = "; ".join(x for x in (
-            f"EAGLE default tree mc_sim_7b_63 ({nodes} nodes, depth {depth}; SafeAILab/EAGLE eagle/model/choices.py); "
-            f"tau {tau:g} = {EAGLE_TAU_SOURCE}, not given in the row (gpt-fast's own tau is not published); "
-            f"baseline anchored at the row's {_num(row['target_ms_per_token']):g} ms/token",
-            "chat fine-tune has the base model's shapes", hw_note, "MT-bench lengths not in the row: 128/128") if x)
-        return Case(rid, "", "speedup", float(row["measured_speedup"]), "held-out", design=design, note=note,
-                    source=src)
+        return _eagle_case(rid, row, model, dtype)
+    method = _tree_method(row["draft_method"])
+    if method is not None:
+        return _tree_method_case(rid, row, model, dtype, method)
     k = int(re.search(r"(\d+)", row["k_or_tree"]).group(1))
     draft = next((v for key, v in DRAFTS.items() if key in row["draft_method"]), None)
     if draft is None:

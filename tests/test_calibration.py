@@ -149,15 +149,65 @@ def test_doc_table_is_what_dse_validate_prints(report):
     assert calibration.doc_block(DOC) == calibration.format_report(report)
 
 
-def test_eagle_rows_are_modelled_as_the_default_tree():
-    # specdec:16-17 (EAGLE + gpt-fast): a speedup through EAGLE's default tree, mc_sim_7b_63 =
-    # 4 + 8 + 8 + 3 + 2 = 25 nodes below the root, depth 5, anchored at the measured baseline
+def test_eagle_gpt_fast_rows_are_a_chain_of_three():
+    # specdec:16-17 (EAGLE + gpt-fast, README of SafeAILab/EAGLE, January 2024): the eaglefast
+    # branch drafts a chain of 3 tokens (model/ea_model.py chaintopK_genrate(sk=3)), not the tree.
+    # Its alpha is the one whose best 25-node depth-5 tree has the paper's tau 3.9: 0.6076; the
+    # chain's tau is then 1 + a + a^2 + a^3 = 1 + 0.6076 + 0.3692 + 0.2243 = 2.201
     rows = {c.id: c for c in calibration.cases()}
     for rid, baseline in (("specdec:16", 30.1), ("specdec:17", 21.1)):
         c = rows[rid]
         assert c.metric == "speedup" and c.role == "held-out"
-        assert (c.design["tree_nodes"], c.design["k"], c.design["draft"]) == (25, 5, "eagle")
+        assert (c.design["k"], c.design["draft"], c.design["runtime"]) == (3, "eagle", "gpt-fast")
+        assert "tree_nodes" not in c.design and "tau" not in c.design
+        assert c.design["alpha"] == pytest.approx(0.6076, abs=1e-4)
         assert c.design["baseline_ms"] == baseline
         r = evaluate_design(**c.design)
-        assert r["tau"] == pytest.approx(c.design["tau"]) and r["tree_nodes"] == 25
+        assert r["tau"] == pytest.approx(2.201, abs=1e-3)
         assert r["baseline_ms_per_token"] == pytest.approx(baseline)
+    # and the alpha is what it claims: the best 25-node depth-5 tree at 0.6076 has tau 3.9
+    r = evaluate_design(hw="a100-80gb", target="llama-2-13b", draft="eagle", alpha=0.6076, k=5, tree_nodes=25)
+    assert r["tau"] == pytest.approx(3.90, abs=2e-3)
+
+
+#: a specdec_measurements_public.csv row with every column, for the mapping tests below
+_ROW = dict(source="test", target_model="LLaMA2-Chat 13B", draft_method="", hardware="1x A100", precision="FP16",
+            batch_size="1", context_or_prompt_len="", k_or_tree="", acceptance_rate_alpha="",
+            mean_accepted_length_tau="", target_ms_per_token="", draft_ms_per_token="", measured_speedup="2.0",
+            dataset_task="MT-bench", notes="")
+
+
+@pytest.mark.parametrize("method, shape, extra, want", [
+    # EAGLE on the Hugging Face backend: the static default tree (4+8+8+3+2 = 25 nodes, depth 5), eager runtime
+    ("EAGLE (HF backend)", "EAGLE default tree", dict(mean_accepted_length_tau="3.8"),
+     dict(draft="eagle", k=5, tree_nodes=25, tau=3.8, runtime="eager")),
+    # Medusa: heads from the text, tree and depth from k_or_tree, anchored at the published step
+    ("Medusa-1 (4 heads), Hugging Face", "tree of 63 nodes, depth 4",
+     dict(mean_accepted_length_tau="2.6", target_ms_per_token="25.0"),
+     dict(draft="medusa:4", k=4, tree_nodes=63, tau=2.6, runtime="eager", baseline_ms=25.0)),
+    # Medusa without a head count: Medusa-1's five released heads, depth = heads
+    ("Medusa", "64 nodes", dict(acceptance_rate_alpha="0.6"), dict(draft="medusa:5", k=5, tree_nodes=64, alpha=0.6)),
+    ("Hydra++", "64 nodes, depth 4", dict(mean_accepted_length_tau="3.1"),
+     dict(draft="medusa:5", k=4, tree_nodes=64, tau=3.1)),
+    # retrieval: REST's tree, prompt lookup's chain
+    ("REST (datastore retrieval)", "32 nodes, depth 5", dict(mean_accepted_length_tau="2.3"),
+     dict(draft="ngram", k=5, tree_nodes=32, tau=2.3)),
+    ("prompt lookup decoding", "gamma=10", dict(acceptance_rate_alpha="0.5"), dict(draft="ngram", k=10, alpha=0.5)),
+])
+def test_tree_method_rows_map_to_their_drafters(method, shape, extra, want):
+    c = calibration._specdec_case("specdec:99", {**_ROW, "draft_method": method, "k_or_tree": shape, **extra})
+    assert c.metric == "speedup" and c.role == "held-out" and c.measured == 2.0
+    got = {k: c.design.get(k) for k in want}
+    assert got == want
+    assert ("tree_nodes" in c.design) == ("tree_nodes" in want)
+    assert evaluate_design(**c.design)["speedup"] > 0     # the design evaluates
+
+
+@pytest.mark.parametrize("method, shape, extra, why", [
+    ("Medusa-1", "64 nodes", {}, "no acceptance rate or tau"),
+    ("REST", "64 nodes", dict(mean_accepted_length_tau="2.0"), "depth not given"),
+    ("REST", "depth 4", dict(mean_accepted_length_tau="2.0"), "tree size not given"),
+])
+def test_tree_method_rows_without_what_they_need_are_not_modelled(method, shape, extra, why):
+    with pytest.raises(calibration._NotModelled, match=why):
+        calibration._specdec_case("specdec:99", {**_ROW, "draft_method": method, "k_or_tree": shape, **extra})
