@@ -382,14 +382,19 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
         layers = d.exit_layer if d.kind == "early-exit" else None
 
         def draft_step(q):
-            """One autoregressive draft step over q positions per sequence (EAGLE adds its fc)."""
-            c = step_cost(model, Dc, batch=Bc, q=q, context=Sc, layers=layers, **kw)
-            if d.kind != "eagle":
+            """One autoregressive draft step over q positions per sequence. A draft model is a
+            step of the engine (its kernels + the runtime's per-step cost); an EAGLE head runs
+            inside the speculative iteration, whose host work is t_spec_overhead: its step is
+            its kernels, its fc(2d -> d) and the per-sequence sampling (top-k) cost only."""
+            eagle = d.kind == "eagle"
+            c = step_cost(model, Dc, batch=Bc, q=q, context=Sc, layers=layers, step_overhead=not eagle, **kw)
+            if not eagle:
                 return c
             fc = 2.0 * tgt.hidden_size ** 2      # fc(2d -> d) on the concatenated feature and token embedding
             f_c = 2 * fc * Bc * q / (Tc.peak_flop_s * Tc.compute_efficiency * cf) / Tc.chips
             f_m = fc * wb / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * stream_factor(Tc, fmt.dequant)) / Tc.chips
-            return c._replace(time_s=c.time_s + np.maximum(f_c, f_m))
+            seq = Bc * Dc.sequence_overhead_s
+            return c._replace(time_s=c.time_s + np.maximum(f_c, f_m) + seq, t_overhead_s=c.t_overhead_s + seq)
 
         one_step = draft_step(1.0)
         t_draft = kf * one_step.time_s

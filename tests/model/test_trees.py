@@ -149,14 +149,19 @@ def test_tree_verify_attention_reads_context_plus_the_tree(db):
 
 def test_tree_draft_runs_one_step_per_depth(ideal):
     # Fixed costs only (bandwidth and FLOP/s made huge): an EAGLE draft step costs one layer's
-    # kernels, 8 x 10 us, plus the step overhead 30 us = 110 us, whatever its positions. A tree of
-    # depth 5 costs 5 steps (550 us), not one per node (26) and not a different number of steps.
+    # kernels, 8 x 10 us, plus the per-sequence cost 7 us = 87 us, whatever its positions; the
+    # runtime's per-step cost (30 us) is not charged: the head runs inside the speculative
+    # iteration, whose host work is spec_overhead_us. A tree of depth 5 costs 5 steps (435 us),
+    # not one per node (26) and not a different number of steps.
     fast = {**ideal, "mem_bw_tb_s": 1e5, "peak_tflops_bf16": 1e6, "kernel_launch_us": 10,
-            "step_overhead_us": 30, "kernels_per_layer": 8}
+            "step_overhead_us": 30, "kernels_per_layer": 8, "sequence_overhead_us": 7}
     r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="eagle", alpha=0.7, tree_nodes=26, k=5,
                         set_fields=fast)
     assert r["tree_shape"] == "3-6-6-5-6"
-    assert r["draft_ms_per_iter"] == pytest.approx(5 * 0.110, rel=1e-3)
+    assert r["draft_ms_per_iter"] == pytest.approx(5 * 0.087, rel=1e-3)
+    # a draft model's step is an engine step: its layers' kernels plus 30 + 7 us
+    m = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=0.7, k=5, set_fields=fast)
+    assert m["draft_ms_per_iter"] == pytest.approx(5 * (16 * 8 * 0.010 + 0.030 + 0.007), rel=1e-3)
 
 
 def test_tree_draft_flops_follow_the_nodes_per_depth(db, ideal):
