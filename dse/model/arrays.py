@@ -106,3 +106,10 @@ class DesignBatch:
     @property
     def n(self) -> int:
         return self.batch.size
+
+    def take(self, idx) -> DesignBatch:
+        """Rows ``idx`` as a new DesignBatch (a shared target/draft group stays shared)."""
+        target = self.target.take(idx)
+        draft = target if self.draft is self.target else self.draft.take(idx)
+        return DesignBatch(target=target, draft=draft, **{
+            f.name: getattr(self, f.name)[idx] for f in dataclasses.fields(self) if f.name not in ("target", "draft")})
