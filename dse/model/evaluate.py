@@ -308,6 +308,8 @@ def _distinct_rows(batch: DesignBatch) -> tuple[np.ndarray, np.ndarray] | None:
     n = batch.n
     h, used = np.zeros(n, dtype=np.uint64), []
     for c in latency_columns(batch):
+        if c.strides == (0,):          # one value broadcast (arrays._as_arrays)
+            continue
         c = np.ascontiguousarray(c)
         bits = c.view(np.uint64) if c.dtype.itemsize == 8 else c.astype(np.uint64)
         if bits.min() == bits.max():
