@@ -124,8 +124,10 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
         peak_att, eta_link = col["peak_attention_flop_s"], col["link_efficiency"]
         buildable = np.ones(n, dtype=bool)
     else:
-        node = _codes(*coded("process_node")[::-1], tech.node_index)
-        mem = _codes(*coded("memory")[::-1], tech.memory_index)
+        node_names, node_codes = coded("process_node")
+        mem_names, mem_codes = coded("memory")
+        node = _codes(node_codes, node_names, tech.node_index)
+        mem = _codes(mem_codes, mem_names, tech.memory_index)
         chip = synthesize_chip(tech, node_idx=node, peak_tflops=np.asarray(get("peak_tflops"), dtype=np.float64),
                                memory_idx=mem, memory_stacks=np.asarray(get("memory_stacks"), dtype=np.float64),
                                stack_height=np.asarray(get("stack_height"), dtype=np.float64),
