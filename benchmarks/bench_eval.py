@@ -14,6 +14,15 @@ Run:  python benchmarks/bench_eval.py [--calls 200] [--rows 1000000] [--repeats 
     --json` as a subprocess, median wall time of --cli-runs runs after one untimed run: target
     < 1 s; and `python -X importtime` on the same command must show no optuna, pandas or
     matplotlib import.
+(d) The study path against its floor: studies/quickstart.yaml's grid at --points (11: 814,572
+    distinct designs of 1,054,152 grid points), in sweep chunks of 131,072, categorical knobs as
+    grid indices. ns per design, min of --study-repeats passes, for dse.model.evaluate plain
+    (every row, every k), with dedupe (latency terms once per distinct input row) and with dedupe
+    and the k = auto bound (the default), and for evaluation.evaluate_study (build_designs +
+    evaluate, the default path). The floor: the bytes of the result columns (every Metrics
+    field, 8 bytes per design each) written once at the measured memcpy bandwidth (1 core, 256
+    MB copies); also one elementwise numpy pass (a * b + c, float64) per design as a unit.
+    Printed with the ratios; no target.
 Exits 1 if a target is missed.
 """
 
@@ -32,6 +41,7 @@ import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+from dataclasses import fields as dataclass_fields  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -42,7 +52,10 @@ from _targets import report  # noqa: E402  (benchmarks/ is on sys.path when run 
 
 from dse.api import evaluate_design, hardware_arrays  # noqa: E402
 from dse.catalog.database import load_database  # noqa: E402
-from dse.model import DesignBatch, evaluate  # noqa: E402
+from dse.evaluation import build_designs, evaluate_study  # noqa: E402
+from dse.grid import DEFAULT_CHUNK, distinct_points, grid_axes  # noqa: E402
+from dse.model import DesignBatch, Metrics, evaluate  # noqa: E402
+from dse.study import open_study  # noqa: E402
 from dse.workload import (  # noqa: E402
     Workload,  # noqa: E402
     make_acceptance,
@@ -123,12 +136,79 @@ def heavy_imports(importtime_stderr: str) -> tuple[list[str], list[tuple[float, 
     return sorted(bad), sorted(top, reverse=True)
 
 
+def quickstart_chunks(points: int):
+    """The quickstart grid as the sweep evaluates it: (params with categorical knobs as axis
+    indices, distinct designs) per chunk of DEFAULT_CHUNK grid points."""
+    study, db, tech = open_study(Path(__file__).resolve().parents[1] / "studies" / "quickstart.yaml")
+    axes = grid_axes(study, points)
+    shape = tuple(v.size for _, v in axes)
+    total = int(np.prod(shape))
+    chunks = []
+    for start in range(0, total, DEFAULT_CHUNK):
+        idx = np.unravel_index(np.arange(start, min(total, start + DEFAULT_CHUNK)), shape)
+        params = {k.name: i if k.kind == "cat" else vals[i] for (k, vals), i in zip(axes, idx)}
+        keep = distinct_points(study, axes, idx, params, idx[0].size)
+        chunks.append(({name: v[keep] for name, v in params.items()}, int(keep.sum())))
+    return study, db, tech, total, chunks
+
+
+def best_of(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def study_floor(points: int, repeats: int) -> None:
+    study, db, tech, total, chunks = quickstart_chunks(points)
+    n = sum(m for _, m in chunks)
+    print(f"(d) studies/quickstart.yaml grid, {points} points: {n:,} distinct designs of {total:,} grid points, "
+          f"{len(chunks)} chunks; min of {repeats} passes")
+    batches = [build_designs(study, p, m, db, tech).batch for p, m in chunks]
+    w = study.workload
+    rows = []
+    for label, kw in (("dse.model.evaluate, plain (every row, every k)", dict(dedupe=False, k_bound=False)),
+                      ("dse.model.evaluate, dedupe", dict(k_bound=False)),
+                      ("dse.model.evaluate, dedupe + k bound (default)", {})):
+        evaluate(batches[0], w, **kw)
+        rows.append((label, best_of(lambda kw=kw: [evaluate(b, w, **kw) for b in batches], repeats)))
+    batches.clear()
+    rows.append(("evaluation.evaluate_study (build + evaluate)",
+                 best_of(lambda: [evaluate_study(study, p, m, db, tech) for p, m in chunks], repeats)))
+    # the floor: write every result column once at memcpy speed
+    src = np.ones(32 * 2 ** 20)                   # 256 MB
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    t_copy = best_of(lambda: np.copyto(dst, src), 5)
+    bw = 2 * src.nbytes / t_copy                  # read + write
+    a, b, c = (np.full(DEFAULT_CHUNK, x) for x in (1.5, 2.5, 3.5))
+    out = np.empty_like(a)
+
+    def one_pass():
+        np.multiply(a, b, out=out)
+        np.add(out, c, out=out)
+    t_pass = best_of(lambda: [one_pass() for _ in range(100)], 5) / (100 * DEFAULT_CHUNK)
+    n_cols = len(dataclass_fields(Metrics))
+    floor = n_cols * 8 / bw
+    print(f"    memcpy {bw / 1e9:.1f} GB/s (read + write); floor = {n_cols} result columns x 8 B written once "
+          f"= {floor * 1e9:.0f} ns/design; one numpy pass a*b+c = {t_pass * 1e9:.2f} ns/design")
+    print(f"{'path':<52}{'s':>8}{'ns/design':>11}{'x floor':>9}{'passes':>8}")
+    for label, t in rows:
+        per = t / n
+        print(f"{label:<52}{t:>8.3f}{per * 1e9:>11.0f}{per / floor:>9.1f}{per / t_pass:>8.0f}")
+    print("    passes = ns/design over one elementwise numpy pass; the machine may be shared: compare within one run")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--cli-runs", type=int, default=5)
+    ap.add_argument("--points", type=int, default=11, help="(d) grid points of studies/quickstart.yaml")
+    ap.add_argument("--study-repeats", type=int, default=3)
     args = ap.parse_args(argv)
     results = []          # (check, measured text, target text, ok)
 
@@ -185,6 +265,10 @@ def main(argv=None) -> int:
           f"{args.repeats} calls; targets use the median")
     del chunks
     results.append(("evaluate throughput, fixed k", f"{tput[4]:,.0f} pts/s", ">= 1,000,000 pts/s", tput[4] >= 1e6))
+
+    # ---- (d) the study path against its floor ----
+    print()
+    study_floor(args.points, args.study_repeats)
 
     # ---- (c) `dse eval` from the shell ----
     print()

@@ -21,7 +21,7 @@ from .model.arrays import DesignBatch, HardwareArrays
 from .model.evaluate import Metrics, evaluate
 from .model.technology import known_part_estimate, synthesize_chip
 from .model.transformer import WEIGHT_FORMATS, default_kv_dtype
-from .study.space import fill_inactive
+from .study.space import category_codes, fill_inactive, knob_names
 from .study.spec import StudySpec
 from .units import FACTOR
 
@@ -41,25 +41,34 @@ class Designs:
 def knob_arrays(study: StudySpec, params: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
     """Every knob (searched from ``params``, fixed from the study) as an array of length n,
     inactive entries at their neutral value (dse.study.space)."""
-    return knob_arrays_and_masks(study, params, n)[0]
+    kn, _, names = knob_arrays_and_masks(study, params, n)
+    return {k: np.array(names[k], dtype=object)[v] if k in names else v for k, v in kn.items()}
 
 
 def knob_arrays_and_masks(study: StudySpec, params: dict[str, np.ndarray], n: int
-                          ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """knob_arrays and the activity masks of the conditional knobs."""
-    out = {}
+                          ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, tuple]]:
+    """Knob arrays with categorical knobs as int64 codes, the activity masks of the conditional
+    knobs, and per categorical knob the names its codes index. A categorical knob in ``params``
+    may be its names or already codes into its choices (dse.study.space.knob_names), as a grid
+    has them; names become codes here, once per batch."""
+    out, names = {}, {}
     for k in study.knobs:
-        if k.searched:
+        if k.kind == "cat":
+            v = np.asarray(params[k.name]) if k.searched else np.zeros(n, dtype=np.int64)
+            names[k.name], out[k.name] = category_codes(v, knob_names(k))
+        elif k.searched:
             out[k.name] = np.asarray(params[k.name])
         else:
-            out[k.name] = np.full(n, k.fixed, dtype=object if k.kind == "cat" else None)
-    return fill_inactive(study, out, n)
+            out[k.name] = np.full(n, k.fixed)
+    out, masks = fill_inactive(study, out, n, names)
+    return out, masks, names
 
 
-def _codes(values, index_of) -> np.ndarray:
-    """Categorical names -> integer codes into a table, looking up each distinct name once."""
-    uniq, inverse = np.unique(np.asarray(values).astype(str), return_inverse=True)
-    return np.array([index_of(u) for u in uniq], dtype=np.int64)[inverse]
+def _codes(codes, names, index_of) -> np.ndarray:
+    """Codes into ``names`` -> codes into a table (``index_of`` name), looking up only the names
+    that occur (an unused name, e.g. a search's None where a knob is inactive, is never looked up)."""
+    seen = np.bincount(codes, minlength=len(names)) > 0
+    return np.array([index_of(nm) if s else -1 for nm, s in zip(names, seen)], dtype=np.int64)[codes]
 
 
 def _device_table(devs: list[DeviceSpec], dtype: str, kv_dtype: str) -> dict[str, np.ndarray]:
@@ -79,18 +88,25 @@ def _device_table(devs: list[DeviceSpec], dtype: str, kv_dtype: str) -> dict[str
 
 
 def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db: Database,
-               tech: TechConstants, rt: RuntimeSpec, kv_dtype: str | None = None
-               ) -> tuple[HardwareArrays, dict[str, np.ndarray]]:
-    """One chip group (target_chip_* or draft_chip_* knobs) -> HardwareArrays and SI columns."""
+               tech: TechConstants, rt: RuntimeSpec, kv_dtype: str | None = None,
+               names: dict[str, tuple] | None = None) -> tuple[HardwareArrays, dict[str, np.ndarray]]:
+    """One chip group (target_chip_* or draft_chip_* knobs) -> HardwareArrays and SI columns.
+    Categorical knobs are names, or codes into ``names[knob]`` (knob_arrays_and_masks)."""
     kv_dtype = kv_dtype or default_kv_dtype(dtype)
+    names = names or {}
+
     def get(key, default=None):
         return knobs.get(prefix + key, default)
 
+    def coded(key):
+        return category_codes(get(key), names.get(prefix + key, ()))
+
     chips = np.asarray(get("chips", np.ones(n)), dtype=np.int64)
     if prefix + "device" in knobs:
-        names = np.asarray(knobs[prefix + "device"]).astype(str)
-        uniq, code = np.unique(names, return_inverse=True)
-        devs = [db.device(u) for u in uniq]
+        dev_names, code = coded("device")
+        used = np.flatnonzero(np.bincount(code, minlength=len(dev_names)))
+        code = np.searchsorted(used, code)          # codes into the devices that occur
+        devs = [db.device(str(dev_names[i])) for i in used]
         table = _device_table(devs, dtype, kv_dtype)
         # like for like: a known part's cost is the same manufacturing estimate a synthesised chip
         # gets (technology.known_part_estimate); its street price rides along as price_usd
@@ -108,8 +124,10 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
         peak_att, eta_link = col["peak_attention_flop_s"], col["link_efficiency"]
         buildable = np.ones(n, dtype=bool)
     else:
-        node = _codes(get("process_node"), tech.node_index)
-        mem = _codes(get("memory"), tech.memory_index)
+        node_names, node_codes = coded("process_node")
+        mem_names, mem_codes = coded("memory")
+        node = _codes(node_codes, node_names, tech.node_index)
+        mem = _codes(mem_codes, mem_names, tech.memory_index)
         chip = synthesize_chip(tech, node_idx=node, peak_tflops=np.asarray(get("peak_tflops"), dtype=np.float64),
                                memory_idx=mem, memory_stacks=np.asarray(get("memory_stacks"), dtype=np.float64),
                                stack_height=np.asarray(get("stack_height"), dtype=np.float64),
@@ -147,13 +165,13 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
 def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: Database,
                   tech: TechConstants) -> Designs:
     """Knob arrays -> DesignBatch and hardware result columns (display units)."""
-    kn, active = knob_arrays_and_masks(study, params, n)
+    kn, active, names = knob_arrays_and_masks(study, params, n)
     rt = db.runtime(study.runtime)
-    target, tc = chip_group("target_chip_", kn, n, study.dtype, db, tech, rt, study.kv_dtype)
+    target, tc = chip_group("target_chip_", kn, n, study.dtype, db, tech, rt, study.kv_dtype, names)
     has_draft = "draft_chip_enabled" in kn
     on = np.asarray(kn["draft_chip_enabled"], dtype=bool) if has_draft else np.zeros(n, dtype=bool)
     if has_draft and (on.any() or study.knob("draft_chip_enabled").searched):
-        draft, dc = chip_group("draft_chip_", kn, n, study.dtype, db, tech, rt, study.kv_dtype)
+        draft, dc = chip_group("draft_chip_", kn, n, study.dtype, db, tech, rt, study.kv_dtype, names)
     else:
         draft, dc = target, None
     k = np.asarray(kn["k"], dtype=np.int64) if "k" in kn else np.zeros(n, dtype=np.int64)

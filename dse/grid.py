@@ -136,12 +136,14 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
                 start, stop_i = c * chunk_size, min(total, (c + 1) * chunk_size)
                 flat = np.arange(start, stop_i, dtype=np.int64)
                 idx = np.unravel_index(flat, shape)
-                params = {k.name: vals[i] for (k, vals), i in zip(axes, idx)}
-                keep = distinct_points(study, axes, idx, params, flat.size)
+                # categorical knobs evaluate as their axis index (a code into their choices): no strings
+                coded = {k.name: i if k.kind == "cat" else vals[i] for (k, vals), i in zip(axes, idx)}
+                keep = distinct_points(study, axes, idx, coded, flat.size)
                 if not keep.all():      # a knob that does not act is enumerated at its first value only
-                    flat = flat[keep]
-                    params = {name: v[keep] for name, v in params.items()}
-                designs, metrics = evaluate_study(study, params, flat.size, db, tech)
+                    flat, idx = flat[keep], tuple(i[keep] for i in idx)
+                    coded = {name: v[keep] for name, v in coded.items()}
+                params = {k.name: vals[i] for (k, vals), i in zip(axes, idx)}
+                designs, metrics = evaluate_study(study, coded, flat.size, db, tech)
                 df = results_frame(study, designs, metrics, params, trial=flat, sampler="grid", seed=None,
                                    pareto=False)
                 parts.append(write_parquet(df, out_dir / part_name(c, sn), meta))

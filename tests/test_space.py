@@ -76,3 +76,45 @@ def test_inactive_knobs_take_their_neutral_value(study):
     d = build_designs(study, params, n, load_database(), study.tech)
     assert d.hardware["chip_power_w"][1] - d.hardware["chip_power_w"][0] == pytest.approx(36.0, rel=1e-12)
     assert d.active["target_chip_link_bw_gb_s"].tolist() == [False, True]
+
+
+def test_category_codes_by_hand():
+    from dse.study.space import category_codes
+    names, codes = category_codes(np.array(["hbm3e", "hbm3", "hbm3e"], dtype=object), ("hbm3", "hbm3e"))
+    assert names == ("hbm3", "hbm3e") and codes.tolist() == [1, 0, 1]
+    # a value not among the names (a search's None where the knob is inactive) extends them, as text, sorted
+    names, codes = category_codes(np.array(["x", None, "hbm3"], dtype=object), ("hbm3",))
+    assert names == ("hbm3", "None", "x") and codes.tolist() == [2, 1, 0]
+    # integers are codes already
+    names, codes = category_codes(np.array([1, 0]), ("a", "b"))
+    assert names == ("a", "b") and codes.tolist() == [1, 0]
+
+
+def test_codes_and_names_evaluate_the_same(study):
+    """A grid hands categorical knobs over as indices into their choices, a search as names (with
+    None where inactive): the same designs give the same columns, bit for bit."""
+    from dse.catalog.database import load_database
+    from dse.evaluation import evaluate_study, metric_table
+    rng = np.random.default_rng(0)
+    n = 3000
+    coded, named = {}, {}
+    for k in study.searched:
+        if k.kind == "cat":
+            i = rng.integers(0, len(k.choices), n)
+            coded[k.name], named[k.name] = i, np.array(k.choices, dtype=object)[i]
+        elif k.kind == "bool":
+            coded[k.name] = named[k.name] = rng.random(n) < 0.5
+        elif k.choices:
+            coded[k.name] = named[k.name] = np.array(k.choices)[rng.integers(0, len(k.choices), n)]
+        else:
+            v = rng.uniform(k.low, k.high, n)
+            coded[k.name] = named[k.name] = np.round(v) if k.kind == "int" else v
+    masks = active_masks(study, named, n)
+    named["draft_chip_memory"] = np.where(masks["draft_chip_memory"], named["draft_chip_memory"], None)
+    db = load_database()
+    a, b = (metric_table(*evaluate_study(study, p, n, db, study.tech)) for p in (coded, named))
+    assert list(a) == list(b)
+    for name in a:
+        x, y = np.asarray(a[name]), np.asarray(b[name])
+        assert x.dtype == y.dtype and (np.array_equal(x, y, equal_nan=True) if x.dtype.kind == "f"
+                                       else np.array_equal(x, y)), name

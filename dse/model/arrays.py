@@ -14,11 +14,11 @@ def _as_arrays(obj, int_fields=(), bool_fields=(), n: int = 1) -> int:
               if not isinstance(getattr(obj, f.name), HardwareArrays)}
     n = max([n] + [v.size for v in values.values() if v.ndim])
     for name, v in values.items():
-        if v.ndim == 0:
-            v = np.full(n, v)
+        dtype = np.bool_ if name in bool_fields else np.int64 if name in int_fields else np.float64
+        if v.ndim == 0:         # a read-only view of one value: no n-long copy of a constant
+            v = np.broadcast_to(v.astype(dtype), (n,))
         elif v.ndim != 1 or v.size != n:
             raise ValueError(f"{type(obj).__name__}.{name}: expected shape ({n},), got {v.shape}")
-        dtype = np.bool_ if name in bool_fields else np.int64 if name in int_fields else np.float64
         object.__setattr__(obj, name, v.astype(dtype, copy=False))
     return n
 
@@ -106,3 +106,10 @@ class DesignBatch:
     @property
     def n(self) -> int:
         return self.batch.size
+
+    def take(self, idx) -> DesignBatch:
+        """Rows ``idx`` as a new DesignBatch (a shared target/draft group stays shared)."""
+        target = self.target.take(idx)
+        draft = target if self.draft is self.target else self.draft.take(idx)
+        return DesignBatch(target=target, draft=draft, **{
+            f.name: getattr(self, f.name)[idx] for f in dataclasses.fields(self) if f.name not in ("target", "draft")})

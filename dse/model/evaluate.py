@@ -125,6 +125,7 @@ METRIC_COLUMNS = (
 #: metrics that are latencies or depend on them: NaN (null) where the design does not fit
 LATENCY_METRICS = frozenset(name for name, _, _ in
                             METRIC_COLUMNS[[c[0] for c in METRIC_COLUMNS].index("baseline_ms_per_token"):])
+_LATENCY_ATTRS = frozenset(attr for name, attr, _ in METRIC_COLUMNS if name in LATENCY_METRICS)
 
 
 def _cols(hw: HardwareArrays) -> SimpleNamespace:
@@ -225,7 +226,7 @@ def _tau_table(w: Workload, K: int):
     return taus, ps, ps * rates[kk]
 
 
-def _tree_terms(w: Workload, nodes, kc, K: int):
+def _tree_terms(w: Workload, nodes, kc, K: int, depth: int):
     """Trees: tau, p_deepest, p_window and nodes per depth (shape (..., K)) for N = ``nodes``
     (n, 1) and depth <= kc (broadcast), from the best tree (specdec.tree_table): one table per
     workload, gathered per design. Given tau is used as is; the shape and the window are those
@@ -238,7 +239,6 @@ def _tree_terms(w: Workload, nodes, kc, K: int):
         return t.tau[kc, nodes], t.p_deepest[kc, nodes], t.p_window[kc, nodes], t.shape[kc, nodes]
     out = None
     for n_val in np.unique(nodes[nodes > 0]):
-        depth = int(np.max(kc))
         a = specdec.implied_tree_alpha(acc.tau, depth, int(n_val))
         t = specdec.tree_table(specdec.rank_matrix(AcceptanceSpec(kind="alpha", alpha=a), K + 1, int(n_val)),
                                K, int(n_val))
@@ -250,19 +250,137 @@ def _tree_terms(w: Workload, nodes, kc, K: int):
     return out
 
 
-def evaluate(batch: DesignBatch, w: Workload) -> Metrics:
+#: batches of at least this many rows evaluate the latency terms once per distinct input row
+#: (``_distinct_rows``); smaller ones (one design, a search batch) as they are
+MIN_ROWS_DEDUPE = 1024
+#: (distinct) rows from which k = auto runs one k at a time with a bound (``_auto_k``); fewer
+#: take every k in one broadcast pass, where the per-k Python overhead would dominate
+MIN_ROWS_K_LOOP = 16384
+#: relative margin on the k = auto bound, far above the few ulps of rounding in its terms
+_BOUND_MARGIN = 1e-9
+
+
+def evaluate(batch: DesignBatch, w: Workload, *, dedupe: bool = True, k_bound: bool = True) -> Metrics:
     """Evaluate every design of ``batch`` under workload ``w`` (vectorised; no per-design loop).
 
     A design without bandwidth or link gets infinite times (no warning); the study marks it
-    not buildable.
+    not buildable. Capacity is per design; the latency terms read every DesignBatch field but
+    the memory capacities and reserves, so with ``dedupe`` they are evaluated once per
+    distinct row of those inputs and gathered (when that is under half the rows), and with
+    ``k_bound`` k = auto stops at the k past which a bound rules out a better k for every
+    row. Both give the same bits as without them (tests/model/test_evaluate_fast.py).
     """
     with np.errstate(divide="ignore", invalid="ignore"):
-        return _evaluate(batch, w)
+        caps = _capacity(batch, w)
+        rows = _distinct_rows(batch) if dedupe and batch.n >= MIN_ROWS_DEDUPE else None
+        if rows is None:
+            return _finish(_latency(batch, w, k_bound), *caps)
+        first, inverse = rows
+        # gather, and blank latencies of designs that do not fit on the way: row m is NaN
+        blanked = np.where(caps[0], inverse, first.size)
+        out = {}
+        for attr, v in _latency(batch.take(first), w, k_bound).items():
+            v = np.asarray(v)
+            out[attr] = np.take(np.append(v, np.nan), blanked) if attr in _LATENCY_ATTRS and v.dtype.kind == "f" \
+                else np.take(v, inverse)
+        return _finish(out, *caps, blank=False)
 
 
-def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
+def latency_columns(batch: DesignBatch) -> list[np.ndarray]:
+    """The per-design inputs of the latency terms: every DesignBatch field but the groups'
+    capacity_bytes and memory_reserve_fraction (read by the capacity check only)."""
+    cols, groups = [], [batch.target] if batch.draft is batch.target else [batch.target, batch.draft]
+    for hw in groups:
+        cols += [getattr(hw, f.name) for f in dataclasses.fields(hw)
+                 if f.name not in ("capacity_bytes", "memory_reserve_fraction")]
+    cols += [getattr(batch, f.name) for f in dataclasses.fields(batch)
+             if not isinstance(getattr(batch, f.name), HardwareArrays)]
+    return cols
+
+
+_MIX = np.uint64(0x9E3779B97F4A7C15)      # odd: multiplying by it is a bijection mod 2^64
+
+
+def _distinct_rows(batch: DesignBatch) -> tuple[np.ndarray, np.ndarray] | None:
+    """(one row of each distinct latency input, inverse index), or None when the distinct rows
+    are more than half the rows. Rows are keyed by a 64-bit hash of their bit patterns, then
+    checked column by column: a hash collision means no dedupe, never a wrong row."""
+    n = batch.n
+    h, used = np.zeros(n, dtype=np.uint64), []
+    for c in latency_columns(batch):
+        if c.strides == (0,):          # one value broadcast (arrays._as_arrays)
+            continue
+        c = np.ascontiguousarray(c)
+        bits = c.view(np.uint64) if c.dtype.itemsize == 8 else c.astype(np.uint64)
+        if bits.min() == bits.max():
+            continue
+        np.bitwise_xor(h, bits, out=h)
+        np.multiply(h, _MIX, out=h)
+        h ^= h >> np.uint64(29)
+        used.append(bits)
+    order = np.argsort(h)
+    hs = h[order]
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(hs[1:], hs[:-1], out=new[1:])
+    m = int(np.count_nonzero(new))
+    if 2 * m > n:
+        return None
+    inverse = np.empty(n, dtype=np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    first = order[new]
+    for bits in used:
+        if not np.array_equal(np.take(np.take(bits, first), inverse), bits):
+            return None
+    return first, inverse
+
+
+def _capacity(batch: DesignBatch, w: Workload):
+    """Capacity (MODEL.md section 4), checked per chip; reported for the whole group (per-chip
+    need x chips, so replicated weights and KV count once per chip); the target's and the draft
+    chip's shortfalls apart. Returns (fits, req_t, cap_t, short, req_d, cap_d, short_d, store)."""
     tgt, d = w.target, w.drafter
-    wb, kvb = tf.WEIGHT_BYTES[w.dtype], tf.KV_BYTES[w.kv_dtype]
+    kvb = tf.KV_BYTES[w.kv_dtype]
+    n, T = batch.n, batch.target
+    B = batch.batch.astype(np.float64)
+    P = batch.prompt_tokens.astype(np.float64)
+    G = batch.output_tokens.astype(np.float64)
+    nodes = np.where(batch.tree_nodes > 0, batch.tree_nodes, w.tree_nodes) if d.kind != "none" else np.zeros(n, int)
+    on_chip = batch.draft_on_chip & d.can_use_draft_chip
+    D = SimpleNamespace(**{f: np.where(on_chip, getattr(batch.draft, f), getattr(T, f))
+                           for f in ("chips", "capacity_bytes", "memory_reserve_fraction")})
+    K = _k_range(w)
+    t_chips = T.chips.astype(np.float64)
+    need_t = memory_per_chip(tgt, t_chips, B, P + G, w.dtype, w.kv_dtype)
+    extra = np.maximum(K, nodes)              # draft-cache slots for the drafted tokens (chain or tree)
+
+    def draft_per_chip(chips):
+        out = draft_weight_bytes_per_chip(w, chips) + np.zeros(n)
+        if d.kind == "model":
+            out = out + tf.kv_cache_bytes(d.model, B, P + G + extra, kvb) / tf.kv_shards(d.model, chips)
+        elif d.kind == "eagle":
+            out = out + tf.kv_cache_bytes(eagle_head(tgt), B, P + G + extra, kvb) / tf.kv_shards(tgt, chips)
+        return out
+
+    d_chips = np.where(on_chip, D.chips, T.chips).astype(np.float64)
+    draft_chip = draft_per_chip(d_chips)          # on the draft group, or on the target chips
+    req_t = (need_t + np.where(on_chip, 0.0, draft_chip) + T.memory_reserve_fraction * T.capacity_bytes) * t_chips
+    cap_t = T.capacity_bytes * t_chips
+    cap_d = np.where(on_chip, D.capacity_bytes * d_chips, cap_t)
+    req_d = np.where(on_chip, (draft_chip + D.memory_reserve_fraction * D.capacity_bytes) * d_chips,
+                     draft_chip * t_chips)
+    short = np.maximum(0.0, req_t - cap_t)
+    short_d = np.where(on_chip, np.maximum(0.0, req_d - cap_d), 0.0)
+    fits = (short <= 0.0) & (short_d <= 0.0)
+    store = np.full(n, w.datastore_bytes if d.kind == "ngram" else 0.0)
+    return fits, req_t, cap_t, short, req_d, cap_d, short_d, store
+
+
+def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str, np.ndarray]:
+    """Every latency metric (Metrics attribute -> array); _finish blanks those of designs that
+    do not fit."""
+    tgt, d = w.target, w.drafter
+    wb = tf.WEIGHT_BYTES[w.dtype]
     fmt = tf.WEIGHT_FORMATS[w.dtype]
     n = batch.n
     T = batch.target
@@ -290,42 +408,14 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
 
     on_chip = batch.draft_on_chip & d.can_use_draft_chip
     D = _select(on_chip, batch.draft, T)     # the group the drafter runs on
-
-    # ---- capacity (MODEL.md section 4), checked per chip; reported for the whole group
-    # (per-chip need x chips, so replicated weights and KV count once per chip); the target's
-    # and the draft chip's shortfalls apart ----
     K = _k_range(w)
-    t_chips = T.chips.astype(np.float64)
-    need_t = memory_per_chip(tgt, t_chips, B, P + G, w.dtype, w.kv_dtype)
-    extra = np.maximum(K, nodes)              # draft-cache slots for the drafted tokens (chain or tree)
-
-    def draft_per_chip(chips):
-        out = draft_weight_bytes_per_chip(w, chips) + np.zeros(n)
-        if d.kind == "model":
-            out = out + tf.kv_cache_bytes(d.model, B, P + G + extra, kvb) / tf.kv_shards(d.model, chips)
-        elif d.kind == "eagle":
-            out = out + tf.kv_cache_bytes(eagle_head(tgt), B, P + G + extra, kvb) / tf.kv_shards(tgt, chips)
-        return out
-
-    d_chips = np.where(on_chip, D.chips, T.chips).astype(np.float64)
-    draft_chip = draft_per_chip(d_chips)          # on the draft group, or on the target chips
-    req_t = (need_t + np.where(on_chip, 0.0, draft_chip) + T.memory_reserve_fraction * T.capacity_bytes) * t_chips
-    cap_t = T.capacity_bytes * t_chips
-    cap_d = np.where(on_chip, D.capacity_bytes * d_chips, cap_t)
-    req_d = np.where(on_chip, (draft_chip + D.memory_reserve_fraction * D.capacity_bytes) * d_chips,
-                     draft_chip * t_chips)
-    short = np.maximum(0.0, req_t - cap_t)
-    short_d = np.where(on_chip, np.maximum(0.0, req_d - cap_d), 0.0)
-    fits = (short <= 0.0) & (short_d <= 0.0)
-    store = np.full(n, w.datastore_bytes if d.kind == "ngram" else 0.0)
-    caps = (fits, req_t, cap_t, short, req_d, cap_d, short_d, store)
     ttft = prefill.time_s + wait + T.request_overhead_s
 
     if d.kind == "none":
         one = np.ones(n)
         zero = np.zeros(n)
         spec = base.time_s
-        metrics = dict(
+        return dict(
             baseline_s_per_token=base.time_s, spec_s_per_token=spec, speedup=one,
             k=np.zeros(n, dtype=np.int64), alpha=np.full(n, np.nan), tau=one, p_all_accepted=one,
             p_window=one, tree_nodes=np.zeros(n, dtype=np.int64), tree_shape=np.full(n, ""),
@@ -337,47 +427,28 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
             draft_bound=np.full(n, OVERHEAD), tokens_per_s=B / spec,
             baseline_tokens_per_s=B / base.time_s, ttft_s=ttft,
             request_latency_s=request_latency_s(ttft, G, spec))
-        return _finish(metrics, *caps)
 
-    # ---- k candidates: (1, K) for auto rows, (n, 1) when every row fixes k. For a tree, k is
-    # its depth bound. ----
+    # ---- k candidates: 1..K for auto rows, the row's k where fixed. For a tree, k is its depth
+    # bound. ----
     fixed = batch.k > 0
-    if fixed.all():
-        kc = batch.k[:, None]
-        K = max(K, int(batch.k.max()))
-    else:
-        K = max(K, int(batch.k.max()))
-        kc = np.arange(1, K + 1)[None, :]
+    all_fixed = bool(fixed.all())
+    K = max(K, int(batch.k.max()))
     Tc, Dc = _cols(T), _cols(D)
     Bc, Sc = B[:, None], S[:, None]
-    kf = kc.astype(np.float64)
     any_tree = bool(is_tree.any())
     # chain-only batches keep the chain's arrays (no per-row selection): the common, fast path
     tree_c = is_tree[:, None] if any_tree else False
     nodes_c = nodes[:, None]
+    on_c = on_chip[:, None]
+    tree_depth = int(batch.k.max()) if all_fixed else K      # deepest tree any row may use
+    tau_tab, p_tab, win_tab = _tau_table(w, K)
 
     def tree_or(a, b):
         return np.where(tree_c, a, b) if any_tree else b
 
-    # ---- acceptance: chains by Leviathan / per-position rates; trees by their best shape ----
-    tau_tab, p_tab, win_tab = _tau_table(w, K)
-    tau, p_all, p_win = tau_tab[kc], p_tab[kc], win_tab[kc]
-    level = None
-    if any_tree:
-        level = np.broadcast_to((np.arange(K) < kc[..., None]).astype(np.int64), kc.shape + (K,))
-        t_tau, t_deep, t_win, t_shape = _tree_terms(w, nodes_c, kc, K)
-        tau, p_all, p_win = (np.where(tree_c, a, b) for a, b in ((t_tau, tau), (t_deep, p_all), (t_win, p_win)))
-        level = np.where(tree_c[..., None], t_shape.astype(np.int64), level)    # nodes per depth, (.., K)
-
-    # ---- verify: q = k+1, or tree nodes + 1 under a tree mask (continuous batching: + P*tau/G
-    # prefill tokens per sequence, as a request now lasts G/tau iterations) ----
-    q_verify = tree_or(nodes_c + 1.0, kf + 1.0)
-    x_verify = share[:, None] * tau if cont else 0.0
-    verify = step_cost(tgt, Tc, batch=Bc, q=q_verify, context=Sc, tree_mask=tree_c, prefill_tokens=x_verify,
-                       prefill_len=P[:, None], **kw)
-
-    # ---- draft ----
-    if d.kind in ("model", "eagle", "early-exit"):
+    # ---- a draft model, EAGLE head or early exit: one step per drafted token (k-independent) ----
+    model_draft = d.kind in ("model", "eagle", "early-exit")
+    if model_draft:
         model = {"model": d.model, "eagle": eagle_head(tgt), "early-exit": tgt}[d.kind]
         layers = d.exit_layer if d.kind == "early-exit" else None
 
@@ -397,71 +468,105 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
             return c._replace(time_s=c.time_s + np.maximum(f_c, f_m) + seq, t_overhead_s=c.t_overhead_s + seq)
 
         one_step = draft_step(1.0)
-        t_draft = kf * one_step.time_s
-        draft_ai, draft_bound = (np.broadcast_to(one_step.arithmetic_intensity, t_draft.shape),
-                                 np.broadcast_to(one_step.bound, t_draft.shape))
+        one_ai, one_bound = one_step.arithmetic_intensity, one_step.bound
+
+    def terms(kc) -> SimpleNamespace:
+        """Every k-dependent term at k candidates ``kc``: (1, b) for every row, or (n, 1)."""
+        kf = kc.astype(np.float64)
+        # ---- acceptance: chains by Leviathan / per-position rates; trees by their best shape ----
+        tau, p_all, p_win = tau_tab[kc], p_tab[kc], win_tab[kc]
+        level = None
         if any_tree:
-            # a tree: one step per depth, over as many positions as that depth holds (EAGLE-2)
-            parts = [draft_step(np.maximum(level[..., i], 1).astype(np.float64)) for i in range(K)]
-            used = [level[..., i] > 0 for i in range(K)]
-            tot = [sum(np.where(u, getattr(c, f), 0.0) for c, u in zip(parts, used))
-                   for f in ("time_s", "flops", "bytes", "t_memory_s", "t_compute_s", "t_overhead_s")]
-            tree_cost = StepCost(*tot)
-            t_draft = np.where(tree_c, tree_cost.time_s, t_draft)
-            draft_ai = np.where(tree_c, tree_cost.arithmetic_intensity, draft_ai)
-            draft_bound = np.where(tree_c, tree_cost.bound, draft_bound)
-    elif d.kind == "medusa":
-        # all H heads (each d*d + d*V) on every verified position, inside the verify pass:
-        # their weights are read once per pass, their FLOPs scale with the positions
-        per_head = medusa_head_params(tgt)
-        nbytes = d.heads * per_head * wb / Tc.chips
-        flops = 2.0 * Bc * q_verify * d.heads * per_head / Tc.chips
-        t_m = nbytes / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * stream_factor(Tc, fmt.dequant))
-        t_c = flops / (Tc.peak_flop_s * Tc.compute_efficiency * cf)
-        mem_bound = t_m >= t_c
-        heads = StepCost(np.maximum(t_m, t_c) + Tc.kernels_per_layer * Tc.kernel_launch_s, flops, nbytes,
-                         np.where(mem_bound, t_m, 0.0), np.where(mem_bound, 0.0, t_c),
-                         Tc.kernels_per_layer * Tc.kernel_launch_s)
-        t_draft, draft_ai, draft_bound = heads.time_s, heads.arithmetic_intensity, heads.bound
-    else:  # ngram / retrieval: host lookup, then copy the drafts (a tree: ids + mask) to the device
-        copy_bytes = tree_or(Bc * q_verify * TOKEN_ID_BYTES + Bc * q_verify ** 2 * MASK_BYTES,
-                             Bc * kf * TOKEN_ID_BYTES)
-        t_draft = Tc.ngram_draft_s + Tc.host_copy_s + copy_bytes / Tc.host_link_bw_bytes_s
-        draft_ai = np.zeros_like(t_draft)
-        draft_bound = np.full(t_draft.shape, OVERHEAD)
+            level = np.broadcast_to((np.arange(K) < kc[..., None]).astype(np.int64), kc.shape + (K,))
+            t_tau, t_deep, t_win, t_shape = _tree_terms(w, nodes_c, kc, K, tree_depth)
+            tau, p_all, p_win = (np.where(tree_c, a, b) for a, b in ((t_tau, tau), (t_deep, p_all), (t_win, p_win)))
+            level = np.where(tree_c[..., None], t_shape.astype(np.int64), level)    # nodes per depth, (.., K)
 
-    # ---- link to a draft chip: drafts (and probabilities when sampling) one way, the
-    # accepted count and next token back; two latencies per iteration. A tree sends each
-    # node's token and parent index. ----
-    on_c = on_chip[:, None]
-    sent = tree_or(2.0 * nodes_c, kf)
-    link_bytes = Bc * sent * TOKEN_ID_BYTES + 2 * Bc * TOKEN_ID_BYTES
-    if w.temperature > 0:
-        link_bytes = link_bytes + Bc * tree_or(nodes_c, kf) * tgt.vocab_size * PROB_BYTES
-    with np.errstate(divide="ignore", invalid="ignore"):
+        # ---- verify: q = k+1, or tree nodes + 1 under a tree mask (continuous batching: + P*tau/G
+        # prefill tokens per sequence, as a request now lasts G/tau iterations) ----
+        q_verify = tree_or(nodes_c + 1.0, kf + 1.0)
+        x_verify = share[:, None] * tau if cont else 0.0
+        verify = step_cost(tgt, Tc, batch=Bc, q=q_verify, context=Sc, tree_mask=tree_c, prefill_tokens=x_verify,
+                           prefill_len=P[:, None], **kw)
+
+        # ---- draft ----
+        per_k = None        # one draft step's time where the draft time is k times it
+        if model_draft:
+            per_k = one_step.time_s
+            t_draft = kf * one_step.time_s
+            draft_ai, draft_bound = np.broadcast_to(one_ai, t_draft.shape), np.broadcast_to(one_bound, t_draft.shape)
+            if any_tree:
+                # a tree: one step per depth, over as many positions as that depth holds (EAGLE-2)
+                parts = [draft_step(np.maximum(level[..., i], 1).astype(np.float64)) for i in range(K)]
+                used = [level[..., i] > 0 for i in range(K)]
+                tot = [sum(np.where(u, getattr(c, f), 0.0) for c, u in zip(parts, used))
+                       for f in ("time_s", "flops", "bytes", "t_memory_s", "t_compute_s", "t_overhead_s")]
+                tree_cost = StepCost(*tot)
+                t_draft = np.where(tree_c, tree_cost.time_s, t_draft)
+                draft_ai = np.where(tree_c, tree_cost.arithmetic_intensity, draft_ai)
+                draft_bound = np.where(tree_c, tree_cost.bound, draft_bound)
+        elif d.kind == "medusa":
+            # all H heads (each d*d + d*V) on every verified position, inside the verify pass:
+            # their weights are read once per pass, their FLOPs scale with the positions
+            per_head = medusa_head_params(tgt)
+            nbytes = d.heads * per_head * wb / Tc.chips
+            flops = 2.0 * Bc * q_verify * d.heads * per_head / Tc.chips
+            t_m = nbytes / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * stream_factor(Tc, fmt.dequant))
+            t_c = flops / (Tc.peak_flop_s * Tc.compute_efficiency * cf)
+            mem_bound = t_m >= t_c
+            heads = StepCost(np.maximum(t_m, t_c) + Tc.kernels_per_layer * Tc.kernel_launch_s, flops, nbytes,
+                             np.where(mem_bound, t_m, 0.0), np.where(mem_bound, 0.0, t_c),
+                             Tc.kernels_per_layer * Tc.kernel_launch_s)
+            t_draft, draft_ai, draft_bound = heads.time_s, heads.arithmetic_intensity, heads.bound
+        else:  # ngram / retrieval: host lookup, then copy the drafts (a tree: ids + mask) to the device
+            copy_bytes = tree_or(Bc * q_verify * TOKEN_ID_BYTES + Bc * q_verify ** 2 * MASK_BYTES,
+                                 Bc * kf * TOKEN_ID_BYTES)
+            t_draft = Tc.ngram_draft_s + Tc.host_copy_s + copy_bytes / Tc.host_link_bw_bytes_s
+            draft_ai = np.zeros_like(t_draft)
+            draft_bound = np.full(t_draft.shape, OVERHEAD)
+
+        # ---- link to a draft chip: drafts (and probabilities when sampling) one way, the
+        # accepted count and next token back; two latencies per iteration. A tree sends each
+        # node's token and parent index. ----
+        sent = tree_or(2.0 * nodes_c, kf)
+        link_bytes = Bc * sent * TOKEN_ID_BYTES + 2 * Bc * TOKEN_ID_BYTES
+        if w.temperature > 0:
+            link_bytes = link_bytes + Bc * tree_or(nodes_c, kf) * tgt.vocab_size * PROB_BYTES
         t_link = 2.0 * batch.draft_link_latency_s[:, None] + link_bytes / (0.5 * batch.draft_link_bw_bytes_s[:, None])
-    t_link = np.where(on_c, t_link, 0.0)
+        t_link = np.where(on_c, t_link, 0.0)
 
-    # ---- accounting ----
-    t_iter, exposed = specdec.iteration_time_s(t_draft, verify.time_s, t_link, Tc.spec_overhead_s,
-                                               p_win, on_c & w.overlap)
-    per_token = t_iter / tau
-    if fixed.all():
+        # ---- accounting ----
+        t_iter, exposed = specdec.iteration_time_s(t_draft, verify.time_s, t_link, Tc.spec_overhead_s,
+                                                   p_win, on_c & w.overlap)
+        return SimpleNamespace(tau=tau, p_all=p_all, p_win=p_win, level=level, verify=verify, t_draft=t_draft,
+                               draft_ai=draft_ai, draft_bound=draft_bound, t_link=t_link, t_iter=t_iter,
+                               exposed=exposed, per_k=per_k)
+
+    if all_fixed:
+        kc = batch.k[:, None]
+    elif n < MIN_ROWS_K_LOOP or any_tree:
+        kc = np.arange(1, K + 1)[None, :]       # every k at once, then the best per row
+    else:                                       # k by k, stopping where a bound allows
+        bound = _auto_k_bound(tau_tab, win_tab, K, fixed, on_chip & w.overlap, base.time_s + T.spec_overhead_s)
+        kc = np.where(fixed, batch.k, _auto_k(terms, K, bound if k_bound else None))[:, None]
+    t = terms(kc)
+    if kc.shape[1] == 1:
         idx = np.zeros(n, dtype=np.int64)
     else:
-        idx = np.where(fixed, batch.k - 1, np.argmin(per_token, axis=1))
+        idx = np.where(fixed, batch.k - 1, np.argmin(t.t_iter / t.tau, axis=1))
 
     def pick(a):
         a = np.broadcast_to(a, np.broadcast_shapes(np.shape(a), (n, kc.shape[1])))
         return np.take_along_axis(a, idx[:, None], axis=1)[:, 0]
 
     k = pick(np.broadcast_to(kc, (n, kc.shape[1])))
-    tau, p_all, p_win, t_iter, exposed = pick(tau), pick(p_all), pick(p_win), pick(t_iter), pick(exposed)
-    t_draft, t_link, t_verify = pick(t_draft), pick(t_link), pick(verify.time_s)
-    verify_ai, verify_bound = pick(verify.arithmetic_intensity), pick(verify.bound)
-    draft_ai, draft_bound = pick(draft_ai), pick(draft_bound)
+    tau, p_all, p_win, t_iter, exposed = pick(t.tau), pick(t.p_all), pick(t.p_win), pick(t.t_iter), pick(t.exposed)
+    t_draft, t_link, t_verify = pick(t.t_draft), pick(t.t_link), pick(t.verify.time_s)
+    verify_ai, verify_bound = pick(t.verify.arithmetic_intensity), pick(t.verify.bound)
+    draft_ai, draft_bound = pick(t.draft_ai), pick(t.draft_bound)
+    level = None
     if any_tree:
-        level = np.broadcast_to(level, (n, kc.shape[1], K))[np.arange(n), idx]   # (n, K)
+        level = np.broadcast_to(t.level, (n, kc.shape[1], K))[np.arange(n), idx]   # (n, K)
     # k = auto may also choose k = 0: speculation off where no k beats plain decoding (a
     # server would switch it off there); the row then reports the baseline with tau = 1.
     off = ~fixed & (t_iter / tau >= base.time_s)
@@ -487,7 +592,7 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
                     prefill.time_s + pre_d)
     ttft = np.where(off, prefill.time_s, ttft)       # speculation off: no draft prefill either
     ttft = ttft + T.request_overhead_s + (0.5 * np.where(off, base.time_s, t_iter) if cont else 0.0)
-    metrics = dict(
+    return dict(
         baseline_s_per_token=base.time_s, spec_s_per_token=spec,
         speedup=base.time_s / spec, k=k, alpha=alpha, tau=tau, p_all_accepted=p_all, p_window=p_win,
         tree_nodes=np.where(shown, nodes, 0),
@@ -501,7 +606,60 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
         verify_bound=verify_bound, draft_bound=draft_bound,
         tokens_per_s=B / spec, baseline_tokens_per_s=B / base.time_s,
         ttft_s=ttft, request_latency_s=request_latency_s(ttft, G, spec))
-    return _finish(metrics, *caps)
+
+
+def _auto_k(terms, K: int, bound) -> np.ndarray:
+    """The k in 1..K with the least seconds per token for every row, evaluating k = K, K-1, ...
+    in turn: the same choice as np.argmin over all K at once (the first minimum; a NaN wins, the
+    first NaN), as each new k is smaller than those before it and so wins ties. With ``bound``
+    (see _auto_k_bound), stop once it rules out every smaller k for every row."""
+    best = best_k = None
+    for j in range(K, 0, -1):
+        t = terms(np.array([[j]]))
+        v = (t.t_iter / t.tau)[:, 0]
+        if best is None:
+            best, best_k = v, np.full(v.shape, j, dtype=np.int64)
+        else:
+            better = np.isnan(v) | (~np.isnan(best) & (v <= best))
+            best, best_k = np.where(better, v, best), np.where(better, j, best_k)
+        if bound is not None and j > 1:
+            done, k_done = bound(j, t, best, best_k)
+            if done:
+                return k_done
+    return best_k
+
+
+def _auto_k_bound(tau_tab, win_tab, K: int, fixed, overlapped, floor_s):
+    """bound(j, terms at k = j, best s/token over k = j..K, its k) -> (True when no k < j can
+    beat it on any row, the chosen k then); a chain (trees are not bounded).
+
+    For k < j: tau(k) is the table's (the same for every row); the verify pass costs at least a
+    plain decode step (q = k + 1 >= 1 tokens, and as many prefill tokens or more); the draft
+    takes k x one step for a draft model, EAGLE or early exit (at least 0 for the others), and
+    overlapped, at least (1 - p_window(k)) of it is exposed (specdec.iteration_time_s). So
+    s/token(k) >= (draft_lb(k) + T_base + t_spec) / tau(k) (``floor_s`` = T_base + t_spec). A row
+    is settled when it is fixed, or that bound less a relative margin of 1e-9 for rounding is
+    above its finite best (a tie would go to the smaller k). Whether a term is finite does not
+    depend on k (zero bandwidth or FLOP/s makes it infinite at every k), so a finite best stays
+    finite at smaller k, and an infinite one is infinite at every k, hence k = 1 (the first of
+    equal values); unless an exposed infinite draft time meets p_window(k) = 0 or 1 (a NaN).
+    """
+    win = win_tab[1:K + 1]
+    inf_ok = ~overlapped | bool(np.all((win > 0) & (win < 1)))
+
+    def bound(j, t, best, best_k):
+        inf_row = (best == np.inf) & inf_ok
+        open_rows = ~(fixed | inf_row)
+        for m in range(j - 1, 0, -1):        # k = j - 1 first: the likeliest to beat the best
+            draft = 0.0
+            if t.per_k is not None:
+                draft = t.per_k[:, 0] * float(m)
+                draft = np.where(overlapped, (1.0 - win_tab[m]) * draft, draft)
+            lb = (draft + floor_s) / tau_tab[m] * (1.0 - _BOUND_MARGIN)
+            if (open_rows & ~(lb > best)).any():        # a NaN best is never above: not settled
+                return False, best_k
+        return True, np.where(inf_row, 1, best_k)
+    return bound
 
 
 def request_latency_s(ttft_s, output_tokens, s_per_token):
@@ -518,13 +676,14 @@ def shape_text(level: np.ndarray) -> np.ndarray:
     return text[inv.reshape(level.shape[:-1])].astype(str)
 
 
-def _finish(metrics, fits, req_t, cap_t, short, req_d, cap_d, short_d, store) -> Metrics:
-    """Attach capacity results and blank every latency of a design that does not fit."""
+def _finish(metrics, fits, req_t, cap_t, short, req_d, cap_d, short_d, store, blank: bool = True) -> Metrics:
+    """Attach capacity results and blank every latency of a design that does not fit (unless
+    done already: ``blank=False``)."""
     out = {}
     for name, attr, _ in METRIC_COLUMNS:
         if attr in metrics:
             v = np.asarray(metrics[attr])
-            if name in LATENCY_METRICS and v.dtype.kind == "f":
+            if blank and name in LATENCY_METRICS and v.dtype.kind == "f":
                 v = np.where(fits, v, np.nan)
             out[attr] = v
     return Metrics(fits=fits, memory_required_bytes=req_t, memory_capacity_bytes=cap_t,

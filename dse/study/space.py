@@ -50,9 +50,12 @@ def neutral_value(k: Knob):
     return k.choices[0] if k.choices else k.low
 
 
-def active_masks(study: StudySpec, values: dict, n: int) -> dict[str, np.ndarray]:
+def active_masks(study: StudySpec, values: dict, n: int, names: dict[str, tuple] | None = None
+                 ) -> dict[str, np.ndarray]:
     """For every conditional knob present in ``values`` (arrays of length n, one per knob
     name; a missing controller takes its fixed value), a bool array: does it act on the design?
+    A categorical value may be a name or an int64 code into ``names[knob]`` (by default
+    ``knob_names``).
 
     >>> from dse.study import parse_study
     >>> s = parse_study({"name": "d", "workload": {"target": "llama-3.1-8b", "draft": "llama-3.2-1b",
@@ -75,6 +78,13 @@ def active_masks(study: StudySpec, values: dict, n: int) -> dict[str, np.ndarray
         v = k.fixed if k is not None and k.fixed is not None else default
         return np.full(n, v, dtype=object if isinstance(v, str) else None)
 
+    def memory_kind(name):
+        """Memory kind per design, looked up once per distinct memory type."""
+        knob = study.knob(name)
+        table = (names or {}).get(name) or (knob_names(knob) if knob is not None else ())
+        table, codes = category_codes(get(name, "hbm3e"), table)
+        return np.array([kinds.get(str(m), "hbm") for m in table], dtype=object)[codes]
+
     kinds = {m.name: m.kind for m in study.tech.memory} if study.tech is not None else {}
     on = get("draft_chip_enabled", False).astype(bool) if study.knob("draft_chip_enabled") else np.zeros(n, bool)
     out: dict[str, np.ndarray] = {}
@@ -88,7 +98,7 @@ def active_masks(study: StudySpec, values: dict, n: int) -> dict[str, np.ndarray
         elif k.key == "link_latency_us":
             act = (get(prefix + "chips", 1).astype(np.int64) > 1) | (on if k.section == "draft_chip" else False)
         elif k.key in ("memory_stacks", "stack_height") and study.knob(prefix + "memory") is not None:
-            kind = np.array([kinds.get(str(m), "hbm") for m in get(prefix + "memory", "hbm3e")], dtype=object)
+            kind = memory_kind(prefix + "memory")
             act = (kind != "sram") if k.key == "memory_stacks" else (kind == "hbm")
         else:
             act = np.ones(n, dtype=bool)
@@ -96,18 +106,48 @@ def active_masks(study: StudySpec, values: dict, n: int) -> dict[str, np.ndarray
     return out
 
 
-def fill_inactive(study: StudySpec, values: dict[str, np.ndarray], n: int
+def fill_inactive(study: StudySpec, values: dict[str, np.ndarray], n: int, names: dict[str, tuple] | None = None
                   ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Every knob with inactive entries (None, NaN or any value) set to its neutral value, and
-    the activity masks (conditional knobs only; the others act on every design)."""
-    masks = active_masks(study, values, n)
+    the activity masks (conditional knobs only; the others act on every design). A categorical
+    knob given as integer codes into ``names[knob]`` (by default ``knob_names``) gets the
+    neutral value's code."""
+    masks = active_masks(study, values, n, names)
     out = dict(values)
     for name, act in masks.items():
         if act.all() or name not in out:
             continue
         k = study.knob(name)
         v = np.asarray(out[name])
-        filled = np.where(act, v, np.asarray(neutral_value(k), dtype=object))
-        out[name] = filled.astype(object if k.kind == "cat" else bool if k.kind == "bool"
-                                  else np.int64 if k.kind == "int" else np.float64)
+        dtype = object if k.kind == "cat" else bool if k.kind == "bool" else np.int64 if k.kind == "int" else np.float64
+        if k.kind == "cat" and v.dtype.kind in "iu":
+            out[name] = np.where(act, v, ((names or {}).get(name) or knob_names(k)).index(neutral_value(k)))
+        elif v.dtype != object and k.kind != "cat":     # numbers stay numbers: no object round trip
+            out[name] = np.where(act, v, neutral_value(k)).astype(dtype)
+        else:
+            out[name] = np.where(act, v, np.asarray(neutral_value(k), dtype=object)).astype(dtype)
     return out, masks
+
+
+def knob_names(k: Knob) -> tuple:
+    """The names a categorical knob's integer codes index: its choices, or its fixed value."""
+    return tuple(k.choices) if k.choices else (k.fixed,)
+
+
+def category_codes(values, names=()) -> tuple[tuple, np.ndarray]:
+    """(names, codes): categorical values as int64 indices into ``names``, extended by any
+    value not in it (as text, sorted). Integer values are taken as codes already; names are
+    looked up once per design through a dict, never through np.unique on objects."""
+    v = np.asarray(values)
+    if v.dtype.kind in "iu":
+        return tuple(names), v.astype(np.int64, copy=False)
+    names = tuple(names)
+    index = {nm: i for i, nm in enumerate(names)}
+    flat = v.ravel().tolist()
+    try:
+        codes = np.fromiter(map(index.__getitem__, flat), dtype=np.int64, count=len(flat))
+    except (KeyError, TypeError):
+        names = names + tuple(sorted({str(x) for x in flat} - {str(nm) for nm in names}))
+        index = {str(nm): i for i, nm in enumerate(names)}
+        codes = np.fromiter((index[str(x)] for x in flat), dtype=np.int64, count=len(flat))
+    return names, codes.reshape(v.shape)

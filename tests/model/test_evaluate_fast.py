@@ -1,0 +1,203 @@
+"""The fast paths of dse.model.evaluate give the same bits as the plain ones: latency terms once
+per distinct input row (dedupe), and k = auto stopped by a bound (k_bound)."""
+
+import sys
+
+import numpy as np
+import pytest
+
+from dse.api import hardware_arrays
+from dse.model import DesignBatch, evaluate
+from dse.workload import Workload, make_acceptance, parse_drafter
+
+E = sys.modules["dse.model.evaluate"]
+
+
+def _same(a, b) -> bool:
+    """Bit for bit (NaN where NaN), for every column."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype.kind == "f":
+        return np.array_equal(a.view(np.uint64), b.view(np.uint64))
+    return np.array_equal(a, b)
+
+
+def _assert_same(m1, m2):
+    c1, c2 = m1.columns(), m2.columns()
+    assert list(c1) == list(c2)
+    bad = [name for name in c1 if not _same(c1[name], c2[name])]
+    assert not bad, bad
+
+
+def _designs(db, n, rng, *, draft_chip=False, pathological=False, k_choices=(0,), max_batch=16):
+    """n designs around an H100 (8B-class target): random bandwidth, FLOP/s, chips, batch,
+    prompt and output; with ``draft_chip``, half drafting on a second group over a link; with
+    ``pathological``, some groups without bandwidth (infinite times, NaN when overlapped)."""
+    dev, rt = db.device("h100-sxm"), db.runtime("graphs")
+
+    def group(chips):
+        hw = hardware_arrays(dev, rt, chips, "bf16")
+        bw = rng.uniform(1e12, 8e12, n)
+        if pathological:
+            bw[rng.random(n) < 0.05] = 0.0
+        return type(hw)(**{**{f: getattr(hw, f) for f in hw.__slots__}, "mem_bw_bytes_s": bw,
+                           "peak_flop_s": rng.uniform(1e14, 2e15, n), "link_bw_bytes_s": rng.uniform(1e11, 1.8e12, n),
+                           "capacity_bytes": rng.uniform(2e10, 2e11, n)})
+
+    t = group(rng.choice([1, 2, 4, 8], n))
+    d = group(rng.choice([1, 2], n)) if draft_chip else t
+    on = rng.random(n) < 0.5 if draft_chip else np.zeros(n, bool)
+    return DesignBatch(target=t, draft=d, draft_on_chip=on,
+                       draft_link_bw_bytes_s=np.minimum(t.link_bw_bytes_s, d.link_bw_bytes_s) if draft_chip else 0.0,
+                       draft_link_latency_s=2e-6 if draft_chip else 0.0, batch=rng.integers(1, max_batch + 1, n),
+                       prompt_tokens=rng.integers(128, 4096, n), output_tokens=rng.integers(64, 1024, n),
+                       k=rng.choice(k_choices, n))
+
+
+def _workload(db, draft="llama-3.2-1b", target="llama-3.1-8b", **kw):
+    tgt = db.model(target)
+    acc = kw.pop("acceptance", make_acceptance(0.8))
+    return Workload(target=tgt, drafter=parse_drafter(draft, tgt, db), acceptance=acc, **kw)
+
+
+# ---- dedupe ----
+
+def test_rows_differing_only_in_capacity_share_their_latency_row(db):
+    """3,000 rows drawn from 60 designs, each row with its own memory capacity: 60 distinct
+    latency inputs (capacity is read by the capacity check only), and every metric, the
+    capacity columns and the blanked latencies of rows that do not fit included, is the
+    same with and without dedupe."""
+    rng = np.random.default_rng(3)
+    pool = _designs(db, 60, rng, draft_chip=True)
+    batch = pool.take(np.r_[np.arange(60), rng.integers(0, 60, 2940)])
+    cap = rng.uniform(5e9, 2e11, batch.n)       # 5-200 GB: some rows fit, some do not
+    batch = DesignBatch(**{**{f: getattr(batch, f) for f in batch.__slots__},
+                           "target": type(batch.target)(**{**{f: getattr(batch.target, f)
+                                                              for f in batch.target.__slots__},
+                                                           "capacity_bytes": cap})})
+    first, inverse = E._distinct_rows(batch)
+    assert first.size == 60 and inverse.size == 3000
+    w = _workload(db, overlap=True)
+    fast, plain = evaluate(batch, w), evaluate(batch, w, dedupe=False)
+    assert 0 < fast.fits.sum() < batch.n
+    assert np.isnan(fast.spec_s_per_token[~fast.fits]).all()
+    _assert_same(fast, plain)
+
+
+def test_dedupe_is_skipped_when_it_does_not_pay(db):
+    """Random continuous designs are all distinct: no dedupe (None), the plain path."""
+    batch = _designs(db, 2000, np.random.default_rng(4))
+    assert E._distinct_rows(batch) is None
+
+
+def test_a_hash_collision_means_no_dedupe_never_a_wrong_row(db, monkeypatch):
+    """With the hash's multiplier at 0 every row hashes to 0: one 'distinct' row, which the
+    column check refuses; the batch is evaluated row by row, the same bits as without dedupe."""
+    rng = np.random.default_rng(5)
+    batch = _designs(db, 40, rng).take(rng.integers(0, 40, 1500))
+    w = _workload(db)
+    plain = evaluate(batch, w, dedupe=False)
+    monkeypatch.setattr(E, "_MIX", np.uint64(0))
+    assert E._distinct_rows(batch) is None
+    _assert_same(evaluate(batch, w), plain)
+
+
+# ---- k = auto with a bound ----
+
+@pytest.fixture
+def k_loop(monkeypatch):
+    """The k-by-k loop from 256 rows (in production from MIN_ROWS_K_LOOP), counting k evaluations."""
+    monkeypatch.setattr(E, "MIN_ROWS_K_LOOP", 256)
+    seen = []
+    real = E._auto_k
+
+    def spy(terms, K, bound):
+        calls = []
+        out = real(lambda kc: calls.append(int(kc[0, 0])) or terms(kc), K, bound)
+        seen.append(calls)
+        return out
+    monkeypatch.setattr(E, "_auto_k", spy)
+    return seen
+
+
+CASES = {
+    "chain": dict(),
+    "overlap, draft chip": dict(overlap=True, draft_chip=True),
+    "sampling, continuous batching": dict(temperature=0.7, continuous=True),
+    "low alpha": dict(acceptance=make_acceptance(0.4)),
+    "alpha 1": dict(acceptance=make_acceptance(1.0), overlap=True, draft_chip=True),
+    "per position": dict(acceptance=make_acceptance(per_position="0.9,0.8,0.7,0.6,0.5,0.4,0.3,0.2")),
+    "tau given": dict(acceptance=make_acceptance(tau=3.0)),
+    "eagle": dict(draft="eagle"),
+    "medusa": dict(draft="medusa:5"),
+    "ngram": dict(draft="ngram"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bounded_k_auto_equals_every_k(db, k_loop, monkeypatch, case):
+    """The same k and metrics, bit for bit, as the k-by-k loop without the bound and as the
+    broadcast pass over every k; rows without bandwidth (infinite or NaN times, every k tied)
+    and fixed-k rows mixed in."""
+    kw = dict(CASES[case])
+    draft_chip = kw.pop("draft_chip", False)
+    w = _workload(db, **kw)
+    rng = np.random.default_rng(sum(map(ord, case)))
+    batch = _designs(db, 3000, rng, draft_chip=draft_chip, pathological=True, k_choices=(0, 0, 0, 2))
+    bounded = evaluate(batch, w, dedupe=False)
+    every = evaluate(batch, w, dedupe=False, k_bound=False)
+    K = k_loop[1][0]          # k_max, or fewer (Medusa: its 5 heads)
+    assert k_loop[0][0] == K and k_loop[1] == list(range(K, 0, -1))
+    _assert_same(bounded, every)
+    monkeypatch.setattr(E, "MIN_ROWS_K_LOOP", 10 ** 9)
+    _assert_same(bounded, evaluate(batch, w, dedupe=False))
+    assert (~np.isfinite(every.iter_s) & every.fits).any()      # the tied rows are there
+
+
+def test_the_bound_stops_early_where_large_k_wins(db, k_loop):
+    """Llama-3.1-70B (bf16) with a 1B draft at alpha = 0.8, batch 1, on H100-class parts:
+    memory-bound verify passes, so every row picks k >= 5. Evaluating k = 8, 7, ... down to 4,
+    the bound then rules out k = 1..3 on every row: for k = 3 it is (3 draft steps + a plain
+    decode step + t_spec) / tau(3), tau(3) = 1 + 0.8 + 0.64 + 0.512 = 2.952, above each row's
+    best over k = 4..8. So 5 of the 8 k are evaluated, with the same bits as all 8."""
+    rng = np.random.default_rng(7)
+    batch = _designs(db, 3000, rng, max_batch=1)
+    w = _workload(db, target="llama-3.1-70b")
+    fast = evaluate(batch, w, dedupe=False)
+    assert fast.k.min() >= 5
+    assert k_loop[0] == [8, 7, 6, 5, 4]
+    _assert_same(fast, evaluate(batch, w, dedupe=False, k_bound=False))
+
+
+def test_a_bound_that_lies_is_caught(db, k_loop, monkeypatch):
+    """Planted bug: a bound 10x too high (every smaller k 'ruled out' at once) changes k."""
+    rng = np.random.default_rng(8)
+    batch = _designs(db, 3000, rng)
+    w = _workload(db, target="llama-3.1-70b")
+    every = evaluate(batch, w, dedupe=False, k_bound=False)
+    monkeypatch.setattr(E, "_BOUND_MARGIN", -9.0)        # lb x (1 - (-9)) = 10 x lb
+    wrong = evaluate(batch, w, dedupe=False)
+    assert (wrong.k != every.k).any()
+
+
+def test_every_latency_input_is_in_the_key_and_capacity_is_not(db):
+    """Two halves of a batch that differ in one field: two distinct latency rows for every
+    field the latency terms read, one for the capacity and the memory reserve."""
+    base = _designs(db, 1, np.random.default_rng(9), draft_chip=True).take(np.zeros(2048, dtype=np.int64))
+    half = np.arange(2048) >= 1024
+
+    def changed(obj, name):
+        v = getattr(obj, name)
+        return np.where(half, v + 1, v) if v.dtype != bool else v ^ half
+
+    for group in ("target", "draft", None):
+        hw = getattr(base, group) if group else base
+        for name in hw.__slots__:
+            if name in ("target", "draft"):
+                continue
+            new = type(hw)(**{**{f: getattr(hw, f) for f in hw.__slots__}, name: changed(hw, name)})
+            batch = DesignBatch(**{**{f: getattr(base, f) for f in base.__slots__}, group: new}) if group else new
+            got = E._distinct_rows(batch)
+            expect = 1 if name in ("capacity_bytes", "memory_reserve_fraction") else 2
+            assert got is not None and got[0].size == expect, (group, name)
