@@ -15,10 +15,12 @@ the whole dataset, so per-shard flags are never taken for global ones.
 from __future__ import annotations
 
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -26,10 +28,19 @@ from .catalog.database import Database
 from .errors import SpecError
 from .evaluation import evaluate_study
 from .interrupt import stop_on_signals
-from .pareto import front_flags
 from .progress import Progress
-from .results.frame import results_frame
-from .results.store import check_manifest, read_metadata, study_metadata, write_manifest, write_parquet
+from .results.frame import results_frame, results_table
+from .results.store import (
+    arrow_table,
+    check_manifest,
+    read_metadata,
+    read_pareto_file,
+    study_metadata,
+    write_manifest,
+    write_pareto_file,
+    write_parquet,
+    write_table,
+)
 from .study import Knob, StudySpec, open_study
 from .study.space import active_masks
 
@@ -128,6 +139,11 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
     parts, rows = [out_dir / part_name(c, sn) for c in mine if c not in todo], 0
     skipped = len(parts)
     bar = Progress(len(mine), skipped, unit="parts", label=f"dse sweep shard {si}/{sn}", enabled=progress)
+    objs = [(o.metric, o.direction) for o in study.objectives]
+    usable: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}   # part name -> (rows, usable rows, objectives)
+    schema, now = None, pd.Timestamp.now(tz="UTC")
+    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dse-parquet")   # encoding overlaps evaluation
+    pending: list[tuple[Future, Path]] = []
     with stop_on_signals() as stop:
         try:
             for c in todo:
@@ -140,21 +156,79 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
                 keep = distinct_points(study, axes, idx, params, flat.size)
                 if not keep.all():      # a knob that does not act is enumerated at its first value only
                     flat = flat[keep]
+                    idx = tuple(i[keep] for i in idx)
                     params = {name: v[keep] for name, v in params.items()}
+                if schema is None:
+                    schema = _schema(study, params, db, tech, meta)
                 designs, metrics = evaluate_study(study, params, flat.size, db, tech)
-                df = results_frame(study, designs, metrics, params, trial=flat, sampler="grid", seed=None,
-                                   pareto=False)
-                parts.append(write_parquet(df, out_dir / part_name(c, sn), meta))
+                codes = {k.name: (i, vals) for (k, vals), i in zip(axes, idx) if k.kind == "cat"}
+                table, feasible = results_table(study, designs, metrics, params, schema, trial=flat, sampler="grid",
+                                                seed=None, codes=codes, now=now)
+                vals = np.column_stack([table[m].to_numpy() for m, _ in objs]) if objs else np.empty((flat.size, 0))
+                ok = feasible & np.isfinite(vals).all(axis=1)
+                path = out_dir / part_name(c, sn)
+                usable[path.name] = (flat.size, np.flatnonzero(ok), vals[ok])
+                while pending and (len(pending) > 1 or pending[0][0].done()):   # at most 2 tables in flight
+                    parts.append(_finish(pending.pop(0), bar))
+                pending.append((writer.submit(write_table, table, path), path))
                 rows += flat.size
-                bar.update(1)
-        except KeyboardInterrupt:   # a second signal: the part being written is not on disk
+                del table, designs, metrics
+            while pending:
+                parts.append(_finish(pending.pop(0), bar))
+        except KeyboardInterrupt:   # a second signal: the parts being written are not on disk
             stop.signum = stop.signum or 2
         finally:
+            writer.shutdown(wait=True, cancel_futures=True)
+            parts += [p for f, p in pending if f.done() and not f.cancelled() and f.exception() is None]
             bar.close()
-        if not stop.signum and (todo or not _has_flags(parts)):
-            _write_pareto_flags(sorted(parts), study)
+        if not stop.signum and objs:
+            _write_pareto_file(out_dir, manifest["parts"], usable, objs)
     return SweepResult(out_dir=out_dir, total_points=total, rows_written=rows, parts=sorted(parts),
                        shard=(si, sn), skipped=skipped, interrupted=stop.signum)
+
+
+def _finish(job: tuple[Future, Path], bar: Progress) -> Path:
+    path = job[0].result()          # a writer's exception is raised here
+    bar.update(1)
+    return path
+
+
+def _schema(study: StudySpec, params: dict, db, tech, meta: dict) -> pa.Schema:
+    """The Arrow schema (with pandas and dse metadata) the DataFrame writer gives these rows: one
+    design evaluated through results_frame, so both writers store the same types."""
+    one = {name: v[:1] for name, v in params.items()}
+    designs, metrics = evaluate_study(study, one, 1, db, tech)
+    df = results_frame(study, designs, metrics, one, trial=np.zeros(1, np.int64), sampler="grid", seed=None,
+                       pareto=False)
+    return arrow_table(df, meta).schema
+
+
+def _write_pareto_file(out_dir: Path, names: list[str], usable: dict, objs) -> None:
+    """Once every part of the grid is on disk (the last shard to finish does it), write the global
+    Pareto flags to the side file (dse.results.store.PARETO_FILE), from this run's objective values
+    where it has them and the objective and feasible columns of the other parts, read one part at a
+    time. The parts' own is_pareto and pareto_rank stay null."""
+    files = [out_dir / n for n in sorted(names)]
+    if not all(f.is_file() for f in files):
+        return
+    if not all(f.name in usable for f in files):
+        counts = [pq.read_metadata(f).num_rows for f in files]
+        if read_pareto_file(out_dir, files, counts, objs) is not None:
+            return                              # a re-run with nothing new: the flags are written
+    counts, rows, vals, offset = [], [], [], 0
+    for f in files:
+        if f.name in usable:
+            n, r, v = usable[f.name]
+        else:
+            t = pq.read_table(f, columns=[m for m, _ in objs] + ["feasible"])
+            v = np.column_stack([t[m].to_numpy(zero_copy_only=False).astype(np.float64) for m, _ in objs])
+            ok = t["feasible"].fill_null(False).to_numpy(zero_copy_only=False).astype(bool) & np.isfinite(v).all(axis=1)
+            n, r, v = t.num_rows, np.flatnonzero(ok), v[ok]
+        counts.append(n)
+        rows.append(offset + r)
+        vals.append(v)
+        offset += n
+    write_pareto_file(out_dir, files, counts, np.concatenate(rows), np.concatenate(vals), objs)
 
 
 def part_name(chunk: int, shards: int) -> str:
@@ -187,41 +261,6 @@ def _check_existing(out_dir: Path, meta: dict) -> None:
     if not same:
         raise SpecError(None, "--out", str(out_dir), "holds parts of another study, grid (points, axes, "
                         "chunk size) or shard count; use a new directory or delete it")
-
-
-def _has_flags(parts: list[Path]) -> bool:
-    """Whether the shard's parts carry Pareto flags already (written once the shard was complete)."""
-    if not parts:
-        return True
-    col = pq.read_table(parts[0], columns=["pareto_rank", "feasible"])
-    return not (col["feasible"].to_numpy().any() and col["pareto_rank"].null_count == col.num_rows)
-
-
-def _write_pareto_flags(parts: list[Path], study: StudySpec) -> None:
-    """Front and ranks over all of this shard's rows, written back into each part atomically."""
-    if not parts:
-        return
-    names = [o.metric for o in study.objectives]
-    tables = [pq.read_table(p, columns=names + ["feasible"]) for p in parts]
-    values = np.concatenate([np.column_stack([t[m].to_numpy(zero_copy_only=False) for m in names])
-                             .astype(np.float64) for t in tables])
-    feasible = np.concatenate([t["feasible"].to_numpy(zero_copy_only=False) for t in tables]).astype(bool)
-    dirs = [o.direction for o in study.objectives]
-    mask, ranks = front_flags(values, dirs, feasible)     # one flagged row per point of the front
-    offset = 0
-    for path in parts:
-        table = pq.read_table(path)
-        n = table.num_rows
-        r = ranks[offset:offset + n]
-        usable = r >= 0
-        is_p = pa.array(mask[offset:offset + n], mask=~usable, type=pa.bool_())
-        rk = pa.array(r, mask=~usable, type=pa.int64())
-        table = table.set_column(table.schema.get_field_index("is_pareto"), "is_pareto", is_p)
-        table = table.set_column(table.schema.get_field_index("pareto_rank"), "pareto_rank", rk)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, path)
-        offset += n
 
 
 __all__ = ["sweep", "grid_axes", "axis_values", "parse_shard", "shard_from_env", "SweepResult", "write_parquet", "part_name"]
