@@ -17,11 +17,10 @@ from __future__ import annotations
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .catalog.database import Database
@@ -29,9 +28,7 @@ from .errors import SpecError
 from .evaluation import evaluate_study
 from .interrupt import stop_on_signals
 from .progress import Progress
-from .results.frame import results_frame, results_table
 from .results.store import (
-    arrow_table,
     check_manifest,
     read_metadata,
     read_pareto_file,
@@ -41,6 +38,7 @@ from .results.store import (
     write_parquet,
     write_table,
 )
+from .results.table import results_table
 from .study import Knob, StudySpec, open_study
 from .study.space import active_masks
 
@@ -141,7 +139,7 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
     bar = Progress(len(mine), skipped, unit="parts", label=f"dse sweep shard {si}/{sn}", enabled=progress)
     objs = [(o.metric, o.direction) for o in study.objectives]
     usable: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}   # part name -> (rows, usable rows, objectives)
-    schema, now = None, pd.Timestamp.now(tz="UTC")
+    schema, now = None, np.datetime64(datetime.now(UTC).replace(tzinfo=None), "us")
     writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dse-parquet")   # encoding overlaps evaluation
     pending: list[tuple[Future, Path]] = []
     with stop_on_signals() as stop:
@@ -158,12 +156,11 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
                     flat = flat[keep]
                     idx = tuple(i[keep] for i in idx)
                     params = {name: v[keep] for name, v in params.items()}
-                if schema is None:
-                    schema = _schema(study, params, db, tech, meta)
                 designs, metrics = evaluate_study(study, params, flat.size, db, tech)
                 codes = {k.name: (i, vals) for (k, vals), i in zip(axes, idx) if k.kind == "cat"}
                 table, feasible = results_table(study, designs, metrics, params, schema, trial=flat, sampler="grid",
-                                                seed=None, codes=codes, now=now)
+                                                seed=None, codes=codes, now=now, metadata=meta)
+                schema = table.schema           # the first chunk's, for every chunk
                 vals = np.column_stack([table[m].to_numpy() for m, _ in objs]) if objs else np.empty((flat.size, 0))
                 ok = feasible & np.isfinite(vals).all(axis=1)
                 path = out_dir / part_name(c, sn)
@@ -191,16 +188,6 @@ def _finish(job: tuple[Future, Path], bar: Progress) -> Path:
     path = job[0].result()          # a writer's exception is raised here
     bar.update(1)
     return path
-
-
-def _schema(study: StudySpec, params: dict, db, tech, meta: dict) -> pa.Schema:
-    """The Arrow schema (with pandas and dse metadata) the DataFrame writer gives these rows: one
-    design evaluated through results_frame, so both writers store the same types."""
-    one = {name: v[:1] for name, v in params.items()}
-    designs, metrics = evaluate_study(study, one, 1, db, tech)
-    df = results_frame(study, designs, metrics, one, trial=np.zeros(1, np.int64), sampler="grid", seed=None,
-                       pareto=False)
-    return arrow_table(df, meta).schema
 
 
 def _write_pareto_file(out_dir: Path, names: list[str], usable: dict, objs) -> None:

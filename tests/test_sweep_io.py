@@ -151,3 +151,59 @@ def test_cli_pareto_reads_the_front_only(swept):
     assert r.exit_code == 0, r.output
     want = da.front_table(da.front(da.load_results(swept)))
     assert r.output == want.to_csv(index=False)
+
+
+def test_sweep_parts_carry_the_dataframe_paths_schema(swept, in_memory):
+    """The sweep writes without pandas; its Arrow types and `pandas` metadata (dtypes a pandas
+    reader gets: string, Int64, boolean, datetime64[us, UTC]) are those of the DataFrame path."""
+    import json
+
+    from dse.results.store import arrow_table
+    part = pq.read_schema(sorted(swept.glob("part-*.parquet"))[0])
+    ref = arrow_table(in_memory, {}).schema
+    assert [(f.name, f.type) for f in part] == [(f.name, f.type) for f in ref]
+    got, want = (json.loads(s.metadata[b"pandas"]) for s in (part, ref))
+    assert got["columns"] == want["columns"] and got["index_columns"] == want["index_columns"] == []
+    seed = next(c for c in got["columns"] if c["name"] == "seed")
+    assert seed["numpy_type"] == "Int64"        # an all-null int column still loads as Int64
+
+
+@pytest.mark.parametrize("cmd, banned", [
+    ("eval", ("pandas", "pyarrow", "optuna", "matplotlib", "moocore", "importlib.metadata")),
+    # pyarrow imports pandas on its first conversion of a Python value (its pandas shim), so a sweep has it
+    ("sweep", ("optuna", "matplotlib", "dask", "scipy", "sklearn", "dse.search", "dse.report"))])
+def test_start_up_imports_only_what_the_command_uses(cmd, banned, tmp_path):
+    """Issue 10, start-up: `dse eval` and `dse sweep` import nothing they do not use."""
+    import subprocess
+    import sys
+    args = {"sweep": ["sweep", str(QUICK), "--points", "2", "--out", str(tmp_path / "d"), "--quiet"],
+            "eval": ["eval", "--hw", "h200", "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b", "--alpha", "0.8"]}
+    code = ("import sys; from dse.cli import main; sys.argv = ['dse'] + sys.argv[1:]\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            f"print(sorted(m for m in {banned!r} if m in sys.modules))\n")
+    r = subprocess.run([sys.executable, "-c", code, *args[cmd]], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_yaml_c_loader_reads_what_the_python_loader_reads(tmp_path, monkeypatch):
+    """Start-up: YAML through libyaml's CSafeLoader when PyYAML has it; every database file loads
+    the same either way, and a malformed file is reported at the same place (line 3, column 1: the
+    end of the stream inside the unclosed flow sequence; libyaml words the problem differently)."""
+    import yaml
+
+    from dse.catalog import yamlio
+    from dse.errors import SpecError
+    assert yamlio.SAFE_LOADER is getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    files = sorted((Path(__file__).parent.parent / "hardware_db").rglob("*.yaml"))
+    assert len(files) > 10
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: 1\nb: [1, 2\n")
+    seen = []
+    for loader in {yamlio.SAFE_LOADER, yaml.SafeLoader}:
+        monkeypatch.setattr(yamlio, "SAFE_LOADER", loader)
+        with pytest.raises(SpecError) as e:
+            yamlio.load_yaml(bad)
+        assert "malformed YAML (line 3, column 1)" in str(e.value)
+        seen.append([yamlio.load_yaml(f) for f in files])
+    assert all(s == seen[0] for s in seen)

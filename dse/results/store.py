@@ -18,16 +18,18 @@ import tempfile
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
-import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from .. import __version__
 from ..errors import DseError
 from .columns import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: the Parquet schema-metadata key that holds the study and provenance as JSON
 META_KEY = b"dse"
@@ -58,7 +60,7 @@ def study_metadata(study, db, tech, **extra) -> dict:
 
 def arrow_table(df: pd.DataFrame, metadata: dict) -> pa.Table:
     """DataFrame -> Arrow with plain `string` (not large_string) and the `dse` metadata key."""
-    table = pa.Table.from_pandas(df, preserve_index=False)
+    table = pa.Table.from_pandas(df, preserve_index=False)     # pandas is imported by whoever built df
     fields = [pa.field(f.name, pa.string()) if pa.types.is_large_string(f.type) else f for f in table.schema]
     schema = pa.schema(fields, metadata={**(table.schema.metadata or {}),
                                          META_KEY: json.dumps(metadata, default=str).encode()})
@@ -235,6 +237,7 @@ def _study_name(meta: dict):
 
 def restore_nullable(df: pd.DataFrame, schema: pa.Schema) -> pd.DataFrame:
     """Without pandas metadata, null bools load as object and null ints as float: fix both."""
+    import pandas as pd
     for field in schema:
         if field.name not in df.columns:
             continue
@@ -269,6 +272,7 @@ def load_results(path, columns: Sequence[str] | None = None) -> pd.DataFrame:
             the ``b"dse"`` metadata, part files belong to different studies, or a requested
             column does not exist.
     """
+    import pandas as pd  # here, not at import: `dse sweep` writes without pandas
     dataset = open_results(path)
     root = dataset.root
     schema, meta = dataset.schema, dataset.meta
@@ -340,6 +344,7 @@ class Dataset:
                 t = pq.read_table(files[0], columns=columns)
                 want = pa.schema([self.schema.field(c) for c in t.schema.names], metadata=self.schema.metadata)
                 return t if t.schema.equals(want) else t.cast(want)
+            import pyarrow.dataset as pads
             return pads.dataset([str(f) for f in files], schema=self.schema,
                                 format="parquet").to_table(columns=columns)
         except pa.ArrowException as e:
