@@ -255,7 +255,8 @@ def load_results(path, columns: Sequence[str] | None = None) -> pd.DataFrame:
     Args:
         path: a ``.parquet`` file, or a directory searched recursively for ``*.parquet``
             part files; names starting with ``_`` or ``.`` (temp files) are skipped.
-        columns: read only these columns (default: all); only they are decoded, so
+        columns: read only these columns (default: all), names or fnmatch patterns such as
+            ``"params_*"`` (a pattern may match nothing); only they are decoded, so
             ``columns=["spec_ms_per_token", "cost_usd", "feasible"]`` of a 2M-row sweep takes
             tens of MB, not GB.
 
@@ -278,7 +279,10 @@ def load_results(path, columns: Sequence[str] | None = None) -> pd.DataFrame:
     schema, meta = dataset.schema, dataset.meta
     flags = root.is_dir() and {"is_pareto", "pareto_rank"} <= set(schema.names) and dataset.objectives() is not None
     if columns is not None:
-        columns = list(columns)
+        import fnmatch
+        pattern = [c for c in columns if any(ch in c for ch in "*?[")]
+        columns = list(dict.fromkeys(
+            n for c in columns for n in (fnmatch.filter(schema.names, c) if c in pattern else [c])))
         missing = [c for c in columns if c not in schema.names]
         if missing:
             raise DseError(f"{root}: no column(s) {', '.join(map(repr, missing))}; "
