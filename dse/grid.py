@@ -6,10 +6,14 @@ indices are evaluated with bounded memory and written as one part file each; wit
 ``shard=(I, N)`` (or SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT) only chunks c with
 c % N == I are done. Part names are deterministic and ``_manifest.json`` lists every part of
 the grid, so a re-run does only the parts not on disk (a dataset interrupted by SIGTERM or
-Ctrl-C is completed, never duplicated), and readers name the parts still missing. Once all of
-a shard's parts are on disk, is_pareto / pareto_rank are written into them over the shard's
-rows (the whole grid when unsharded); ``load_results`` / ``dse pareto DIR`` recompute them over
-the whole dataset, so per-shard flags are never taken for global ones.
+Ctrl-C is completed, never duplicated), and readers name the parts still missing.
+
+Each part is written once: its rows become an Arrow table straight from numpy
+(dse.results.table), encoded on a writer thread while the next chunk is evaluated. The parts
+hold is_pareto / pareto_rank null; the shard that finds every part of the grid on disk writes the
+global flags (front and non-dominated ranks over all rows, dse.pareto.front_flags on their
+concatenation in file order) to ``_pareto.parquet``, from the objectives it kept per chunk and
+the objective columns of parts other shards wrote. ``load_results`` / ``dse pareto DIR`` join it.
 """
 
 from __future__ import annotations

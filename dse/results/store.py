@@ -5,8 +5,12 @@ objectives with directions, the constraints, and a fingerprint of the database c
 
 A dataset directory (``dse sweep``, ``dse run --task``) holds part files and ``_manifest.json``,
 what it should hold: the part names, the study, the grid or the tasks. Reading a directory warns
-with the missing parts named, and recomputes ``is_pareto`` / ``pareto_rank`` over all parts
-(the parts' own flags, if any, are per shard or per task).
+with the missing parts named, and gives ``is_pareto`` / ``pareto_rank`` over all parts: a sweep's
+parts hold them null and its ``_pareto.parquet`` (:data:`PARETO_FILE`) holds the global flags;
+without a side file that covers exactly the parts read, they are recomputed from the objective
+and feasible columns (the parts' own flags, if any, are per task).
+
+Encoding (:func:`write_options`): lz4, dictionary encoding for string and integer columns only.
 """
 
 from __future__ import annotations
@@ -226,7 +230,7 @@ def _read_footer(path: Path) -> tuple[pa.Schema, dict, int]:
     if version is not None and int(version) < 2:
         warnings.warn(f"{path}: results schema_version {version}: written before issue 9 (cost_usd of known "
                       "parts was their street price, DRAM capacity decimal, KV cache at the weight dtype); "
-                      "re-run the study to compare with current results", stacklevel=3)
+                      "re-run the study to compare with current results", stacklevel=7)
     return schema, meta, footer.num_rows
 
 
@@ -326,7 +330,7 @@ class Dataset:
         fingerprints = {json.dumps(m.get("tech_fingerprint"), sort_keys=True) for m in metas}
         if len(fingerprints) > 1:
             warnings.warn(f"{root}: part files were written with different technology constants "
-                          f"(tech_fingerprint differs); their costs may not be comparable", stacklevel=4)
+                          f"(tech_fingerprint differs); their costs may not be comparable", stacklevel=5)
         try:
             self.schema = pa.unify_schemas(list(schemas), promote_options="permissive")
         except pa.ArrowException as e:
