@@ -66,7 +66,7 @@ def make_part(rng: np.random.Generator, start: int, n: int, meta: bytes) -> pa.T
 
 
 def write_dataset(root: Path, rows: int, parts: int = 10) -> None:
-    meta = json.dumps({"schema_version": 1, "dse_version": "bench", "objectives": OBJECTIVES,
+    meta = json.dumps({"schema_version": 2, "dse_version": "bench", "objectives": OBJECTIVES,
                        "constraints": [], "tech_fingerprint": "bench",
                        "study": {"name": "bench", "workload": {}, "objectives": OBJECTIVES}
                        }).encode()
