@@ -138,7 +138,7 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
     check_manifest(out_dir, manifest)
     write_manifest(out_dir, manifest)
     todo = [c for c in mine if not (out_dir / part_name(c, sn)).is_file()]
-    parts, rows = [out_dir / part_name(c, sn) for c in mine if c not in todo], 0
+    parts = [out_dir / part_name(c, sn) for c in mine if c not in todo]
     skipped = len(parts)
     bar = Progress(len(mine), skipped, unit="parts", label=f"dse sweep shard {si}/{sn}", enabled=progress)
     objs = [(o.metric, o.direction) for o in study.objectives]
@@ -172,7 +172,6 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
                 while pending and (len(pending) > 1 or pending[0][0].done()):   # at most 2 tables in flight
                     parts.append(_finish(pending.pop(0), bar))
                 pending.append((writer.submit(write_table, table, path), path))
-                rows += flat.size
                 del table, designs, metrics
             while pending:
                 parts.append(_finish(pending.pop(0), bar))
@@ -184,6 +183,7 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
             bar.close()
         if not stop.signum and objs:
             _write_pareto_file(out_dir, manifest["parts"], usable, objs)
+    rows = sum(usable[p.name][0] for p in parts if p.name in usable)     # the parts this run wrote
     return SweepResult(out_dir=out_dir, total_points=total, rows_written=rows, parts=sorted(parts),
                        shard=(si, sn), skipped=skipped, interrupted=stop.signum)
 
