@@ -162,10 +162,11 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
                     params = {name: v[keep] for name, v in params.items()}
                 designs, metrics = evaluate_study(study, params, flat.size, db, tech)
                 codes = {k.name: (i, vals) for (k, vals), i in zip(axes, idx) if k.kind == "cat"}
-                table, feasible = results_table(study, designs, metrics, params, schema, trial=flat, sampler="grid",
-                                                seed=None, codes=codes, now=now, metadata=meta)
+                table, feasible, cols = results_table(study, designs, metrics, params, schema, trial=flat,
+                                                      sampler="grid", seed=None, codes=codes, now=now, metadata=meta)
                 schema = table.schema           # the first chunk's, for every chunk
-                vals = np.column_stack([table[m].to_numpy() for m, _ in objs]) if objs else np.empty((flat.size, 0))
+                vals = np.column_stack([np.asarray(cols[m], dtype=np.float64) for m, _ in objs]) if objs \
+                    else np.empty((flat.size, 0))
                 ok = feasible & np.isfinite(vals).all(axis=1)
                 path = out_dir / part_name(c, sn)
                 usable[path.name] = (flat.size, np.flatnonzero(ok), vals[ok])

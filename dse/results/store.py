@@ -429,12 +429,12 @@ def write_pareto_file(root: Path, files: list[Path], counts: list[int], rows: np
     mask, ranks = expand_flags(sum(counts), rows, values, [d for _, d in objs])
     starts = np.cumsum([0] + list(counts))
     part = np.searchsorted(starts, rows, side="right") - 1
-    names = pa.array([f.name for f in files], type=pa.string())
+    from .arrow import bool_array, num_array, string_array  # no pandas (pyarrow.array would import it)
     meta = {"parts": [[f.name, int(c)] for f, c in zip(files, counts, strict=True)], "objectives": [list(o) for o in objs]}
-    table = pa.table({"part": pa.DictionaryArray.from_arrays(pa.array(part, type=pa.int32()), names),
-                      "row": pa.array(rows - starts[part]),
-                      "is_pareto": pa.array(mask[rows]),
-                      "pareto_rank": pa.array(ranks[rows])})
+    names = string_array([f.name for f in files])
+    table = pa.Table.from_arrays([pa.DictionaryArray.from_arrays(num_array(part, pa.int32()), names),
+                                  num_array(rows - starts[part], pa.int64()), bool_array(mask[rows]),
+                                  num_array(ranks[rows], pa.int64())], names=["part", "row", "is_pareto", "pareto_rank"])
     table = table.replace_schema_metadata({_PARETO_KEY: json.dumps(meta).encode()})
     return write_table(table, Path(root) / PARETO_FILE)
 

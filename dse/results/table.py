@@ -15,6 +15,7 @@ from ..evaluation import Designs, constraint_values, metric_table
 from ..model.evaluate import METRIC_COLUMNS, Metrics
 from ..model.roofline import BOUND_NAMES
 from ..study.space import is_conditional
+from .arrow import bool_array, factorize, num_array, repeat_string, string_array
 from .columns import BOUND_COLUMNS, DERIVED_COLUMNS, HARDWARE_COLUMNS, INT_METRICS, TEXT_METRICS
 from .store import META_KEY
 
@@ -22,14 +23,15 @@ from .store import META_KEY
 def results_table(study, designs: Designs, metrics: Metrics, params: dict[str, np.ndarray],
                   schema: pa.Schema | None, *, trial: np.ndarray, sampler: str, seed: int | None,
                   codes: dict | None = None, now: np.datetime64 | None = None,
-                  metadata: dict | None = None) -> tuple[pa.Table, np.ndarray]:
+                  metadata: dict | None = None) -> tuple[pa.Table, np.ndarray, dict]:
     """The rows of :func:`results_frame` as an Arrow table of ``schema`` (built from numpy, no
     pandas, no Python objects per row), for a sweep whose rows are distinct designs: duplicate_of,
     is_pareto and pareto_rank null (a sweep's flags live in ``_pareto.parquet``, dse.results.store),
     state COMPLETE, one timestamp ``now`` (UTC) for every row. ``codes`` maps a categorical knob to
     (indices, values) so its strings are gathered, not converted one by one. ``schema`` None: the
     schema of these arrays, with the ``pandas`` metadata results_frame's columns would carry
-    (:func:`pandas_metadata`) and the ``dse`` ``metadata``. Returns (table, feasible)."""
+    (:func:`pandas_metadata`) and the ``dse`` ``metadata``. Returns (table, feasible, the
+    metric_table columns by name)."""
     n = designs.batch.n
     cols = metric_table(designs, metrics)
     cons = constraint_values(cols, study)
@@ -37,55 +39,53 @@ def results_table(study, designs: Designs, metrics: Metrics, params: dict[str, n
     feasible = np.all(cons <= 0, axis=1) & fits
     now = np.datetime64(datetime.now(UTC).replace(tzinfo=None), "us") if now is None else now
     data: dict[str, pa.Array] = {
-        "study": pa.repeat(pa.scalar(study.name, pa.string()), n),
-        "trial": pa.array(np.asarray(trial, dtype=np.int64)),
-        "state": pa.repeat(pa.scalar("COMPLETE", pa.string()), n),
-        "sampler": pa.repeat(pa.scalar(sampler, pa.string()), n),
-        "seed": pa.repeat(pa.scalar(seed, pa.int64()), n),
+        "study": repeat_string(study.name, n),
+        "trial": num_array(trial, pa.int64()),
+        "state": repeat_string("COMPLETE", n),
+        "sampler": repeat_string(sampler, n),
+        "seed": pa.nulls(n, pa.int64()) if seed is None else num_array(np.full(n, seed), pa.int64()),
     }
     codes = codes or {}
     for k in study.searched:
         v = np.asarray(params[k.name])
         act = designs.active.get(k.name) if is_conditional(k) else None
-        mask = None if act is None or act.all() else ~act
+        valid = None if act is None or act.all() else np.asarray(act, dtype=bool)
         if k.kind == "cat":
-            if k.name in codes:
-                idx, values = codes[k.name]
-                arr = pa.array(np.asarray(values).astype(str)).take(pa.array(np.asarray(idx, dtype=np.int64),
-                                                                             mask=mask))
-            else:
-                arr = pa.array(v.astype(str), mask=mask, type=pa.string())
+            idx, values = codes[k.name] if k.name in codes else factorize(v)
+            arr = string_array(values).take(num_array(idx, pa.int64(), valid))
         elif k.kind == "float":
-            arr = pa.array(v.astype(np.float64) if mask is None else np.where(act, v, np.nan).astype(np.float64))
+            arr = num_array(v if valid is None else np.where(valid, v, np.nan), pa.float64())
+        elif k.kind == "bool":
+            arr = bool_array(v, valid)
         else:
-            typ = pa.bool_() if k.kind == "bool" else pa.int64()
-            arr = pa.array(v.astype(bool if k.kind == "bool" else np.int64), mask=mask, type=typ)
+            arr = num_array(v, pa.int64(), valid)
         data[f"params_{k.name}"] = arr
     for name in HARDWARE_COLUMNS:
         if name in cols:
-            kind = bool if name == "buildable" else np.int64 if name in ("chips", "draft_chips") else np.float64
-            data[name] = pa.array(np.asarray(cols[name], dtype=kind))
-    bounds = pa.array(BOUND_NAMES.tolist(), type=pa.string())
+            data[name] = (bool_array(cols[name]) if name == "buildable" else
+                          num_array(cols[name], pa.int64() if name in ("chips", "draft_chips") else pa.float64()))
+    bounds = string_array(BOUND_NAMES)
     for name, attr, _scale in METRIC_COLUMNS:
         if name in BOUND_COLUMNS:      # codes into BOUND_NAMES; null where the design does not fit
-            data[name] = bounds.take(pa.array(np.asarray(getattr(metrics, attr), dtype=np.int64), mask=~fits))
+            data[name] = bounds.take(num_array(getattr(metrics, attr), pa.int64(), fits))
         elif name in TEXT_METRICS:
-            data[name] = pa.array(np.asarray(cols[name]), type=pa.string())
+            idx, values = factorize(np.asarray(cols[name]))
+            data[name] = string_array(values).take(num_array(idx, pa.int64()))
         elif name == "fits":
-            data[name] = pa.array(fits)
+            data[name] = bool_array(fits)
         elif name in INT_METRICS:
-            data[name] = pa.array(np.asarray(cols[name], dtype=np.int64))
+            data[name] = num_array(cols[name], pa.int64())
         else:
-            data[name] = pa.array(np.asarray(cols[name], dtype=np.float64))
+            data[name] = num_array(cols[name], pa.float64())
     for name in DERIVED_COLUMNS:
-        data[name] = pa.array(np.asarray(cols[name], dtype=np.float64))
-    data["feasible"] = pa.array(feasible)
-    data["constraint_violation"] = pa.array(np.maximum(cons, 0).sum(axis=1))
+        data[name] = num_array(cols[name], pa.float64())
+    data["feasible"] = bool_array(feasible)
+    data["constraint_violation"] = num_array(np.maximum(cons, 0).sum(axis=1), pa.float64())
     data["is_pareto"] = pa.nulls(n, pa.bool_())
     data["pareto_rank"] = pa.nulls(n, pa.int64())
     data["duplicate_of"] = pa.nulls(n, pa.int64())
-    stamp = pa.scalar(int(np.datetime64(now, "us").astype(np.int64)), pa.int64()).cast(pa.timestamp("us", tz="UTC"))
-    data["datetime_start"] = data["datetime_complete"] = pa.repeat(stamp, n)
+    stamp = np.full(n, np.datetime64(now, "us").astype(np.int64))
+    data["datetime_start"] = data["datetime_complete"] = num_array(stamp, pa.timestamp("us", tz="UTC"))
     if schema is None:
         nullable = {"seed", "is_pareto", "pareto_rank", "duplicate_of"} | {
             f"params_{k.name}" for k in study.searched if is_conditional(k) and k.kind in ("int", "bool")}
@@ -94,7 +94,7 @@ def results_table(study, designs: Designs, metrics: Metrics, params: dict[str, n
                                        META_KEY: json.dumps(metadata or {}, default=str).encode()})
     if list(data) != schema.names:
         raise AssertionError(f"results_table columns differ from the schema: {sorted(set(data) ^ set(schema.names))}")
-    return pa.Table.from_arrays(list(data.values()), schema=schema), feasible
+    return pa.Table.from_arrays(list(data.values()), schema=schema), feasible, cols
 
 
 def pandas_metadata(schema: pa.Schema, nullable: set[str]) -> dict:
