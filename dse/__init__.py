@@ -9,12 +9,6 @@ The public surface; heavy modules (optuna, pandas, matplotlib) load only when us
 """
 
 from importlib import import_module
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("dse")
-except PackageNotFoundError:  # running from a source tree
-    __version__ = "0.0.0+unknown"
 
 _LAZY = {
     "evaluate": "dse.model.evaluate",
@@ -38,7 +32,19 @@ _LAZY = {
 __all__ = sorted(_LAZY) + ["__version__"]
 
 
+def _version() -> str:
+    """The installed distribution's version (importlib.metadata costs ~30 ms: read on first use)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("dse")
+    except PackageNotFoundError:  # running from a source tree
+        return "0.0.0+unknown"
+
+
 def __getattr__(name):
+    if name == "__version__":
+        globals()["__version__"] = v = _version()
+        return v
     if name in _LAZY:
         return getattr(import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'dse' has no attribute {name!r}")

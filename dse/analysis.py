@@ -23,16 +23,18 @@ Known parts on a study's workload: :func:`dse.report.known_parts`.
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from . import pareto
 from .errors import DseError
-from .results.store import load_results
+from .results.store import load_results, open_results, restore_nullable
 
-__all__ = ["load_results", "objectives_of", "feasible_mask", "front", "ranks", "hypervolume",
+__all__ = ["load_results", "front_of", "objectives_of", "feasible_mask", "front", "ranks", "hypervolume",
            "hypervolume_reference", "compare_fronts", "hypervolume_history", "usable_values", "directions", "front_table"]
 
 
@@ -40,8 +42,8 @@ __all__ = ["load_results", "objectives_of", "feasible_mask", "front", "ranks", "
 # --------------------------------------------------------------------------- objectives
 
 def _numeric_columns(df: pd.DataFrame) -> list[str]:
-    return [c for c in df.columns
-            if pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])]
+    return [c for c, dt in df.dtypes.items()     # dtypes, not df[c]: no copy of attrs per column
+            if pd.api.types.is_numeric_dtype(dt) and not pd.api.types.is_bool_dtype(dt)]
 
 
 def _study_objectives(df: pd.DataFrame) -> list:
@@ -163,6 +165,62 @@ def front(df: pd.DataFrame, objectives=None, where: str | None = None, distinct:
     out = df[mask]
     return out.sort_values([m for m, _ in objs], ascending=[d == "minimize" for _, d in objs],
                            kind="stable")
+
+
+def front_of(path, objectives=None, where: str | None = None, distinct: bool = True,
+             columns=None) -> pd.DataFrame:
+    """:func:`front` of a results file or dataset, read part by part: the objective, feasible,
+    trial and duplicate_of columns of each part (every column when ``where`` is given), that
+    part's front kept; the global front is a subset of the union of the part fronts (a point
+    dominated within its part is dominated globally), so the front of that union is the front of
+    the whole, and full rows are read for its rows only: ``columns`` (names or fnmatch patterns
+    such as ``"params_*"``; names not in the results are skipped; default all). Memory is
+    bounded by a part and the front, not the dataset.
+
+    Returns:
+        As :func:`front` (index: row number in the dataset), without is_pareto / pareto_rank;
+        ``attrs["dse"]`` the metadata, ``attrs["rows"]`` the dataset's rows and
+        ``attrs["designs"]`` its distinct designs (:func:`count_designs`).
+    """
+    ds = open_results(path)
+    empty = restore_nullable(ds.schema.empty_table().to_pandas(), ds.schema)
+    empty.attrs["dse"] = ds.meta
+    objs = objectives_of(empty, objectives)
+    names = ds.schema.names
+    key = [m for m, _ in objs] + [c for c in ("feasible", "fits", "trial", "duplicate_of", "state") if c in names]
+    key = list(dict.fromkeys(key))
+    dirs = directions(objs)
+    cand, n_rows, n_designs, offset = [], 0, 0, 0
+    for (_, t), n in zip(ds.parts(None if where else key), ds.counts, strict=True):
+        part = restore_nullable(t.to_pandas(), ds.schema)
+        n_designs += count_designs(part)
+        part.index = pd.RangeIndex(offset, offset + n)
+        if where:
+            try:
+                part = part.query(where)
+            except Exception as e:  # query raises many types; report them uniformly
+                raise DseError(f"where = {where!r}: {e}") from e
+        vals, ok = usable_values(part, objs)
+        mask = pareto.pareto_mask(vals, dirs, feasible=ok)
+        cand.append(part[key][mask])
+        n_rows += n
+        offset += n
+    union = pd.concat(cand) if cand else empty[key]
+    vals, ok = usable_values(union, objs)
+    keep = union.index.to_numpy()[pareto.pareto_mask(vals, dirs, feasible=ok)]
+    wanted = names if columns is None else [c for pat in list(columns) + key for c in fnmatch.filter(names, pat)]
+    cols = [c for c in dict.fromkeys(wanted) if c not in ("is_pareto", "pareto_rank")]
+    starts = np.cumsum([0] + ds.counts)
+    rows = []
+    for i, f in enumerate(ds.files):
+        mine = keep[(keep >= starts[i]) & (keep < starts[i + 1])]
+        if mine.size:
+            t = ds.read(cols, [f]).take(pa.array(mine - starts[i]))
+            rows.append(restore_nullable(t.to_pandas(), ds.schema).set_index(pd.Index(mine)))
+    full = pd.concat(rows) if rows else restore_nullable(ds.schema.empty_table().to_pandas(), ds.schema)[cols]
+    out = front(full, objs, distinct=distinct)
+    out.attrs.update({"dse": ds.meta, "rows": n_rows, "designs": n_designs})
+    return out
 
 
 def ranks(df: pd.DataFrame, objectives=None) -> pd.Series:
@@ -299,6 +357,10 @@ def count_designs(df: pd.DataFrame) -> int:
     if "duplicate_of" in df.columns:
         return int(df["duplicate_of"].isna().sum())
     return len(df)
+
+
+#: what :func:`front_table` may show besides the objectives (patterns for :func:`front_of`)
+FRONT_TABLE_COLUMNS = (*SPEC_COLUMNS, "tree_shape", "trial", "params_*")
 
 
 def front_table(df: pd.DataFrame, objectives=None, top: int | None = None) -> pd.DataFrame:

@@ -221,21 +221,22 @@ def export_cmd(storage, study_name, out):
 @click.option("--csv", "as_csv", is_flag=True, help="Print the front as CSV.")
 def pareto_cmd(path, objectives, where, top, as_json, as_csv):
     """The non-dominated front of a results file or sweep directory."""
-    from .analysis import count_designs, front, front_table, objectives_of
+    from .analysis import FRONT_TABLE_COLUMNS, front_of, front_table, objectives_of
     from .cli_text import front_text
-    df = _load_results(path)
-    objs = objectives_of(df, list(objectives) or None)
-    fr = front(df, objs, where=where)
+    with _warnings_to_stderr():       # part by part: memory bounded by a part and the front
+        fr = front_of(path, list(objectives) or None, where=where, columns=FRONT_TABLE_COLUMNS)
+    objs = objectives_of(fr, list(objectives) or None)
     table = front_table(fr, objs, top=top)
     if as_json:
         click.echo(table.to_json(orient="records", indent=2))
     elif as_csv:
         click.echo(table.to_csv(index=False), nl=False)
     elif not len(fr):
-        click.echo(f"no feasible design among {count_designs(df)} designs ({', '.join(f'{m} {d}' for m, d in objs)})")
+        click.echo(f"no feasible design among {fr.attrs['designs']} designs "
+                   f"({', '.join(f'{m} {d}' for m, d in objs)})")
     else:
         shown = f"; showing the first {len(table)}" if len(table) < len(fr) else ""
-        click.echo(f"{len(fr)} designs on the front of {count_designs(df)} designs ({len(df)} rows; "
+        click.echo(f"{len(fr)} designs on the front of {fr.attrs['designs']} designs ({fr.attrs['rows']} rows; "
                    f"{', '.join(f'{m} {d}' for m, d in objs)}){shown}")
         click.echo(front_text(table))
 

@@ -6,30 +6,43 @@ indices are evaluated with bounded memory and written as one part file each; wit
 ``shard=(I, N)`` (or SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT) only chunks c with
 c % N == I are done. Part names are deterministic and ``_manifest.json`` lists every part of
 the grid, so a re-run does only the parts not on disk (a dataset interrupted by SIGTERM or
-Ctrl-C is completed, never duplicated), and readers name the parts still missing. Once all of
-a shard's parts are on disk, is_pareto / pareto_rank are written into them over the shard's
-rows (the whole grid when unsharded); ``load_results`` / ``dse pareto DIR`` recompute them over
-the whole dataset, so per-shard flags are never taken for global ones.
+Ctrl-C is completed, never duplicated), and readers name the parts still missing.
+
+Each part is written once: its rows become an Arrow table straight from numpy
+(dse.results.table), encoded on a writer thread while the next chunk is evaluated. The parts
+hold is_pareto / pareto_rank null; the shard that finds every part of the grid on disk writes the
+global flags (front and non-dominated ranks over all rows, dse.pareto.front_flags on their
+concatenation in file order) to ``_pareto.parquet``, from the objectives it kept per chunk and
+the objective columns of parts other shards wrote. ``load_results`` / ``dse pareto DIR`` join it.
 """
 
 from __future__ import annotations
 
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .catalog.database import Database
 from .errors import SpecError
 from .evaluation import evaluate_study
 from .interrupt import stop_on_signals
-from .pareto import front_flags
 from .progress import Progress
-from .results.frame import results_frame
-from .results.store import check_manifest, read_metadata, study_metadata, write_manifest, write_parquet
+from .results.store import (
+    check_manifest,
+    read_metadata,
+    read_pareto_file,
+    study_metadata,
+    write_manifest,
+    write_pareto_file,
+    write_parquet,
+    write_table,
+)
+from .results.table import results_table
 from .study import Knob, StudySpec, open_study
 from .study.space import active_masks
 
@@ -125,9 +138,14 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
     check_manifest(out_dir, manifest)
     write_manifest(out_dir, manifest)
     todo = [c for c in mine if not (out_dir / part_name(c, sn)).is_file()]
-    parts, rows = [out_dir / part_name(c, sn) for c in mine if c not in todo], 0
+    parts = [out_dir / part_name(c, sn) for c in mine if c not in todo]
     skipped = len(parts)
     bar = Progress(len(mine), skipped, unit="parts", label=f"dse sweep shard {si}/{sn}", enabled=progress)
+    objs = [(o.metric, o.direction) for o in study.objectives]
+    usable: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}   # part name -> (rows, usable rows, objectives)
+    schema, now = None, np.datetime64(datetime.now(UTC).replace(tzinfo=None), "us")
+    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dse-parquet")   # encoding overlaps evaluation
+    pending: list[tuple[Future, Path]] = []
     with stop_on_signals() as stop:
         try:
             for c in todo:
@@ -142,21 +160,67 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
                 if not keep.all():      # a knob that does not act is enumerated at its first value only
                     flat, idx = flat[keep], tuple(i[keep] for i in idx)
                     coded = {name: v[keep] for name, v in coded.items()}
-                params = {k.name: vals[i] for (k, vals), i in zip(axes, idx)}
                 designs, metrics = evaluate_study(study, coded, flat.size, db, tech)
-                df = results_frame(study, designs, metrics, params, trial=flat, sampler="grid", seed=None,
-                                   pareto=False)
-                parts.append(write_parquet(df, out_dir / part_name(c, sn), meta))
-                rows += flat.size
-                bar.update(1)
-        except KeyboardInterrupt:   # a second signal: the part being written is not on disk
+                codes = {k.name: (i, vals) for (k, vals), i in zip(axes, idx) if k.kind == "cat"}
+                table, feasible, cols = results_table(study, designs, metrics, coded, schema, trial=flat,
+                                                      sampler="grid", seed=None, codes=codes, now=now, metadata=meta)
+                schema = table.schema           # the first chunk's, for every chunk
+                vals = np.column_stack([np.asarray(cols[m], dtype=np.float64) for m, _ in objs]) if objs \
+                    else np.empty((flat.size, 0))
+                ok = feasible & np.isfinite(vals).all(axis=1)
+                path = out_dir / part_name(c, sn)
+                usable[path.name] = (flat.size, np.flatnonzero(ok), vals[ok])
+                while pending and (len(pending) > 1 or pending[0][0].done()):   # at most 2 tables in flight
+                    parts.append(_finish(pending.pop(0), bar))
+                pending.append((writer.submit(write_table, table, path), path))
+                del table, designs, metrics
+            while pending:
+                parts.append(_finish(pending.pop(0), bar))
+        except KeyboardInterrupt:   # a second signal: the parts being written are not on disk
             stop.signum = stop.signum or 2
         finally:
+            writer.shutdown(wait=True, cancel_futures=True)
+            parts += [p for f, p in pending if f.done() and not f.cancelled() and f.exception() is None]
             bar.close()
-        if not stop.signum and (todo or not _has_flags(parts)):
-            _write_pareto_flags(sorted(parts), study)
+        if not stop.signum and objs:
+            _write_pareto_file(out_dir, manifest["parts"], usable, objs)
+    rows = sum(usable[p.name][0] for p in parts if p.name in usable)     # the parts this run wrote
     return SweepResult(out_dir=out_dir, total_points=total, rows_written=rows, parts=sorted(parts),
                        shard=(si, sn), skipped=skipped, interrupted=stop.signum)
+
+
+def _finish(job: tuple[Future, Path], bar: Progress) -> Path:
+    path = job[0].result()          # a writer's exception is raised here
+    bar.update(1)
+    return path
+
+
+def _write_pareto_file(out_dir: Path, names: list[str], usable: dict, objs) -> None:
+    """Once every part of the grid is on disk (the last shard to finish does it), write the global
+    Pareto flags to the side file (dse.results.store.PARETO_FILE), from this run's objective values
+    where it has them and the objective and feasible columns of the other parts, read one part at a
+    time. The parts' own is_pareto and pareto_rank stay null."""
+    files = [out_dir / n for n in sorted(names)]
+    if not all(f.is_file() for f in files):
+        return
+    if not all(f.name in usable for f in files):
+        counts = [pq.read_metadata(f).num_rows for f in files]
+        if read_pareto_file(out_dir, files, counts, objs) is not None:
+            return                              # a re-run with nothing new: the flags are written
+    counts, rows, vals, offset = [], [], [], 0
+    for f in files:
+        if f.name in usable:
+            n, r, v = usable[f.name]
+        else:
+            t = pq.read_table(f, columns=[m for m, _ in objs] + ["feasible"])
+            v = np.column_stack([t[m].to_numpy(zero_copy_only=False).astype(np.float64) for m, _ in objs])
+            ok = t["feasible"].fill_null(False).to_numpy(zero_copy_only=False).astype(bool) & np.isfinite(v).all(axis=1)
+            n, r, v = t.num_rows, np.flatnonzero(ok), v[ok]
+        counts.append(n)
+        rows.append(offset + r)
+        vals.append(v)
+        offset += n
+    write_pareto_file(out_dir, files, counts, np.concatenate(rows), np.concatenate(vals), objs)
 
 
 def part_name(chunk: int, shards: int) -> str:
@@ -167,12 +231,49 @@ def part_name(chunk: int, shards: int) -> str:
 def distinct_points(study: StudySpec, axes, idx, params: dict, n: int) -> np.ndarray:
     """Grid points that are distinct designs: every inactive knob (dse.study.space) at its
     first axis value, so no design is enumerated twice."""
-    masks = active_masks(study, params, n)
+    masks = grid_masks(study, axes, idx, params, n)
     keep = np.ones(n, dtype=bool)
     for (k, _), i in zip(axes, idx):
         if k.name in masks:
             keep &= masks[k.name] | (i == 0)
     return keep
+
+
+class _Reads(dict):
+    """A mapping that records which keys were looked up."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.read: set = set()
+
+    def __contains__(self, key):
+        self.read.add(key)
+        return super().__contains__(key)
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+
+def grid_masks(study: StudySpec, axes, idx, params: dict, n: int) -> dict[str, np.ndarray]:
+    """active_masks of a grid chunk, evaluated once per distinct combination of the knobs it
+    reads (found by probing it with one row; in the quickstart grid: chips and memory, 36
+    combinations per chunk) and gathered: row-wise numpy, so the same masks as active_masks on
+    every row, without its per-row Python over the memory names."""
+    probe = _Reads({name: v[:1] for name, v in params.items()})
+    active_masks(study, probe, 1)
+    ctl = [j for j, (k, _) in enumerate(axes) if k.name in probe.read]
+    if ctl:
+        key = np.ravel_multi_index([idx[j] for j in ctl], [axes[j][1].size for j in ctl])
+        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    else:
+        first, inv = np.zeros(1, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    masks = active_masks(study, {name: v[first] for name, v in params.items()}, first.size)
+    return {name: m[inv] for name, m in masks.items()}
 
 
 def _check_existing(out_dir: Path, meta: dict) -> None:
@@ -189,41 +290,6 @@ def _check_existing(out_dir: Path, meta: dict) -> None:
     if not same:
         raise SpecError(None, "--out", str(out_dir), "holds parts of another study, grid (points, axes, "
                         "chunk size) or shard count; use a new directory or delete it")
-
-
-def _has_flags(parts: list[Path]) -> bool:
-    """Whether the shard's parts carry Pareto flags already (written once the shard was complete)."""
-    if not parts:
-        return True
-    col = pq.read_table(parts[0], columns=["pareto_rank", "feasible"])
-    return not (col["feasible"].to_numpy().any() and col["pareto_rank"].null_count == col.num_rows)
-
-
-def _write_pareto_flags(parts: list[Path], study: StudySpec) -> None:
-    """Front and ranks over all of this shard's rows, written back into each part atomically."""
-    if not parts:
-        return
-    names = [o.metric for o in study.objectives]
-    tables = [pq.read_table(p, columns=names + ["feasible"]) for p in parts]
-    values = np.concatenate([np.column_stack([t[m].to_numpy(zero_copy_only=False) for m in names])
-                             .astype(np.float64) for t in tables])
-    feasible = np.concatenate([t["feasible"].to_numpy(zero_copy_only=False) for t in tables]).astype(bool)
-    dirs = [o.direction for o in study.objectives]
-    mask, ranks = front_flags(values, dirs, feasible)     # one flagged row per point of the front
-    offset = 0
-    for path in parts:
-        table = pq.read_table(path)
-        n = table.num_rows
-        r = ranks[offset:offset + n]
-        usable = r >= 0
-        is_p = pa.array(mask[offset:offset + n], mask=~usable, type=pa.bool_())
-        rk = pa.array(r, mask=~usable, type=pa.int64())
-        table = table.set_column(table.schema.get_field_index("is_pareto"), "is_pareto", is_p)
-        table = table.set_column(table.schema.get_field_index("pareto_rank"), "pareto_rank", rk)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, path)
-        offset += n
 
 
 __all__ = ["sweep", "grid_axes", "axis_values", "parse_shard", "shard_from_env", "SweepResult", "write_parquet", "part_name"]

@@ -41,6 +41,7 @@ import pytest
 import yaml
 
 import dse
+from dse.analysis import load_results
 
 DB = Path(__file__).resolve().parent.parent / "hardware_db"
 #: bytes per "GB" of DRAM capacity in the database YAML (MODEL.md section 0, revised 2026-11-30:
@@ -437,7 +438,7 @@ def known(tmp_path_factory):
     t0 = pd.Timestamp.now(tz="UTC").floor("us")
     res = _public("sweep")(str(_write(tmp, KNOWN)), out=tmp / "grid", progress=False)
     t1 = pd.Timestamp.now(tz="UTC")
-    return res, pd.read_parquet(res.out_dir), (t0, t1)
+    return res, load_results(res.out_dir), (t0, t1)
 
 
 @pytest.fixture(scope="module")
@@ -446,7 +447,7 @@ def synth_grid(tmp_path_factory):
     t0 = pd.Timestamp.now(tz="UTC").floor("us")
     res = _public("sweep")(str(_write(tmp, SYNTH)), out=tmp / "grid", progress=False)
     t1 = pd.Timestamp.now(tz="UTC")
-    return res, pd.read_parquet(res.out_dir), (t0, t1)
+    return res, load_results(res.out_dir), (t0, t1)
 
 
 #: columns that are database numbers, unit conversions, sums and capacity arithmetic only (no
@@ -679,7 +680,7 @@ def test_cli_sweep_writes_the_same_rows(tmp_path, known):
     from dse.cli import main
     r = CliRunner().invoke(main, ["sweep", str(_write(tmp_path, KNOWN)), "--out", str(tmp_path / "cli"), "--quiet"])
     assert r.exit_code == 0, r.output
-    df = pd.read_parquet(tmp_path / "cli")
+    df = load_results(tmp_path / "cli")
     _, grid, _ = known
     assert list(df.columns) == list(grid.columns) and len(df) == 4
     for _, row in df.iterrows():
@@ -739,6 +740,18 @@ def test_every_column_is_pinned_and_typed(which, expected, request):
         assert f.type == want, (f.name, f.type, want)
     assert str(df["is_pareto"].dtype) == "boolean" and str(df["pareto_rank"].dtype) == "Int64"
     assert str(df["seed"].dtype) == "Int64"
+
+
+@pytest.mark.parametrize("which", ["known", "synth_grid"])
+def test_raw_parts_hold_null_flags_and_the_side_file_the_rest(which, request):
+    """A sweep's part files read by plain pandas: every column as load_results gives it, except
+    is_pareto / pareto_rank, which the parts hold null (the flags live in _pareto.parquet)."""
+    res, df, _ = request.getfixturevalue(which)
+    raw = pd.read_parquet(res.out_dir)
+    assert raw["is_pareto"].isna().all() and raw["pareto_rank"].isna().all()
+    assert df["pareto_rank"].notna().any()          # the flags came from the side file
+    rest = [c for c in df.columns if c not in ("is_pareto", "pareto_rank")]
+    pd.testing.assert_frame_equal(raw[rest], df[rest], check_dtype=True)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -62,6 +62,27 @@ def peer_python(venv: Path) -> Path:
     return py
 
 
+def llm_analysis_rate(venv: Path, grid: int = 1000) -> float:
+    """llm-analysis configurations per second (``grid`` calls of its ``infer``, peer_driver.py) in the
+    throwaway environment ``venv`` (created and filled when missing); for benchmarks/bench_search.py."""
+    py = peer_python(venv)
+    with tempfile.TemporaryDirectory() as tmp:
+        model = Path(tmp) / "llama-3.1-70b.json"
+        model.write_text(json.dumps(LLAMA70_FOR_LLM_ANALYSIS))
+        anchor = Path(tmp) / "llama-2-70b.json"
+        anchor.write_text(json.dumps(LLAMA2_70_FOR_LLM_ANALYSIS))
+        case = {**CASE, "grid": grid, "genz_grid": 1, "llm_analysis_model": str(model),
+                "llm_analysis_anchor_model": str(anchor)}
+        run = subprocess.run([str(py), str(HERE / "peer_driver.py"), json.dumps(case)], capture_output=True,
+                             text=True, cwd=tmp)
+    if run.returncode:
+        raise RuntimeError(run.stderr.strip().splitlines()[-1] if run.stderr.strip() else f"exit {run.returncode}")
+    la = json.loads(run.stdout.strip().splitlines()[-1]).get("llm-analysis", {})
+    if "evals_per_s" not in la:
+        raise RuntimeError(la.get("error", "no rate"))
+    return float(la["evals_per_s"])
+
+
 def dse_numbers(grid: int) -> dict:
     import dse
     from dse.catalog.database import load_database

@@ -368,13 +368,34 @@ def default_out(path) -> Path:
     return base.with_name(base.name + "-report")
 
 
+#: the columns the report reads (patterns for dse.analysis.load_results), besides the objectives:
+#: the other ~40 columns of a results file are never decoded
+REPORT_COLUMNS = ["study", "trial", "state", "sampler", "seed", "params_*", "chips", "peak_tflops", "cost_usd",
+                  "power_w", "spec_ms_per_token", "baseline_ms_per_token", "tokens_per_s", "alpha", "tau", "k",
+                  "speedup", "draft_cost_ratio", "tree_shape", "fits", "feasible", "constraint_violation",
+                  "is_pareto", "pareto_rank", "duplicate_of"]
+
+
+def _report_columns(path) -> list[str]:
+    """:data:`REPORT_COLUMNS` and the stored objective and constraint metrics, those the results have."""
+    import fnmatch
+
+    from ..results.store import open_results
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")      # load_results warns about missing parts, once
+        ds = open_results(path)
+    extra = [o.get("metric") for o in list(ds.meta.get("objectives") or []) + list(ds.meta.get("constraints") or [])
+             if isinstance(o, dict)]
+    return [n for n in ds.schema.names if any(fnmatch.fnmatch(n, c) for c in REPORT_COLUMNS) or n in extra]
+
+
 def build_report(path, out=None, progress: bool = True) -> dict:
     """Load results, rebuild the study, compute known parts, speedup vs batch and importances,
     and write the figures and ``index.html``; returns ``{"html": str, "figures": [str]}``."""
     from .figures import write_report
     say = _say(progress)
     say(f"loading {path}")
-    df = da.load_results(path)
+    df = da.load_results(path, columns=_report_columns(path))
     if not len(df):
         raise DseError(f"{path}: no rows to report")
     study = study_from_results(df)

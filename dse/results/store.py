@@ -5,8 +5,12 @@ objectives with directions, the constraints, and a fingerprint of the database c
 
 A dataset directory (``dse sweep``, ``dse run --task``) holds part files and ``_manifest.json``,
 what it should hold: the part names, the study, the grid or the tasks. Reading a directory warns
-with the missing parts named, and recomputes ``is_pareto`` / ``pareto_rank`` over all parts
-(the parts' own flags, if any, are per shard or per task).
+with the missing parts named, and gives ``is_pareto`` / ``pareto_rank`` over all parts: a sweep's
+parts hold them null and its ``_pareto.parquet`` (:data:`PARETO_FILE`) holds the global flags;
+without a side file that covers exactly the parts read, they are recomputed from the objective
+and feasible columns (the parts' own flags, if any, are per task).
+
+Encoding (:func:`write_options`): lz4, dictionary encoding for string and integer columns only.
 """
 
 from __future__ import annotations
@@ -18,15 +22,18 @@ import tempfile
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+import numpy as np
 import pyarrow as pa
-import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from .. import __version__
 from ..errors import DseError
 from .columns import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: the Parquet schema-metadata key that holds the study and provenance as JSON
 META_KEY = b"dse"
@@ -57,31 +64,57 @@ def study_metadata(study, db, tech, **extra) -> dict:
 
 def arrow_table(df: pd.DataFrame, metadata: dict) -> pa.Table:
     """DataFrame -> Arrow with plain `string` (not large_string) and the `dse` metadata key."""
-    table = pa.Table.from_pandas(df, preserve_index=False)
+    table = pa.Table.from_pandas(df, preserve_index=False)     # pandas is imported by whoever built df
     fields = [pa.field(f.name, pa.string()) if pa.types.is_large_string(f.type) else f for f in table.schema]
     schema = pa.schema(fields, metadata={**(table.schema.metadata or {}),
                                          META_KEY: json.dumps(metadata, default=str).encode()})
     return table.cast(schema)
 
 
-def write_parquet(df: pd.DataFrame, path: str | os.PathLike, metadata: dict) -> Path:
-    """Write atomically: a `.`-prefixed temp file in the destination folder, then os.replace."""
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+#: the process umask, read once at import (os.umask cannot be read without setting it, which is not
+#: safe while a writer thread creates files)
+_UMASK = _umask()
+
+#: Parquet codec of results, chosen by measurement (docs/benchmarks.md): lz4 wrote a 100k-row
+#: part about 20% faster than zstd level 1 for files about 25% larger, and reads fastest
+CODEC = "lz4"
+
+
+def write_options(schema: pa.Schema) -> dict:
+    """pyarrow.parquet write options of a results table: dictionary encoding only for string and
+    integer columns (on float columns it is tried, fails to pay and costs encoding time), the
+    default statistics, :data:`CODEC`."""
+    dictionary = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_integer(f.type)]
+    return {"compression": CODEC, "use_dictionary": dictionary}
+
+
+def write_table(table: pa.Table, path: str | os.PathLike) -> Path:
+    """Write an Arrow table atomically: a `.`-prefixed temp file in the destination folder, then
+    os.replace (the table's schema carries the ``dse`` metadata)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    table = arrow_table(df, metadata)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        pq.write_table(table, tmp, compression="zstd")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)        # mkstemp makes 0600; results are for sharing
+        pq.write_table(table, tmp, **write_options(table.schema))
+        os.chmod(tmp, 0o666 & ~_UMASK)        # mkstemp makes 0600; results are for sharing
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
     return path
+
+
+def write_parquet(df: pd.DataFrame, path: str | os.PathLike, metadata: dict) -> Path:
+    """Write a results DataFrame atomically (:func:`write_table`)."""
+    return write_table(arrow_table(df, metadata), path)
 
 
 def read_metadata(path: str | os.PathLike) -> dict:
@@ -166,8 +199,14 @@ def _part_files(root: Path) -> list[Path]:
 
 
 def _read_meta(path: Path) -> tuple[pa.Schema, dict]:
+    return _read_footer(path)[:2]
+
+
+def _read_footer(path: Path) -> tuple[pa.Schema, dict, int]:
+    """(Arrow schema, dse metadata, number of rows) from one file's footer."""
     try:
-        schema = pq.read_schema(path)
+        footer = pq.read_metadata(path)
+        schema = footer.schema.to_arrow_schema()
     except (pa.ArrowException, OSError) as e:
         raise DseError(f"{path}: not a readable Parquet file ({e})") from e
     raw = (schema.metadata or {}).get(META_KEY)
@@ -191,8 +230,8 @@ def _read_meta(path: Path) -> tuple[pa.Schema, dict]:
     if version is not None and int(version) < 2:
         warnings.warn(f"{path}: results schema_version {version}: written before issue 9 (cost_usd of known "
                       "parts was their street price, DRAM capacity decimal, KV cache at the weight dtype); "
-                      "re-run the study to compare with current results", stacklevel=3)
-    return schema, meta
+                      "re-run the study to compare with current results", stacklevel=7)
+    return schema, meta, footer.num_rows
 
 
 def _study_name(meta: dict):
@@ -200,8 +239,9 @@ def _study_name(meta: dict):
     return study.get("name") if isinstance(study, dict) else None
 
 
-def _restore_nullable(df: pd.DataFrame, schema: pa.Schema) -> pd.DataFrame:
+def restore_nullable(df: pd.DataFrame, schema: pa.Schema) -> pd.DataFrame:
     """Without pandas metadata, null bools load as object and null ints as float: fix both."""
+    import pandas as pd
     for field in schema:
         if field.name not in df.columns:
             continue
@@ -219,7 +259,14 @@ def load_results(path, columns: Sequence[str] | None = None) -> pd.DataFrame:
     Args:
         path: a ``.parquet`` file, or a directory searched recursively for ``*.parquet``
             part files; names starting with ``_`` or ``.`` (temp files) are skipped.
-        columns: read only these columns (default: all).
+        columns: read only these columns (default: all), names or fnmatch patterns such as
+            ``"params_*"`` (a pattern may match nothing); only they are decoded, so
+            ``columns=["spec_ms_per_token", "cost_usd", "feasible"]`` of a 2M-row sweep takes
+            tens of MB, not GB.
+
+    In a dataset directory is_pareto / pareto_rank are global, over all parts: from the sweep's
+    ``_pareto.parquet`` when it covers exactly these parts, else recomputed from the objective and
+    feasible columns (a sweep's part files themselves hold them null).
 
     Returns:
         The rows of all part files, with ``df.attrs["dse"]`` set to the parsed ``b"dse"``
@@ -230,69 +277,194 @@ def load_results(path, columns: Sequence[str] | None = None) -> pd.DataFrame:
             the ``b"dse"`` metadata, part files belong to different studies, or a requested
             column does not exist.
     """
-    root = Path(path)
-    if not root.exists():
-        raise DseError(f"{root}: results path does not exist")
-    files = _part_files(root) if root.is_dir() else [root]
-    if root.is_dir():
-        manifest = read_manifest(root)
-        missing = missing_parts(root, manifest)
-        if missing:
-            warnings.warn(incomplete_message(root, missing, manifest), stacklevel=2)
-    if not files:
-        raise DseError(f"{root}: no *.parquet part files in this directory "
-                       f"(files named _* or .* are temporary and skipped)")
-    schemas, metas = zip(*(_read_meta(f) for f in files), strict=True)
-    meta = metas[0]
-    names = {_study_name(m) for m in metas}
-    if len(names) > 1:
-        raise DseError(f"{root}: part files belong to different studies "
-                       f"({', '.join(sorted(map(str, names)))}); load each study on its own")
-    fingerprints = {json.dumps(m.get("tech_fingerprint"), sort_keys=True) for m in metas}
-    if len(fingerprints) > 1:
-        warnings.warn(f"{root}: part files were written with different technology constants "
-                      f"(tech_fingerprint differs); their costs may not be comparable",
-                      stacklevel=2)
-    try:
-        schema = pa.unify_schemas(list(schemas), promote_options="permissive")
-    except pa.ArrowException as e:
-        raise DseError(f"{root}: part files have incompatible columns ({e})") from e
-    extra: list[str] = []
-    flags = root.is_dir() and {"is_pareto", "pareto_rank"} <= set(schema.names)
-    need = [o.get("metric") for o in meta.get("objectives") or [] if isinstance(o, dict)] + ["feasible"]
-    flags = flags and bool(meta.get("objectives")) and all(c in schema.names for c in need)
+    import pandas as pd  # here, not at import: `dse sweep` writes without pandas
+    dataset = open_results(path)
+    root = dataset.root
+    schema, meta = dataset.schema, dataset.meta
+    flags = root.is_dir() and {"is_pareto", "pareto_rank"} <= set(schema.names) and dataset.objectives() is not None
     if columns is not None:
-        columns = list(columns)
+        import fnmatch
+        pattern = [c for c in columns if any(ch in c for ch in "*?[")]
+        columns = list(dict.fromkeys(
+            n for c in columns for n in (fnmatch.filter(schema.names, c) if c in pattern else [c])))
         missing = [c for c in columns if c not in schema.names]
         if missing:
             raise DseError(f"{root}: no column(s) {', '.join(map(repr, missing))}; "
                            f"available: {', '.join(schema.names)}")
         flags = flags and bool({"is_pareto", "pareto_rank"} & set(columns))
-        if flags:
-            extra = [c for c in need if c not in columns]
-    try:
-        table = pads.dataset([str(f) for f in files], schema=schema,
-                             format="parquet").to_table(columns=None if columns is None else columns + extra)
-    except pa.ArrowException as e:
-        raise DseError(f"{root}: cannot read the results ({e})") from e
-    df = _restore_nullable(table.to_pandas(), schema)
+    table = dataset.read(columns)
+    df = restore_nullable(table.to_pandas(), schema)
     if flags:
-        _global_pareto_flags(df, meta)
-        df = df.drop(columns=extra)
+        mask, ranks = dataset.global_flags()
+        usable = ranks >= 0
+        if "is_pareto" in df.columns:
+            df["is_pareto"] = pd.array(np.where(usable, mask, None), dtype="boolean")
+        if "pareto_rank" in df.columns:
+            df["pareto_rank"] = pd.array(np.where(usable, ranks, None), dtype="Int64")
     df.attrs["dse"] = meta
     return df
 
 
-def _global_pareto_flags(df: pd.DataFrame, meta: dict) -> None:
-    """is_pareto / pareto_rank over every row of a dataset (null where infeasible), replacing
-    the per-part flags."""
-    import numpy as np
+# --------------------------------------------------------------------------- datasets and flags
 
+#: a sweep's side file of Pareto flags: one row per feasible row of the dataset (part, row,
+#: is_pareto, pareto_rank) over all the parts it names in its metadata; the parts' own
+#: is_pareto / pareto_rank are null
+PARETO_FILE = "_pareto.parquet"
+_PARETO_KEY = b"dse_pareto"
+
+
+class Dataset:
+    """The part files of one results file or dataset directory, their footers checked (one study,
+    compatible columns), read column by column."""
+
+    def __init__(self, root: Path, files: list[Path]):
+        self.root, self.files = root, files
+        schemas, metas, counts = zip(*(_read_footer(f) for f in files), strict=True)
+        self.counts = [int(c) for c in counts]
+        self.meta = metas[0]
+        names = {_study_name(m) for m in metas}
+        if len(names) > 1:
+            raise DseError(f"{root}: part files belong to different studies "
+                           f"({', '.join(sorted(map(str, names)))}); load each study on its own")
+        fingerprints = {json.dumps(m.get("tech_fingerprint"), sort_keys=True) for m in metas}
+        if len(fingerprints) > 1:
+            warnings.warn(f"{root}: part files were written with different technology constants "
+                          f"(tech_fingerprint differs); their costs may not be comparable", stacklevel=5)
+        try:
+            self.schema = pa.unify_schemas(list(schemas), promote_options="permissive")
+        except pa.ArrowException as e:
+            raise DseError(f"{root}: part files have incompatible columns ({e})") from e
+
+    def objectives(self) -> list[tuple[str, str]] | None:
+        """The study's (metric, direction) pairs, None when the results carry none or lack a column."""
+        objs = [(o.get("metric"), o.get("direction", "minimize")) for o in self.meta.get("objectives") or []
+                if isinstance(o, dict)]
+        if not objs or not all(m in self.schema.names for m, _ in objs) or "feasible" not in self.schema.names:
+            return None
+        return objs
+
+    def read(self, columns=None, files=None) -> pa.Table:
+        """``columns`` (default all) of ``files`` (default all), in file order, as the unified schema."""
+        files = files or self.files
+        try:
+            if len(files) == 1:             # one part: straight from the file, no dataset discovery
+                t = pq.read_table(files[0], columns=columns)
+                want = pa.schema([self.schema.field(c) for c in t.schema.names], metadata=self.schema.metadata)
+                return t if t.schema.equals(want) else t.cast(want)
+            import pyarrow.dataset as pads
+            return pads.dataset([str(f) for f in files], schema=self.schema,
+                                format="parquet").to_table(columns=columns)
+        except pa.ArrowException as e:
+            raise DseError(f"{self.root}: cannot read the results ({e})") from e
+
+    def parts(self, columns):
+        """(file, table of ``columns``) one part at a time: memory bounded by a part."""
+        for f in self.files:
+            yield f, self.read(columns, [f])
+
+    def usable(self, objs) -> tuple[np.ndarray, np.ndarray]:
+        """(global row numbers, objective values) of the feasible rows with finite objectives,
+        read part by part, objective and feasible columns only."""
+        rows, vals, offset = [], [], 0
+        for (_, t), n in zip(self.parts([m for m, _ in objs] + ["feasible"]), self.counts, strict=True):
+            v = np.column_stack([t[m].to_numpy(zero_copy_only=False).astype(np.float64) for m, _ in objs])
+            ok = t["feasible"].fill_null(False).to_numpy(zero_copy_only=False).astype(bool) & np.isfinite(v).all(axis=1)
+            rows.append(offset + np.flatnonzero(ok))
+            vals.append(v[ok])
+            offset += n
+        return (np.concatenate(rows) if rows else np.empty(0, np.int64),
+                np.concatenate(vals) if vals else np.empty((0, len(objs))))
+
+    def global_flags(self) -> tuple[np.ndarray, np.ndarray]:
+        """(is_pareto, pareto_rank) over every row of the dataset (rank -1 where not usable): from
+        :data:`PARETO_FILE` when it covers exactly these parts, else computed from the objective
+        and feasible columns (dse.pareto.front_flags over the concatenation in file order)."""
+        objs = self.objectives()
+        side = read_pareto_file(self.root, self.files, self.counts, objs)
+        if side is not None:
+            return side
+        rows, vals = self.usable(objs)
+        return expand_flags(sum(self.counts), rows, vals, [d for _, d in objs])
+
+
+def open_results(path) -> Dataset:
+    """The :class:`Dataset` of a results file or directory, warning (with the missing parts named)
+    when a dataset directory is incomplete."""
+    root = Path(path)
+    if not root.exists():
+        raise DseError(f"{root}: results path does not exist")
+    if root.is_dir():
+        manifest = read_manifest(root)
+        missing = missing_parts(root, manifest)
+        if missing:
+            warnings.warn(incomplete_message(root, missing, manifest), stacklevel=3)
+    return open_dataset(root)
+
+
+def open_dataset(root, files: list[Path] | None = None) -> Dataset:
+    root = Path(root)
+    if files is None:
+        files = _part_files(root) if root.is_dir() else [root]
+    if not files:
+        raise DseError(f"{root}: no *.parquet part files in this directory "
+                       f"(files named _* or .* are temporary and skipped)")
+    return Dataset(root, files)
+
+
+def expand_flags(n: int, rows: np.ndarray, values: np.ndarray, directions) -> tuple[np.ndarray, np.ndarray]:
+    """front_flags over the usable rows ``rows`` (ascending) of n, spread back to all n rows."""
     from ..pareto import front_flags
-    objs = [(o["metric"], o.get("direction", "minimize")) for o in meta["objectives"]]
-    values = df[[m for m, _ in objs]].to_numpy(dtype=np.float64, na_value=np.nan)
-    feas = df["feasible"].fillna(False).to_numpy(dtype=bool)
-    mask, ranks = front_flags(values, [d for _, d in objs], feas)
-    usable = ranks >= 0
-    df["is_pareto"] = pd.array(np.where(usable, mask, None), dtype="boolean")
-    df["pareto_rank"] = pd.array(np.where(usable, ranks, None), dtype="Int64")
+    mask, ranks = np.zeros(n, dtype=bool), np.full(n, -1, dtype=np.int64)
+    if rows.size:
+        m, r = front_flags(values, directions, None)
+        mask[rows], ranks[rows] = m, r
+    return mask, ranks
+
+
+def write_pareto_file(root: Path, files: list[Path], counts: list[int], rows: np.ndarray, values: np.ndarray,
+                      objs) -> Path:
+    """Write :data:`PARETO_FILE` for parts ``files`` (``counts`` rows each) from the usable rows'
+    global row numbers and objective values."""
+    mask, ranks = expand_flags(sum(counts), rows, values, [d for _, d in objs])
+    starts = np.cumsum([0] + list(counts))
+    part = np.searchsorted(starts, rows, side="right") - 1
+    from .arrow import bool_array, num_array, string_array  # no pandas (pyarrow.array would import it)
+    meta = {"parts": [[f.name, int(c)] for f, c in zip(files, counts, strict=True)], "objectives": [list(o) for o in objs]}
+    names = string_array([f.name for f in files])
+    table = pa.Table.from_arrays([pa.DictionaryArray.from_arrays(num_array(part, pa.int32()), names),
+                                  num_array(rows - starts[part], pa.int64()), bool_array(mask[rows]),
+                                  num_array(ranks[rows], pa.int64())], names=["part", "row", "is_pareto", "pareto_rank"])
+    table = table.replace_schema_metadata({_PARETO_KEY: json.dumps(meta).encode()})
+    return write_table(table, Path(root) / PARETO_FILE)
+
+
+def read_pareto_file(root: Path, files: list[Path], counts: list[int], objs) -> tuple[np.ndarray, np.ndarray] | None:
+    """(is_pareto, pareto_rank) of every row from :data:`PARETO_FILE`, or None when it is absent or
+    was written for other parts, row counts or objectives."""
+    path = Path(root) / PARETO_FILE
+    if not path.is_file() or objs is None:
+        return None
+    try:
+        t = pq.read_table(path)
+        meta = json.loads((t.schema.metadata or {})[_PARETO_KEY])
+    except (pa.ArrowException, OSError, KeyError, ValueError):
+        return None
+    if (meta.get("parts") != [[f.name, int(c)] for f, c in zip(files, counts, strict=True)]
+            or meta.get("objectives") != [list(o) for o in objs]):
+        return None
+    starts = np.cumsum([0] + list(counts))
+    position = {f.name: i for i, f in enumerate(files)}
+    part = []
+    for chunk in t["part"].chunks:      # Parquet keeps only the names present, so map each by name
+        if not pa.types.is_dictionary(chunk.type):
+            chunk = chunk.dictionary_encode()
+        lut = np.array([position[name] for name in chunk.dictionary.to_pylist()], dtype=np.int64)
+        part.append(lut[chunk.indices.to_numpy(zero_copy_only=False)])
+    part = np.concatenate(part) if part else np.empty(0, np.int64)
+    rows = starts[part] + t["row"].to_numpy()
+    n = sum(counts)
+    mask, ranks = np.zeros(n, dtype=bool), np.full(n, -1, dtype=np.int64)
+    mask[rows] = t["is_pareto"].to_numpy(zero_copy_only=False)
+    ranks[rows] = t["pareto_rank"].to_numpy()
+    return mask, ranks
