@@ -67,6 +67,8 @@ def _kv(ctx, param, values):
 @click.option("--hw", required=True, help="Target accelerator: database name or YAML file.")
 @click.option("--chips", default=1, show_default=True, type=int, help="Target chips (tensor parallel).")
 @click.option("--target", required=True, help="Target model: name, YAML file or HF config.json.")
+@click.option("--ep", default="1", show_default=True,
+              help="Expert-parallel ranks for an MoE target (divides the experts and --chips; 1 = tensor parallel).")
 @click.option("--draft", default="none", show_default=True,
               help="Model name/file, ngram, early-exit:L, eagle, medusa:H, or none.")
 @click.option("--draft-hw", default=None, help="Put the draft model on this colocated draft chip.")

@@ -271,6 +271,7 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     G = batch.output_tokens.astype(np.float64)
     S = P + 0.5 * G          # mean context during generation (exact for terms linear in S)
     kw = tf.step_kwargs(w.dtype, w.kv_dtype)
+    kw_t = dict(kw, ep=w.ep)          # the target's steps: expert parallel applies to them
     cf = tf.COMPUTE_EFFICIENCY_FACTOR[fmt.compute_dtype]
     nodes = np.where(batch.tree_nodes > 0, batch.tree_nodes, w.tree_nodes) if d.kind != "none" else np.zeros(n, int)
     is_tree = nodes > 0
@@ -283,9 +284,9 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     cont = w.continuous
     share = P * (B - 1.0) / (B * G) if cont else 0.0
     x_base = share
-    base = step_cost(tgt, T, batch=B, q=1.0, context=S, prefill_tokens=x_base, prefill_len=P, **kw)
+    base = step_cost(tgt, T, batch=B, q=1.0, context=S, prefill_tokens=x_base, prefill_len=P, **kw_t)
     B_pre = np.ones_like(B) if cont else B
-    prefill = step_cost(tgt, T, batch=B_pre, q=P, context=0.0, lm_head_last_only=True, **kw)
+    prefill = step_cost(tgt, T, batch=B_pre, q=P, context=0.0, lm_head_last_only=True, **kw_t)
     wait = 0.5 * base.time_s if cont else 0.0
 
     on_chip = batch.draft_on_chip & d.can_use_draft_chip
@@ -374,7 +375,7 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     q_verify = tree_or(nodes_c + 1.0, kf + 1.0)
     x_verify = share[:, None] * tau if cont else 0.0
     verify = step_cost(tgt, Tc, batch=Bc, q=q_verify, context=Sc, tree_mask=tree_c, prefill_tokens=x_verify,
-                       prefill_len=P[:, None], **kw)
+                       prefill_len=P[:, None], **kw_t)
 
     # ---- draft ----
     if d.kind in ("model", "eagle", "early-exit"):
@@ -383,7 +384,8 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
 
         def draft_step(q):
             """One autoregressive draft step over q positions per sequence (EAGLE adds its fc)."""
-            c = step_cost(model, Dc, batch=Bc, q=q, context=Sc, layers=layers, **kw)
+            # the target's own layers (early exit, an MoE EAGLE layer) keep its expert parallel
+            c = step_cost(model, Dc, batch=Bc, q=q, context=Sc, layers=layers, **(kw if d.kind == "model" else kw_t))
             if d.kind != "eagle":
                 return c
             fc = 2.0 * tgt.hidden_size ** 2      # fc(2d -> d) on the concatenated feature and token embedding
