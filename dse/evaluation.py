@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .catalog.database import Database
+from .catalog.links import SYNTHESISED_LINK_CLASS
 from .catalog.specs import DeviceSpec, RuntimeSpec
 from .catalog.technology import TechConstants
 from .model.arrays import DesignBatch, HardwareArrays
@@ -119,7 +120,7 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
         peak_bf16 = chip.peak_bf16_flop_s
         peak = chip.peak_fp8_flop_s if WEIGHT_FORMATS[dtype].compute_dtype in ("fp8", "fp4") else chip.peak_bf16_flop_s
         peak_att = chip.peak_fp8_flop_s if kv_dtype == "fp8" else chip.peak_bf16_flop_s
-        eta_link = np.full(n, DeviceSpec.__dataclass_fields__["link_efficiency"].default)
+        eta_link = np.full(n, db.link_class(SYNTHESISED_LINK_CLASS).efficiency)
         link_bw = chip.link_bw_bytes_s
         eff_m = np.asarray(get("mem_efficiency"), dtype=np.float64)
         eff_c = np.asarray(get("compute_efficiency"), dtype=np.float64)

@@ -19,7 +19,8 @@ YAML (read with PyYAML) and the equations of MODEL.md:
 The model terms (decode, verify, draft and prefill steps) are re-derived from the roofline of
 MODEL.md section 2 (revised 2026-11-30: per component the smooth roofline
 (t_c^p + t_m^p)^(1/p), p = 2 from graphs.yaml, of FLOPs / (P x eta_c) and bytes / (BW x eta_m),
-plus fixed costs and all-reduces at link efficiency 0.8), in plain Python scalars. Capacity
+plus fixed costs and all-reduces at the link class's efficiency and latency, technology/links.yaml),
+in plain Python scalars. Capacity
 is checked per chip (weights / t, KV / min(t, h_kv), a 16-bit KV cache, DRAM "GB" = GiB) and
 reported as per-chip need x chips in 1e9-byte GB; TTFT carries the runtime's 2.4 ms per
 request; request latency = TTFT + (G-1) x per-token latency; a known part's cost_usd is the
@@ -75,7 +76,8 @@ SPEC_S = RT["spec_overhead_us"] * 1e-6            # 100 us per speculative itera
 SEQ_S = RT["sequence_overhead_us"] * 1e-6         # 0 us per sequence per step (B x t_seq)
 REQ_S = RT["request_overhead_us"] * 1e-6          # 2.4 ms per request, once, in TTFT
 ROOF_P = RT["roofline_p"]                         # 2.0: (t_c^p + t_m^p)^(1/p) per part
-LINK_EFF = 0.8                                    # device field link_efficiency, default (dse/catalog/specs.py)
+LINKS = _y("technology/links.yaml")["classes"]    # per link class: all-reduce efficiency, latency per ring step
+LINK_EFF = LINKS["other"]["efficiency"]["value"]  # 0.8: a synthesised chip's link (class other)
 RESERVE = RT["memory_reserve_fraction"]           # 0.05 of capacity
 K_MAX = 8                                         # study default workload.k_max
 
@@ -162,16 +164,17 @@ def chip_cost(node: str, mem: str, area: float, stacks: int, cap_bytes: float) -
 
 
 def device(name: str, chips: int) -> dict:
-    """A known part from its YAML, in SI: capacity in GiB (DRAM), link efficiency 0.8 unless the
-    YAML sets it; cost = the manufacturing estimate of its die, node and memory (chip_cost);
+    """A known part from its YAML, in SI: capacity in GiB (DRAM), link latency and efficiency of its
+    link class (nvlink: 0.44 us per ring step, 0.82) unless the YAML sets its own; cost = the manufacturing estimate of its die, node and memory (chip_cost);
     price = its street price."""
     d = _y(f"devices/{name}.yaml")
     assert d["process_node"] == "TSMC 4N" and d["memory_type"].startswith("hbm")
     cap = d["memory_capacity_gb"] * GB
     return dict(chips=chips, bw=d["mem_bw_tb_s"] * 1e12, cap=cap,
                 peak=d["peak_tflops_bf16"] * 1e12, eta_m=d["mem_efficiency"], eta_c=d["compute_efficiency"],
-                link=d["link_bw_gb_s"] * 1e9, lat=d["link_latency_us"] * 1e-6,
-                link_eff=d.get("link_efficiency", LINK_EFF),
+                link=d["link_bw_gb_s"] * 1e9,
+                lat=d.get("link_latency_us", LINKS[d["link_class"]]["latency_us"]["value"]) * 1e-6,
+                link_eff=d.get("link_efficiency", LINKS[d["link_class"]]["efficiency"]["value"]),
                 cost=chip_cost("n4", d["memory_type"], d["die_area_mm2"], KNOWN_STACKS[name], cap),
                 price=d["price_usd"], power=d["tdp_w"], area=d["die_area_mm2"])
 
