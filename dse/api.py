@@ -171,15 +171,21 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     return out
 
 
-def _cost_and_price(dev: DeviceSpec, chips: int, db: Database) -> dict[str, float | None]:
+def _cost_and_price(dev: DeviceSpec, chips: int, db: Database) -> dict[str, Any]:
     """The target group's manufacturing-cost estimate (the synthesised-chip estimator applied to
-    the known part, technology.known_part_estimate) and street price, both x chips (None when
+    the known part, technology.known_part_estimate) and street price; its power from the same
+    energy model synthesised chips get (technology.known_part_power_w: the vendor TDP where the
+    model cannot run, ``power_basis`` says which) and the vendor TDP; all x chips (None when
     unknown)."""
     from .catalog.technology import load_technology
-    from .model.technology import known_part_estimate
-    cost = known_part_estimate(load_technology(db.root), dev)[0] * chips
+    from .model.technology import known_part_estimate, known_part_power_w
+    tech = load_technology(db.root)
+    cost = known_part_estimate(tech, dev)[0] * chips
+    power, basis = known_part_power_w(tech, dev)
     return {"cost_usd": cost if math.isfinite(cost) else None,
-            "price_usd": dev.price_usd * chips if dev.price_usd else None}
+            "price_usd": dev.price_usd * chips if dev.price_usd else None,
+            "power_w": power * chips if math.isfinite(power) else None, "power_basis": basis or None,
+            "tdp_w": dev.tdp_w * chips if dev.tdp_w else None}
 
 
 def to_record(m: Metrics, i: int) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from .catalog.specs import DeviceSpec, RuntimeSpec
 from .catalog.technology import TechConstants
 from .model.arrays import DesignBatch, HardwareArrays
 from .model.evaluate import Metrics, evaluate
-from .model.technology import known_part_estimate, synthesize_chip
+from .model.technology import known_part_estimate, known_part_power_w, synthesize_chip
 from .model.transformer import WEIGHT_FORMATS, default_kv_dtype
 from .study.space import fill_inactive
 from .study.spec import StudySpec
@@ -74,7 +74,7 @@ def _device_table(devs: list[DeviceSpec], dtype: str, kv_dtype: str) -> dict[str
         "mem_efficiency": col(lambda d: d.mem_efficiency), "compute_efficiency": col(lambda d: d.compute_efficiency),
         "link_bw_bytes_s": col(lambda d: d.link_bw_bytes_s), "link_latency_s": col(lambda d: d.link_latency_s),
         "die_area_mm2": col(lambda d: d.die_area_mm2), "cost_usd": col(lambda d: d.price_usd),
-        "power_w": col(lambda d: d.tdp_w),
+        "tdp_w": col(lambda d: d.tdp_w),
         "kernel_launch_s": col(lambda d: d.kernel_launch_s), "step_overhead_s": col(lambda d: d.step_overhead_s),
     }
 
@@ -97,6 +97,8 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
         # gets (technology.known_part_estimate); its street price rides along as price_usd
         table["price_usd"] = table.pop("cost_usd")
         table["cost_usd"] = np.array([known_part_estimate(tech, d)[0] for d in devs], dtype=np.float64)
+        # and the same energy model (technology.known_part_power_w; the vendor TDP where it cannot run)
+        table["power_w"] = np.array([known_part_power_w(tech, d)[0] for d in devs], dtype=np.float64)
         col = {k: v[code] for k, v in table.items()}
         link_bw = np.asarray(get("link_bw_gb_s"), dtype=np.float64) * FACTOR["gb_s"] if prefix + "link_bw_gb_s" in knobs \
             else col["link_bw_bytes_s"]
