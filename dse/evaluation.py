@@ -164,7 +164,8 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
                         draft_link_bw_bytes_s=np.minimum(draft.link_bw_bytes_s, target.link_bw_bytes_s),
                         draft_link_latency_s=draft.link_latency_s,
                         batch=kn["batch"], prompt_tokens=kn["prompt_tokens"], output_tokens=kn["output_tokens"], k=k,
-                        tree_nodes=np.asarray(kn["tree_nodes"], dtype=np.int64) if "tree_nodes" in kn else 0)
+                        tree_nodes=np.asarray(kn["tree_nodes"], dtype=np.int64) if "tree_nodes" in kn else 0,
+                        ep=np.asarray(kn["ep"], dtype=np.int64) if "ep" in kn else 0)
     chips = tc["chips"]
     hwcols = {
         "chips": chips,

@@ -271,7 +271,8 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     G = batch.output_tokens.astype(np.float64)
     S = P + 0.5 * G          # mean context during generation (exact for terms linear in S)
     kw = tf.step_kwargs(w.dtype, w.kv_dtype)
-    kw_t = dict(kw, ep=w.ep)          # the target's steps: expert parallel applies to them
+    E = np.where(batch.ep > 0, batch.ep, w.ep)      # expert-parallel ranks per design (the target's steps)
+    kw_t, kw_tc = dict(kw, ep=E), dict(kw, ep=E[:, None])      # rows, and (n, 1) columns for k sweeps
     cf = tf.COMPUTE_EFFICIENCY_FACTOR[fmt.compute_dtype]
     nodes = np.where(batch.tree_nodes > 0, batch.tree_nodes, w.tree_nodes) if d.kind != "none" else np.zeros(n, int)
     is_tree = nodes > 0
@@ -375,7 +376,7 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
     q_verify = tree_or(nodes_c + 1.0, kf + 1.0)
     x_verify = share[:, None] * tau if cont else 0.0
     verify = step_cost(tgt, Tc, batch=Bc, q=q_verify, context=Sc, tree_mask=tree_c, prefill_tokens=x_verify,
-                       prefill_len=P[:, None], **kw_t)
+                       prefill_len=P[:, None], **kw_tc)
 
     # ---- draft ----
     if d.kind in ("model", "eagle", "early-exit"):
@@ -385,7 +386,7 @@ def _evaluate(batch: DesignBatch, w: Workload) -> Metrics:
         def draft_step(q):
             """One autoregressive draft step over q positions per sequence (EAGLE adds its fc)."""
             # the target's own layers (early exit, an MoE EAGLE layer) keep its expert parallel
-            c = step_cost(model, Dc, batch=Bc, q=q, context=Sc, layers=layers, **(kw if d.kind == "model" else kw_t))
+            c = step_cost(model, Dc, batch=Bc, q=q, context=Sc, layers=layers, **(kw if d.kind == "model" else kw_tc))
             if d.kind != "eagle":
                 return c
             fc = 2.0 * tgt.hidden_size ** 2      # fc(2d -> d) on the concatenated feature and token embedding

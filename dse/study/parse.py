@@ -34,6 +34,7 @@ from ..workload import (
 from .spec import (
     CHIP_KNOBS,
     DRAFT_CHIP_KNOBS,
+    EP_KNOB,
     K_KNOB,
     SAMPLERS,
     SEARCH_DEFAULTS,
@@ -469,13 +470,21 @@ def parse_study(raw: Any, path: str | Path, db: Database | None = None) -> Study
     wl_map = wl_raw if isinstance(wl_raw, dict) else {}
     knobs += _space(raw.get("space"), wl_map, db, tech, err)
     drafter, acc = wl["drafter"], wl["acc"]
-    ep = 1
+    ep, ep_raw = 1, wl_map.get("ep", 1)
     if wl["target"] is not None:
         chips = _knob_values(next((k for k in knobs if k.name == "target_chip_chips"), None), 1)
-        ep_errs = check_ep(wl["target"], wl_map.get("ep", 1), chips, where="workload.ep",
-                           chips_name="space.target_chip.chips", path=p)
+        values = ep_raw if isinstance(ep_raw, list) and ep_raw else [ep_raw]
+        ep_errs = [e for v in values for e in check_ep(wl["target"], v, chips, where="workload.ep",
+                                                      chips_name="space.target_chip.chips", path=p)]
         err.items.extend(ep_errs)
-        ep = 1 if ep_errs else int(wl_map.get("ep", 1))
+        if isinstance(ep_raw, list) and not ep_errs:     # searched per design
+            kn = parse_knob(err, "workload.ep", ep_raw, EP_KNOB, None, "ep", "workload", "ep")
+            if kn is not None and kn.searched:
+                knobs.append(kn)
+            elif kn is not None:
+                ep = int(kn.fixed)
+        elif not ep_errs:
+            ep = int(ep_raw)
     if drafter is not None:
         by = {k.name: k for k in knobs}
         k_knob = by.get("k")

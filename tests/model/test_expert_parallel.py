@@ -186,3 +186,28 @@ def test_study_field_ep(tmp_path):
     assert [ln for ln in res.output.splitlines() if ln.strip()] == [
         f"error: {p}: workload.ep = 16: expected a divisor of both num_experts = 256 and "
         "space.target_chip.chips = 8: one of 1, 2, 4, 8"]
+
+
+def test_ep_as_a_searched_study_knob_matches_dse_eval(tmp_path):
+    """workload.ep: [1, 8] is a knob (params_ep); each row equals dse eval with that --ep."""
+    import pandas as pd
+
+    import dse
+    raw = _study(tmp_path, [1, 8], 16)
+    raw["workload"].update(batch=64, prompt_tokens=1024, output_tokens=256)
+    p = tmp_path / "ep.yaml"
+    p.write_text(yaml.safe_dump(raw))
+    s = parse_study(raw, p, DB)
+    assert s.workload.ep == 1 and s.knob("ep").choices == (1, 8)
+    res = dse.sweep(str(p), out=tmp_path / "grid", progress=False)
+    df = pd.read_parquet(res.out_dir).set_index("params_ep")
+    for e in (1, 8):
+        r = evaluate_design(hw="h200", chips=16, ep=e, target="deepseek-v3", dtype="fp8", batch=64, prompt=1024,
+                            output=256, db=DB)
+        assert df.loc[e, "baseline_ms_per_token"] == pytest.approx(r["baseline_ms_per_token"], rel=1e-12)
+        assert df.loc[e, "ttft_ms"] == pytest.approx(r["ttft_ms"], rel=1e-12)
+    assert df.loc[8, "ttft_ms"] != df.loc[1, "ttft_ms"]
+    with pytest.raises(SpecError) as e:
+        parse_study(_study(tmp_path, [1, 3], 8), p, DB)
+    assert str(e.value).endswith("workload.ep = 3: expected a divisor of both num_experts = 256 and "
+                                 "space.target_chip.chips = 8: one of 1, 2, 4, 8")
