@@ -306,7 +306,7 @@ def _entries(kind: str):
     db = load_database()
     rows = []
     for name in db.names(kind):
-        spec = db.get(kind, name)
+        spec = db.device(name) if kind == "device" else db.get(kind, name)   # links filled from their class
         rows.append(to_display(spec))
     return rows
 

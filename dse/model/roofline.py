@@ -91,7 +91,9 @@ def communication_time_s(m: ModelSpec, hw, tokens, act_bytes: float, layers: int
         return tp
     dense = min(tf.layer_counts(m)[0], layers)
     moe = layers - dense
-    E = np.maximum(E, 1.0)
+    # inputs are checked (workload.check_ep); a group whose t the workload's E does not divide (the
+    # report's known parts at other chip counts) takes E = gcd(E, t)
+    E = np.gcd(np.maximum(E, 1.0).astype(np.int64), np.asarray(t).astype(np.int64)).astype(np.float64)
     copies = T * m.experts_per_token * d * act_bytes / E       # bytes one rank dispatches
     per_moe = (2.0 * alltoall_time_s(copies, E, *args)
                + allreduce_time_s(copies, np.asarray(t, dtype=np.float64) / E, *args)

@@ -211,3 +211,11 @@ def test_ep_as_a_searched_study_knob_matches_dse_eval(tmp_path):
         parse_study(_study(tmp_path, [1, 3], 8), p, DB)
     assert str(e.value).endswith("workload.ep = 3: expected a divisor of both num_experts = 256 and "
                                  "space.target_chip.chips = 8: one of 1, 2, 4, 8")
+
+
+def test_a_group_the_workloads_ep_does_not_divide_takes_the_gcd():
+    # the report evaluates known parts at 1-8 chips under the study's workload: ep 8 on 4 chips acts as ep 4,
+    # on 1 chip there is no collective at all
+    four = float(communication_time_s(DSV3, _hw(chips=4), 1.0, 2.0, 61, ep=8))
+    assert four == float(communication_time_s(DSV3, _hw(chips=4), 1.0, 2.0, 61, ep=4)) > 0
+    assert float(communication_time_s(DSV3, _hw(chips=1), 1.0, 2.0, 61, ep=8)) == 0.0
