@@ -24,6 +24,7 @@ from .workload import (
     TREE_NODES_MAX,
     AcceptanceSpec,
     Workload,
+    check_ep,
     check_workload,
     make_acceptance,
     parse_drafter,
@@ -78,7 +79,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                     rank_acceptance=None, tree_nodes: int = 0, datastore_gb: float = 0.0, batch: int = 1, prompt: int = 128, output: int = 128,
                     dtype: str = "bf16", kv_dtype: str | None = None, temperature: float = 0.0,
                     overlap: bool = False, runtime: str | None = None, baseline_ms: float | None = None,
-                    continuous: bool = False,
+                    continuous: bool = False, ep: int = 1,
                     set_fields: dict[str, Any] | None = None, k_max: int = 8,
                     db: Database | None = None) -> dict[str, Any]:
     """Evaluate one design; returns the `dse eval --json` object (display units, None for null).
@@ -103,9 +104,11 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     Range(integer=True, lo=0, hi=TREE_NODES_MAX).check(tree_nodes, None, "--tree-nodes")
     as_number(datastore_gb, "--datastore-gb", rng=Range(lo=0.0, unit="GB of host memory"))
     dev = db.device(hw, where="--hw: ")
+    tgt = db.model(target, where="--target: ")
+    raise_collected(check_ep(tgt, ep, (chips,)))
+    ep = int(ep)
     rt = db.runtime(runtime or dev.default_runtime, where="--runtime: ")
     dev, rt = apply_overrides(dev, rt, set_fields or {})
-    tgt = db.model(target, where="--target: ")
     if tgt.kind != "decoder":
         raise SpecError(None, "--target", target, f"{tgt.name} is a {tgt.kind}, not a model to serve")
     drafter = parse_drafter(draft, tgt, db)
@@ -140,7 +143,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         ddev, draft_arrays, link_bw, link_lat = None, target_hw, 0.0, 0.0
     w = Workload(target=tgt, drafter=drafter, acceptance=acc, dtype=dtype, kv_dtype=kv_dtype,
                  temperature=float(temperature), overlap=overlap, tree_nodes=tree_nodes,
-                 datastore_bytes=float(datastore_gb) * FACTOR["gb"], continuous=bool(continuous),
+                 datastore_bytes=float(datastore_gb) * FACTOR["gb"], continuous=bool(continuous), ep=ep,
                  k_max=k_max if drafter.kind != "medusa" else drafter.heads)
     design = DesignBatch(target=target_hw, draft=draft_arrays, draft_on_chip=on_chip,
                          draft_link_bw_bytes_s=link_bw, draft_link_latency_s=link_lat,
@@ -150,7 +153,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         design, anchor = anchor_to_baseline(design, w, as_number(baseline_ms, "--baseline-ms", rng=Range(lo=0.0, lo_open=True)) * 1e-3)
     m = evaluate(design, w)
     out = to_record(m, 0)
-    out.update(hw=dev.name, chips=chips, target=tgt.name, draft=drafter.label,
+    out.update(hw=dev.name, chips=chips, ep=ep, target=tgt.name, draft=drafter.label,
                draft_hw=ddev.name if ddev else None, draft_chips=draft_chips if ddev else None,
                runtime=rt.name, dtype=dtype, kv_dtype=kv_dtype, weight_format=WEIGHT_FORMATS[dtype].desc,
                **_cost_and_price(dev, chips, db), batch=batch,
@@ -168,15 +171,21 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     return out
 
 
-def _cost_and_price(dev: DeviceSpec, chips: int, db: Database) -> dict[str, float | None]:
+def _cost_and_price(dev: DeviceSpec, chips: int, db: Database) -> dict[str, Any]:
     """The target group's manufacturing-cost estimate (the synthesised-chip estimator applied to
-    the known part, technology.known_part_estimate) and street price, both x chips (None when
+    the known part, technology.known_part_estimate) and street price; its power from the same
+    energy model synthesised chips get (technology.known_part_power_w: the vendor TDP where the
+    model cannot run, ``power_basis`` says which) and the vendor TDP; all x chips (None when
     unknown)."""
     from .catalog.technology import load_technology
-    from .model.technology import known_part_estimate
-    cost = known_part_estimate(load_technology(db.root), dev)[0] * chips
+    from .model.technology import known_part_estimate, known_part_power_w
+    tech = load_technology(db.root)
+    cost = known_part_estimate(tech, dev)[0] * chips
+    power, basis = known_part_power_w(tech, dev)
     return {"cost_usd": cost if math.isfinite(cost) else None,
-            "price_usd": dev.price_usd * chips if dev.price_usd else None}
+            "price_usd": dev.price_usd * chips if dev.price_usd else None,
+            "power_w": power * chips if math.isfinite(power) else None, "power_basis": basis or None,
+            "tdp_w": dev.tdp_w * chips if dev.tdp_w else None}
 
 
 def to_record(m: Metrics, i: int) -> dict[str, Any]:
@@ -199,7 +208,7 @@ def anchor_to_baseline(design: DesignBatch, w: Workload, baseline_s: float):
     from .model.transformer import step_kwargs
     hw = design.target
     S = design.prompt_tokens + 0.5 * design.output_tokens
-    kw = dict(batch=design.batch, q=1.0, context=S, **step_kwargs(w.dtype, w.kv_dtype))
+    kw = dict(batch=design.batch, q=1.0, context=S, ep=w.ep, **step_kwargs(w.dtype, w.kv_dtype))
     full = step_cost(w.target, hw, **kw)
     no_fixed = dataclasses.replace(hw, kernel_launch_s=np.zeros_like(hw.kernel_launch_s),
                                    step_overhead_s=np.zeros_like(hw.step_overhead_s),

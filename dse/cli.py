@@ -67,6 +67,8 @@ def _kv(ctx, param, values):
 @click.option("--hw", required=True, help="Target accelerator: database name or YAML file.")
 @click.option("--chips", default=1, show_default=True, type=int, help="Target chips (tensor parallel).")
 @click.option("--target", required=True, help="Target model: name, YAML file or HF config.json.")
+@click.option("--ep", default="1", show_default=True,
+              help="Expert-parallel ranks for an MoE target (divides the experts and --chips; 1 = tensor parallel).")
 @click.option("--draft", default="none", show_default=True,
               help="Model name/file, ngram, early-exit:L, eagle, medusa:H, or none.")
 @click.option("--draft-hw", default=None, help="Put the draft model on this colocated draft chip.")
@@ -305,7 +307,7 @@ def _entries(kind: str):
     db = load_database()
     rows = []
     for name in db.names(kind):
-        spec = db.get(kind, name)
+        spec = db.device(name) if kind == "device" else db.get(kind, name)   # links filled from their class
         rows.append(to_display(spec))
     return rows
 
@@ -390,13 +392,22 @@ def _show(kind: str, name: str, as_json: bool):
     from .catalog.database import load_database
     from .catalog.specs import to_display
     db = load_database()
-    spec = db.get(kind, name)
+    spec = db.device(name) if kind == "device" else db.get(kind, name)
     fields = to_display(spec)
     try:
         raw = db.raw(kind, spec.name)
     except DseError:
         raw = {}
     sources, estimates = raw.get("sources") or {}, set(raw.get("estimates") or [])
+    if kind == "device":      # link numbers the device takes from its class (technology/links.yaml)
+        from .catalog.yamlio import load_yaml
+        cls = load_yaml(db.root / "technology" / "links.yaml")["classes"][spec.link_class]
+        for key, entry in (("link_latency_us", cls["latency_us"]), ("link_efficiency", cls["efficiency"])):
+            if key not in raw:
+                sources[key] = (f"link class {spec.link_class}, hardware_db/technology/links.yaml: "
+                                f"{entry.get('source') or entry.get('reason')}")
+                if entry.get("estimate"):
+                    estimates.add(key)
     if kind == "model":
         from .model.transformer import total_params
         fields["params_computed_b"] = round(total_params(spec) / 1e9, 3)

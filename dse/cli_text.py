@@ -59,7 +59,8 @@ def table(rows: list[dict], cols: list[str]) -> str:
 
 def eval_table(r: dict) -> str:
     """The readable form of one `dse eval` result: fit first, then the speculative accounting."""
-    out = [f"{r['target']} on {r['chips']}x {r['hw']}  ({r['runtime']} runtime, {r['dtype']} weights, "
+    ep = f", experts over {r['ep']} EP ranks" if r.get("ep", 1) > 1 else ""
+    out = [f"{r['target']} on {r['chips']}x {r['hw']}{ep}  ({r['runtime']} runtime, {r['dtype']} weights, "
            f"{r['kv_dtype']} KV; batch {r['batch']}, prompt {r['prompt_tokens']}, output {r['output_tokens']})"]
     if r["draft"] != "none":
         where = (f"on {r['draft_chips']}x {r['draft_hw']} (draft chip"

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .catalog.database import Database
+from .catalog.links import SYNTHESISED_LINK_CLASS
 from .catalog.specs import DeviceSpec, RuntimeSpec
 from .catalog.technology import TechConstants
 from .model.arrays import DesignBatch, HardwareArrays
 from .model.evaluate import Metrics, evaluate
-from .model.technology import known_part_estimate, synthesize_chip
+from .model.technology import known_part_estimate, known_part_power_w, synthesize_chip
 from .model.transformer import WEIGHT_FORMATS, default_kv_dtype
 from .study.space import category_codes, fill_inactive, knob_names
 from .study.spec import StudySpec
@@ -82,7 +83,7 @@ def _device_table(devs: list[DeviceSpec], dtype: str, kv_dtype: str) -> dict[str
         "mem_efficiency": col(lambda d: d.mem_efficiency), "compute_efficiency": col(lambda d: d.compute_efficiency),
         "link_bw_bytes_s": col(lambda d: d.link_bw_bytes_s), "link_latency_s": col(lambda d: d.link_latency_s),
         "die_area_mm2": col(lambda d: d.die_area_mm2), "cost_usd": col(lambda d: d.price_usd),
-        "power_w": col(lambda d: d.tdp_w),
+        "tdp_w": col(lambda d: d.tdp_w),
         "kernel_launch_s": col(lambda d: d.kernel_launch_s), "step_overhead_s": col(lambda d: d.step_overhead_s),
     }
 
@@ -112,6 +113,8 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
         # gets (technology.known_part_estimate); its street price rides along as price_usd
         table["price_usd"] = table.pop("cost_usd")
         table["cost_usd"] = np.array([known_part_estimate(tech, d)[0] for d in devs], dtype=np.float64)
+        # and the same energy model (technology.known_part_power_w; the vendor TDP where it cannot run)
+        table["power_w"] = np.array([known_part_power_w(tech, d)[0] for d in devs], dtype=np.float64)
         col = {k: v[code] for k, v in table.items()}
         link_bw = np.asarray(get("link_bw_gb_s"), dtype=np.float64) * FACTOR["gb_s"] if prefix + "link_bw_gb_s" in knobs \
             else col["link_bw_bytes_s"]
@@ -137,7 +140,7 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
         peak_bf16 = chip.peak_bf16_flop_s
         peak = chip.peak_fp8_flop_s if WEIGHT_FORMATS[dtype].compute_dtype in ("fp8", "fp4") else chip.peak_bf16_flop_s
         peak_att = chip.peak_fp8_flop_s if kv_dtype == "fp8" else chip.peak_bf16_flop_s
-        eta_link = np.full(n, DeviceSpec.__dataclass_fields__["link_efficiency"].default)
+        eta_link = np.full(n, db.link_class(SYNTHESISED_LINK_CLASS).efficiency)
         link_bw = chip.link_bw_bytes_s
         eff_m = np.asarray(get("mem_efficiency"), dtype=np.float64)
         eff_c = np.asarray(get("compute_efficiency"), dtype=np.float64)
@@ -179,7 +182,8 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
                         draft_link_bw_bytes_s=np.minimum(draft.link_bw_bytes_s, target.link_bw_bytes_s),
                         draft_link_latency_s=draft.link_latency_s,
                         batch=kn["batch"], prompt_tokens=kn["prompt_tokens"], output_tokens=kn["output_tokens"], k=k,
-                        tree_nodes=np.asarray(kn["tree_nodes"], dtype=np.int64) if "tree_nodes" in kn else 0)
+                        tree_nodes=np.asarray(kn["tree_nodes"], dtype=np.int64) if "tree_nodes" in kn else 0,
+                        ep=np.asarray(kn["ep"], dtype=np.int64) if "ep" in kn else 0)
     chips = tc["chips"]
     hwcols = {
         "chips": chips,

@@ -10,6 +10,7 @@ the draft chip together (MODEL.md section 3), with the caller's own field names 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +94,7 @@ class Workload:
     k_max: int = 8                    # candidates for k = auto
     datastore_bytes: float = 0.0      # retrieval drafts (REST): host-memory datastore, never device memory
     continuous: bool = False          # continuous batching: batch = requests in flight, steady state
+    ep: int = 1                       # expert-parallel ranks for an MoE target (1 = experts tensor-parallel)
 
 
 def parse_drafter(spec: str, target: ModelSpec, db: Database, where: str = "--draft") -> DrafterSpec:
@@ -168,6 +170,35 @@ def _rank_acceptance(rank, field: str) -> AcceptanceSpec:
     if any(sum(row) > 1.0 + 1e-9 for row in out):
         raise SpecError(None, field, rank, allowed)
     return AcceptanceSpec(kind="rank", rank=out)
+
+
+def check_ep(target: ModelSpec, ep: Any, chips: tuple[int, ...], where: str = "--ep",
+             chips_name: str = "--chips", path: str | None = None) -> list[SpecError]:
+    """Expert parallel E (MODEL.md section 2): 1 (the routed experts tensor-parallel like the
+    rest), or for an MoE target an integer > 1 that divides num_experts (each rank holds
+    num_experts/E whole experts) and every target chip count t (E ranks of t/E chips each)."""
+    if isinstance(ep, bool) or not isinstance(ep, (int, float, str)):
+        return [SpecError(path, where, ep, "expected a positive integer (1 = no expert parallel)")]
+    try:
+        val = int(ep) if isinstance(ep, str) else ep
+    except ValueError:
+        val = None
+    if val is None or val != int(val) or val < 1:
+        return [SpecError(path, where, ep, "expected a positive integer (1 = no expert parallel)")]
+    val = int(val)
+    if val == 1:
+        return []
+    if not target.is_moe:
+        return [SpecError(path, where, val, f"expert parallel needs an MoE target; {target.name} is dense: use 1")]
+    g = target.num_experts
+    for c in chips:
+        g = math.gcd(g, int(c))
+    allowed = [e for e in range(1, g + 1) if g % e == 0]
+    if target.num_experts % val or any(int(c) % val for c in chips):
+        shown = ", ".join(str(int(c)) for c in chips[:8]) + (", ..." if len(chips) > 8 else "")
+        return [SpecError(path, where, val, f"expected a divisor of both num_experts = {target.num_experts} and "
+                          f"{chips_name} = {shown}: one of {', '.join(map(str, allowed))}")]
+    return []
 
 
 def parse_k(k: Any, drafter: DrafterSpec, where: str = "--k") -> int:

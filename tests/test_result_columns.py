@@ -8,7 +8,8 @@ YAML (read with PyYAML) and the equations of MODEL.md:
 - KNOWN: Llama-3.1-70B bf16 + Llama-3.2-1B draft, k = 4, alpha = 0.8, batch 1, on
   h100-sxm or h200, 1 or 2 chips. One chip of either does not fit (141 GB of weights);
   two chips fit. Two constraints (a latency cap, which a design that does not fit violates by
-  +1, and a power cap) and the objectives (max tokens/s, min power) make h100 x 2 dominated by h200 x 2.
+  +1, and a power cap) and the objectives (max tokens/s, min silicon area) make h100 x 2 dominated by
+  h200 x 2 (the same 814 mm^2 die).
 - SYNTH: Llama-3.1-8B bf16 + Llama-3.2-1B on a chip synthesised from technology knobs (N4,
   1,000 TFLOP/s, 6 or 8 x 8-high HBM3E, 50 MB SRAM), with and without a colocated group of 2
   draft chips (N5, 100 TFLOP/s, 1 x 8-high HBM3E, 32 MB SRAM, 128 GB/s link). 8 stacks do not
@@ -19,7 +20,8 @@ YAML (read with PyYAML) and the equations of MODEL.md:
 The model terms (decode, verify, draft and prefill steps) are re-derived from the roofline of
 MODEL.md section 2 (revised 2026-11-30: per component the smooth roofline
 (t_c^p + t_m^p)^(1/p), p = 2 from graphs.yaml, of FLOPs / (P x eta_c) and bytes / (BW x eta_m),
-plus fixed costs and all-reduces at link efficiency 0.8), in plain Python scalars. Capacity
+plus fixed costs and all-reduces at the link class's efficiency and latency, technology/links.yaml),
+in plain Python scalars. Capacity
 is checked per chip (weights / t, KV / min(t, h_kv), a 16-bit KV cache, DRAM "GB" = GiB) and
 reported as per-chip need x chips in 1e9-byte GB; TTFT carries the runtime's 2.4 ms per
 request; request latency = TTFT + (G-1) x per-token latency; a known part's cost_usd is the
@@ -76,7 +78,8 @@ SPEC_S = RT["spec_overhead_us"] * 1e-6            # 100 us per speculative itera
 SEQ_S = RT["sequence_overhead_us"] * 1e-6         # 0 us per sequence per step (B x t_seq)
 REQ_S = RT["request_overhead_us"] * 1e-6          # 2.4 ms per request, once, in TTFT
 ROOF_P = RT["roofline_p"]                         # 2.0: (t_c^p + t_m^p)^(1/p) per part
-LINK_EFF = 0.8                                    # device field link_efficiency, default (dse/catalog/specs.py)
+LINKS = _y("technology/links.yaml")["classes"]    # per link class: all-reduce efficiency, latency per ring step
+LINK_EFF = LINKS["other"]["efficiency"]["value"]  # 0.8: a synthesised chip's link (class other)
 RESERVE = RT["memory_reserve_fraction"]           # 0.05 of capacity
 K_MAX = 8                                         # study default workload.k_max
 
@@ -163,18 +166,31 @@ def chip_cost(node: str, mem: str, area: float, stacks: int, cap_bytes: float) -
 
 
 def device(name: str, chips: int) -> dict:
-    """A known part from its YAML, in SI: capacity in GiB (DRAM), link efficiency 0.8 unless the
-    YAML sets it; cost = the manufacturing estimate of its die, node and memory (chip_cost);
+    """A known part from its YAML, in SI: capacity in GiB (DRAM), link latency and efficiency of its
+    link class (nvlink: 0.44 us per ring step, 0.82) unless the YAML sets its own; cost = the manufacturing estimate of its die, node and memory (chip_cost);
     price = its street price."""
     d = _y(f"devices/{name}.yaml")
     assert d["process_node"] == "TSMC 4N" and d["memory_type"].startswith("hbm")
     cap = d["memory_capacity_gb"] * GB
     return dict(chips=chips, bw=d["mem_bw_tb_s"] * 1e12, cap=cap,
                 peak=d["peak_tflops_bf16"] * 1e12, eta_m=d["mem_efficiency"], eta_c=d["compute_efficiency"],
-                link=d["link_bw_gb_s"] * 1e9, lat=d["link_latency_us"] * 1e-6,
-                link_eff=d.get("link_efficiency", LINK_EFF),
+                link=d["link_bw_gb_s"] * 1e9,
+                lat=d.get("link_latency_us", LINKS[d["link_class"]]["latency_us"]["value"]) * 1e-6,
+                link_eff=d.get("link_efficiency", LINKS[d["link_class"]]["efficiency"]["value"]),
                 cost=chip_cost("n4", d["memory_type"], d["die_area_mm2"], KNOWN_STACKS[name], cap),
-                price=d["price_usd"], power=d["tdp_w"], area=d["die_area_mm2"])
+                price=d["price_usd"], power=known_power("n4", d), area=d["die_area_mm2"])
+
+
+def known_power(node: str, d: dict) -> float:
+    """A known part's power: the energy model a synthesised chip gets (synth below), from its own BF16
+    rate, bandwidth, die area and link: u x FLOP/s x J/FLOP + BW x 8 x J/bit + static W/mm^2 x area
+    + link x 8 x link J/bit (not the vendor TDP: like for like, issue 9)."""
+    tech, g = _tech()
+    n = {k: v["value"] for k, v in tech["nodes"][node].items()}
+    pj_bit = _y("technology/memory.yaml")["memory"][d["memory_type"]]["pj_per_bit"]["value"]
+    return (g["tdp_compute_utilization"] * d["peak_tflops_bf16"] * 1e12 * n["pj_per_flop"] * 1e-12
+            + d["mem_bw_tb_s"] * 1e12 * 8 * pj_bit * 1e-12 + n["static_w_per_mm2"] * d["die_area_mm2"]
+            + d["link_bw_gb_s"] * 1e9 * 8 * g["link_pj_per_bit"] * 1e-12)
 
 
 def synth(node: str, tflops: float, mem: str, stacks: int, height: int, sram_mb: float, link_gb_s: float,
@@ -326,7 +342,8 @@ def pareto(rows: list[dict], objectives: list[dict]) -> None:
 WL = dict(batch=1, prompt_tokens=512, output_tokens=256, acceptance={"alpha": 0.8}, k=4)
 B, P, G, K, ALPHA = 1, 512, 256, 4, 0.8
 
-KNOWN_OBJ = [{"metric": "tokens_per_s", "direction": "maximize"}, {"metric": "power_w", "direction": "minimize"}]
+KNOWN_OBJ = [{"metric": "tokens_per_s", "direction": "maximize"},
+             {"metric": "total_die_area_mm2", "direction": "minimize"}]
 KNOWN_CON = [{"metric": "spec_ms_per_token", "max": 100.0}, {"metric": "power_w", "max": 1500.0}]
 KNOWN = {
     "name": "cols-known",
@@ -518,9 +535,15 @@ def test_known_part_on_two_chips_every_column(known):
         assert len(row) == 1
         _check(row.iloc[0], want, f"{dev} x {chips}")
     # worked numbers for h200 x 2 (hardware_db/devices/h200.yaml): street price $35,000 x 2 = $70,000;
-    # 700 W x 2 = 1,400 W; 814 mm^2 x 2 = 1,628 mm^2; 141 GiB x 2 = 302.795 GB
+    # 814 mm^2 x 2 = 1,628 mm^2; 141 GiB x 2 = 302.795 GB
     h = df[(df.params_target_chip_device == "h200") & (df.params_target_chip_chips == 2)].iloc[0]
-    assert (h.price_usd, h.chip_price_usd, h.power_w, h.total_die_area_mm2) == (70_000, 35_000, 1_400, 1_628)
+    assert (h.price_usd, h.chip_price_usd, h.total_die_area_mm2) == (70_000, 35_000, 1_628)
+    # power, the synthesised chips' energy model on the known part (technology/nodes.yaml n4 0.5 pJ/FLOP,
+    # 0.07 W/mm^2, u = 0.7, link 5 pJ/bit; memory.yaml hbm3e 5.0 pJ/bit, hbm3 5.5): h200 = 0.7 x 989.4e12 x
+    # 0.5e-12 = 346.29 W + 4.8e12 x 8 x 5.0e-12 = 192 W + 0.07 x 814 = 56.98 W + 900e9 x 8 x 5e-12 = 36 W
+    # = 631.27 W a chip (the vendor TDP is 700 W); h100-sxm: 346.29 + 3.35e12 x 8 x 5.5e-12 = 147.4 W
+    # + 56.98 + 36 = 586.67 W (TDP 700 W)
+    assert h.chip_power_w == pytest.approx(631.27, rel=GLUE) and h.power_w == pytest.approx(1262.54, rel=GLUE)
     assert h.memory_capacity_gb == pytest.approx(282 * 2 ** 30 / 1e9, rel=GLUE)
     assert (h.mem_bw_tb_s, h.peak_tflops) == (4.8, 989.4)
     # cost: the manufacturing estimate of one 814 mm^2 N4 die (nodes.yaml: 300 mm wafer,
@@ -543,12 +566,14 @@ def test_known_part_on_two_chips_every_column(known):
     s = df[(df.params_target_chip_device == "h100-sxm") & (df.params_target_chip_chips == 1)].iloc[0]
     assert s.memory_shortfall_gb == pytest.approx(143.853355008 + 0.05 * 80 * 2 ** 30 / 1e9 - 80 * 2 ** 30 / 1e9,
                                                   rel=GLUE)
-    # violation = shortfall + 1 (latency cap on an undefined latency) + 0 (700 W <= 1,500 W)
+    assert s.chip_power_w == pytest.approx(586.67, rel=GLUE)
+    # violation = shortfall + 1 (latency cap on an undefined latency) + 0 (586.67 W <= 1,500 W)
     assert s.constraint_violation == pytest.approx(s.memory_shortfall_gb + 1.0, rel=GLUE)
     assert not s.fits and not s.feasible and pd.isna(s.is_pareto) and pd.isna(s.pareto_rank)
-    # same 1,400 W, fewer tokens/s: h100-sxm x 2 is dominated by h200 x 2 (rank 1, off the front)
+    # the same 1,628 mm^2 of silicon, fewer tokens/s: h100-sxm x 2 is dominated by h200 x 2 (rank 1)
     g = df[(df.params_target_chip_device == "h100-sxm") & (df.params_target_chip_chips == 2)].iloc[0]
-    assert g.tokens_per_s < h.tokens_per_s and g.power_w == h.power_w
+    assert g.tokens_per_s < h.tokens_per_s and g.total_die_area_mm2 == h.total_die_area_mm2
+    assert g.power_w == pytest.approx(1173.34, rel=GLUE) and g.power_w < h.power_w
     assert (g.is_pareto, g.pareto_rank, h.is_pareto, h.pareto_rank) == (False, 1, True, 0)
 
 

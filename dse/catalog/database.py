@@ -6,6 +6,7 @@ or (models only) by a Hugging Face ``config.json`` path, read offline.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from functools import lru_cache
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from ..errors import MISSING as MISSING_VALUE
 from ..errors import SpecError, UnknownEntryError
+from .links import LinkClass, load_link_classes
 from .specs import DeviceSpec, ModelSpec, RuntimeSpec, build
 from .yamlio import load_yaml
 
@@ -77,7 +79,20 @@ class Database:
         return spec
 
     def device(self, ref: str, where: str = "") -> DeviceSpec:
-        return self.get("device", ref, where=where)
+        """A device with its link latency and efficiency filled from its link class where it
+        gives none (hardware_db/technology/links.yaml)."""
+        key = ("device+link", ref)
+        if key not in self._cache:
+            dev = self.get("device", ref, where=where)
+            cls = self.link_class(dev.link_class)
+            self._cache[key] = dataclasses.replace(
+                dev, link_latency_s=cls.latency_s if dev.link_latency_s is None else dev.link_latency_s,
+                link_efficiency=cls.efficiency if dev.link_efficiency is None else dev.link_efficiency)
+        return self._cache[key]
+
+    def link_class(self, name: str) -> LinkClass:
+        """One scale-up link class: all-reduce efficiency and latency per ring step."""
+        return load_link_classes(self.root)[name]
 
     def model(self, ref: str, where: str = "") -> ModelSpec:
         return self.get("model", ref, where=where)

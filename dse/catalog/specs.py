@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 from ..errors import MISSING, SpecError, raise_collected
 from ..units import FACTOR
 from .fields import Range, unknown_key
+from .links import LINK_CLASSES
 
 REQUIRED = object()
 #: keys every database file may carry besides its fields
@@ -175,10 +176,13 @@ class DeviceSpec:
     sram_bytes: float = num("sram_mb", "mb", 0, 1e8, default=0.0, desc="on-chip SRAM (L2/cache/scratch)")
     link_bw_bytes_s: float = num("link_bw_gb_s", "gb_s", 0, 1e6, default=0.0,
                                  desc="scale-up link bandwidth per chip, both directions added")
-    link_latency_s: float = num("link_latency_us", "us", 0, 1e4, default=5e-6,
-                                desc="per-hop latency of one collective step")
-    link_efficiency: float = num("link_efficiency", "", 0, 1, lo_open=True, default=0.8,
-                                 desc="all-reduce bus bandwidth / one-way link rate (eta_link)")
+    link_class: str = text("link_class", default="other", choices=LINK_CLASSES,
+                           desc="kind of scale-up link: its latency and efficiency (hardware_db/technology/links.yaml)")
+    link_latency_s: float | None = num("link_latency_us", "us", 0, 1e4, default=None,
+                                       desc="per-step latency of a collective; absent = the link class's")
+    link_efficiency: float | None = num("link_efficiency", "", 0, 1, lo_open=True, default=None,
+                                        desc="all-reduce bus bandwidth / one-way link rate (eta_link); "
+                                             "absent = the link class's")
     tdp_w: float | None = num("tdp_w", "w", 0, 1e6, lo_open=True, default=None)
     die_area_mm2: float | None = num("die_area_mm2", "mm2", 0, 1e6, lo_open=True, default=None)
     price_usd: float | None = num("price_usd", "usd", 0, 1e8, lo_open=True, default=None)

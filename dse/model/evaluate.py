@@ -389,6 +389,8 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
     G = batch.output_tokens.astype(np.float64)
     S = P + 0.5 * G          # mean context during generation (exact for terms linear in S)
     kw = tf.step_kwargs(w.dtype, w.kv_dtype)
+    E = np.where(batch.ep > 0, batch.ep, w.ep)      # expert-parallel ranks per design (the target's steps)
+    kw_t, kw_tc = dict(kw, ep=E), dict(kw, ep=E[:, None])      # rows, and (n, 1) columns for k sweeps
     cf = tf.COMPUTE_EFFICIENCY_FACTOR[fmt.compute_dtype]
     nodes = np.where(batch.tree_nodes > 0, batch.tree_nodes, w.tree_nodes) if d.kind != "none" else np.zeros(n, int)
     is_tree = nodes > 0
@@ -401,9 +403,9 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
     cont = w.continuous
     share = P * (B - 1.0) / (B * G) if cont else 0.0
     x_base = share
-    base = step_cost(tgt, T, batch=B, q=1.0, context=S, prefill_tokens=x_base, prefill_len=P, **kw)
+    base = step_cost(tgt, T, batch=B, q=1.0, context=S, prefill_tokens=x_base, prefill_len=P, **kw_t)
     B_pre = np.ones_like(B) if cont else B
-    prefill = step_cost(tgt, T, batch=B_pre, q=P, context=0.0, lm_head_last_only=True, **kw)
+    prefill = step_cost(tgt, T, batch=B_pre, q=P, context=0.0, lm_head_last_only=True, **kw_t)
     wait = 0.5 * base.time_s if cont else 0.0
 
     on_chip = batch.draft_on_chip & d.can_use_draft_chip
@@ -458,7 +460,9 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
             inside the speculative iteration, whose host work is t_spec_overhead: its step is
             its kernels, its fc(2d -> d) and the per-sequence sampling (top-k) cost only."""
             eagle = d.kind == "eagle"
-            c = step_cost(model, Dc, batch=Bc, q=q, context=Sc, layers=layers, step_overhead=not eagle, **kw)
+            # the target's own layers (early exit, an MoE EAGLE layer) keep its expert parallel
+            c = step_cost(model, Dc, batch=Bc, q=q, context=Sc, layers=layers, step_overhead=not eagle,
+                          **(kw if d.kind == "model" else kw_tc))
             if not eagle:
                 return c
             fc = 2.0 * tgt.hidden_size ** 2      # fc(2d -> d) on the concatenated feature and token embedding
@@ -487,7 +491,7 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
         q_verify = tree_or(nodes_c + 1.0, kf + 1.0)
         x_verify = share[:, None] * tau if cont else 0.0
         verify = step_cost(tgt, Tc, batch=Bc, q=q_verify, context=Sc, tree_mask=tree_c, prefill_tokens=x_verify,
-                           prefill_len=P[:, None], **kw)
+                           prefill_len=P[:, None], **kw_tc)
 
         # ---- draft ----
         per_k = None        # one draft step's time where the draft time is k times it

@@ -52,6 +52,55 @@ def allreduce_time_s(nbytes, chips, link_bw_bytes_s, link_latency_s, link_effici
     return np.where(t > 1, ring, 0.0)
 
 
+def alltoall_time_s(nbytes, ranks, link_bw_bytes_s, link_latency_s, link_efficiency=1.0):
+    """Pairwise-exchange all-to-all of ``nbytes`` per rank (the whole of what one rank sends,
+    1/E of it to each rank, itself included) over E ranks: (E-1)/E * bytes / (eta_link *
+    link_bw/2) + (E-1)*lat (Thakur, Rabenseifner and Gropp 2005, "Optimization of collective
+    communication operations in MPICH", IJHPCA 19(1), section 4.4: p-1 steps, each sending
+    n/p). One direction; a dispatch and a combine are two of them. Zero for E = 1."""
+    e = np.asarray(ranks, dtype=np.float64)
+    bw = 0.5 * link_bw_bytes_s * link_efficiency
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a2a = (e - 1.0) / e * nbytes / bw + (e - 1.0) * link_latency_s
+    return np.where(e > 1, a2a, 0.0)
+
+
+def communication_time_s(m: ModelSpec, hw, tokens, act_bytes: float, layers: int, ep=1):
+    """Collectives of one step over ``tokens`` = B*q tokens (MODEL.md section 2).
+
+    Tensor parallel (ep = 1): 2 ring all-reduces of T*d*b_act per layer (after attention and
+    after the FFN). Expert parallel over E ranks (ep = E > 1, MoE only; E divides t):
+    attention, the dense FFN layers and the shared experts stay tensor-parallel over the t chips
+    (one all-reduce after attention in every layer, one after the FFN of each dense layer and,
+    where the model has shared experts, one for their partial sums in each MoE layer); the routed
+    experts replace the FFN all-reduce by an all-to-all dispatch and combine (DeepSeek-V3, arXiv
+    2412.19437 section 3.4; vLLM --enable-expert-parallel): each rank sends its 1/E share of the
+    T tokens' k copies, T*k*d*b_act/E bytes, each way (``alltoall_time_s``). With E < t each
+    expert is further split over the t/E chips of its rank (Megatron-Core's expert tensor
+    parallel), whose partial sums of the T*k/E token copies it receives are all-reduced among
+    those t/E chips.
+    """
+    t = hw.chips
+    T = np.asarray(tokens, dtype=np.float64)
+    d = m.hidden_size
+    args = (hw.link_bw_bytes_s, hw.link_latency_s, hw.link_efficiency)
+    ar = allreduce_time_s(T * d * act_bytes, t, *args)
+    tp = 2.0 * layers * ar
+    E = np.asarray(ep, dtype=np.float64)
+    if not m.is_moe or np.all(E <= 1):
+        return tp
+    dense = min(tf.layer_counts(m)[0], layers)
+    moe = layers - dense
+    # inputs are checked (workload.check_ep); a group whose t the workload's E does not divide (the
+    # report's known parts at other chip counts) takes E = gcd(E, t)
+    E = np.gcd(np.maximum(E, 1.0).astype(np.int64), np.asarray(t).astype(np.int64)).astype(np.float64)
+    copies = T * m.experts_per_token * d * act_bytes / E       # bytes one rank dispatches
+    per_moe = (2.0 * alltoall_time_s(copies, E, *args)
+               + allreduce_time_s(copies, np.asarray(t, dtype=np.float64) / E, *args)
+               + (ar if m.shared_experts else 0.0))
+    return np.where(E > 1, layers * ar + dense * ar + moe * per_moe, tp)
+
+
 def stream_factor(hw, dequant: str):
     """Fraction of the bf16 weight-streaming rate a runtime's weight-only kernels reach:
     hw.int8_stream_factor / hw.int4_stream_factor for "int8" / "int4", 1 otherwise."""
@@ -82,7 +131,7 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
               step_overhead: bool = True, weight_bw_factor=None, weight_dequant: str = "",
               linear_compute_factor: float = 1.0, attention_compute_factor: float = 1.0,
               head_bytes: float | None = None, prefill_tokens=0.0, prefill_len=0.0,
-              tree_mask=False) -> StepCost:
+              tree_mask=False, ep=1) -> StepCost:
     """step(model, device, B, q, S): B sequences, q new tokens each, S tokens cached.
 
     Linear: F = 2*N_active*B*q (+ LM head at every position, or at the last one only for a
@@ -102,7 +151,11 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     Tensor parallel over t chips (MODEL.md section 2): weights and FLOPs divide by t except
     the replicated ones (MLA down-projections, MoE router: transformer.replicated_params);
     the KV cache divides by min(t, h_kv) (MLA: replicated); 2 all-reduces of B*q*d*b_act
-    bytes per layer. Bytes and FLOPs are per chip. ``hw`` is any object with the
+    bytes per layer, or with expert parallel ``ep`` = E > 1 on an MoE model, all-to-alls for the
+    routed experts (``communication_time_s``). Under uniform routing each of the E expert ranks
+    holds N/E experts and expects (N/E)*(1-(1-k/N)^T) of them hit by T tokens (MODEL.md
+    section 1), split over its t/E chips: the same expected bytes per chip as tensor parallel
+    (the busiest rank reads more; the model uses the mean rank). Bytes and FLOPs are per chip. ``hw`` is any object with the
     HardwareArrays attributes (1-D, or 2-D columns for k sweeps).
 
     Continuous batching (MODEL.md section 2, serving): ``prefill_tokens`` x per sequence ride
@@ -146,8 +199,7 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     fixed = L * hw.kernels_per_layer * hw.kernel_launch_s
     if step_overhead:
         fixed = fixed + hw.step_overhead_s + B * hw.sequence_overhead_s
-    comm = 2.0 * L * allreduce_time_s(T * m.hidden_size * act_bytes, t, hw.link_bw_bytes_s,
-                                      hw.link_latency_s, hw.link_efficiency)
+    comm = communication_time_s(m, hw, T, act_bytes, L, ep)
     # split each part's time to the side that bounds it (for ``bound`` and the report)
     t_mem = np.where(lin_m >= lin_c, lin, 0.0) + np.where(att_m >= att_c, att, 0.0)
     t_cmp = np.where(lin_m >= lin_c, 0.0, lin) + np.where(att_m >= att_c, 0.0, att)

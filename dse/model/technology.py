@@ -415,18 +415,15 @@ def known_part_cost_usd(tech: TechConstants, *, node_idx, memory_idx, units, cap
     return np.where(ok, c_si + c_mem + c_pkg, np.nan)
 
 
-def known_part_estimate(tech: TechConstants, dev) -> tuple[float, dict]:
-    """(cost_usd, how) for a database device (a ``DeviceSpec``): the known part priced like a
-    synthesised one. Die area: the device's own, else compute + SRAM + PHY + fixed area from
-    its BF16 rate and the node's densities (as ``synthesize_chip`` derives it). HBM stacks:
-    ``KNOWN_HBM_STACKS``, else capacity / (3 GiB x 8) rounded up; GDDR/LPDDR devices:
-    capacity / bytes per device. ``how`` says what was assumed; cost is NaN without a node or
-    memory type in the tables (e.g. 8-14 nm parts, generic 'hbm')."""
+def _known_part_shape(tech: TechConstants, dev) -> tuple[int, int, int, float, dict]:
+    """(node code, memory code, memory units, silicon mm^2, how) of a database device, as
+    ``synthesize_chip`` would see it (see ``known_part_estimate``); codes are -1 when the node or
+    the memory type is not in the tables, and then units and area are 0."""
     node, mem_i = node_code(tech, dev.process_node), memory_code(tech, dev.memory_type)
     how = {"node": tech.node_names[node] if node >= 0 else None,
            "memory": tech.memory_names[mem_i] if mem_i >= 0 else None}
     if node < 0 or mem_i < 0:
-        return float("nan"), how
+        return node, mem_i, 0, 0.0, how
     mem, nodes = tech.memory_table(), tech.node_table()
     cap = dev.memory_bytes
     if mem.is_hbm[mem_i]:
@@ -441,6 +438,39 @@ def known_part_estimate(tech: TechConstants, dev) -> tuple[float, dict]:
                      + phy_area_mm2(mem, mem_i, units) + tech.fixed_die_area_mm2)
         how["die_area_mm2"] = "derived"
     how["units"] = units
-    cost = known_part_cost_usd(tech, node_idx=node, memory_idx=mem_i, units=units, capacity_bytes=cap,
+    return node, mem_i, units, float(area), how
+
+
+def known_part_estimate(tech: TechConstants, dev) -> tuple[float, dict]:
+    """(cost_usd, how) for a database device (a ``DeviceSpec``): the known part priced like a
+    synthesised one. Die area: the device's own, else compute + SRAM + PHY + fixed area from
+    its BF16 rate and the node's densities (as ``synthesize_chip`` derives it). HBM stacks:
+    ``KNOWN_HBM_STACKS``, else capacity / (3 GiB x 8) rounded up; GDDR/LPDDR devices:
+    capacity / bytes per device. ``how`` says what was assumed; cost is NaN without a node or
+    memory type in the tables (e.g. 8-14 nm parts, generic 'hbm')."""
+    node, mem_i, units, area, how = _known_part_shape(tech, dev)
+    if node < 0 or mem_i < 0:
+        return float("nan"), how
+    cost = known_part_cost_usd(tech, node_idx=node, memory_idx=mem_i, units=units, capacity_bytes=dev.memory_bytes,
                                die_area_mm2=area)
     return float(cost[0]), how
+
+
+def known_part_power_w(tech: TechConstants, dev) -> tuple[float, str]:
+    """(power_w, basis) for a database device: the energy model synthesised chips get (``power_w``:
+    70% of the BF16 peak at the node's J/FLOP + peak bandwidth at the memory's J/bit + leakage per
+    mm^2 of its silicon + its link at the link J/bit; MODEL.md section 5), so that fronts mixing
+    known and synthesised chips compare like with like, basis "estimate". Where the node or the
+    memory type is outside the technology tables the model cannot run: the vendor's TDP
+    (``tdp_w``, with its source in the device file), basis "tdp"; else NaN, basis "".
+    """
+    node, mem_i, _, area, _ = _known_part_shape(tech, dev)
+    if node >= 0 and mem_i >= 0:
+        mem, nodes = tech.memory_table(), tech.node_table()
+        total = power_w(tech, peak_bf16_flop_s=dev.peak_bf16_flop_s, j_per_flop=nodes.j_per_flop[node],
+                        mem_bw_bytes_s=dev.mem_bw_bytes_s, j_per_bit=mem.j_per_bit[mem_i], die_area_mm2=area,
+                        static_w_per_mm2=nodes.static_w_per_mm2[node], link_bw_bytes_s=dev.link_bw_bytes_s)[0]
+        return float(total), "estimate"
+    if dev.tdp_w:
+        return float(dev.tdp_w), "tdp"
+    return float("nan"), ""

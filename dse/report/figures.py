@@ -389,6 +389,9 @@ def _known_caption(known: pd.DataFrame | None, objs) -> str:
     if any(c.endswith("cost_usd") for c in cols):
         text += (" Cost is like for like: known parts and synthesised designs both carry the manufacturing"
                  " estimate (silicon, memory, packaging; hardware_db/technology); street prices are in price_usd.")
+    if any(c.endswith("power_w") for c in cols):
+        text += (" Power is like for like: known parts carry the energy model synthesised designs get (compute,"
+                 " memory, leakage, links; the vendor TDP only where their node or memory is not in the tables).")
     return text + (f" Not drawn where a value is missing: {'; '.join(missing)}." if missing else "")
 
 

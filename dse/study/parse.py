@@ -26,6 +26,7 @@ from ..workload import (
     AcceptanceSpec,
     Workload,
     WorkloadNames,
+    check_ep,
     check_workload,
     make_acceptance,
     parse_drafter,
@@ -33,6 +34,7 @@ from ..workload import (
 from .spec import (
     CHIP_KNOBS,
     DRAFT_CHIP_KNOBS,
+    EP_KNOB,
     K_KNOB,
     SAMPLERS,
     SEARCH_DEFAULTS,
@@ -159,6 +161,17 @@ def _knob_bounds(k: Knob | None) -> tuple:
     if not k.searched:
         return k.fixed, k.fixed
     return (min(k.choices), max(k.choices)) if k.choices else (k.low, k.high)
+
+
+def _knob_values(k: Knob | None, default) -> tuple:
+    """Every value an integer knob can take (its choices, or low..high by step); (default,) when absent."""
+    if k is None:
+        return (default,)
+    if not k.searched:
+        return (k.fixed,)
+    if k.choices:
+        return tuple(k.choices)
+    return tuple(range(int(k.low), int(k.high) + 1, int(k.step or 1)))
 
 
 # --------------------------------------------------------------------------- sections
@@ -457,6 +470,21 @@ def parse_study(raw: Any, path: str | Path, db: Database | None = None) -> Study
     wl_map = wl_raw if isinstance(wl_raw, dict) else {}
     knobs += _space(raw.get("space"), wl_map, db, tech, err)
     drafter, acc = wl["drafter"], wl["acc"]
+    ep, ep_raw = 1, wl_map.get("ep", 1)
+    if wl["target"] is not None:
+        chips = _knob_values(next((k for k in knobs if k.name == "target_chip_chips"), None), 1)
+        values = ep_raw if isinstance(ep_raw, list) and ep_raw else [ep_raw]
+        ep_errs = [e for v in values for e in check_ep(wl["target"], v, chips, where="workload.ep",
+                                                      chips_name="space.target_chip.chips", path=p)]
+        err.items.extend(ep_errs)
+        if isinstance(ep_raw, list) and not ep_errs:     # searched per design
+            kn = parse_knob(err, "workload.ep", ep_raw, EP_KNOB, None, "ep", "workload", "ep")
+            if kn is not None and kn.searched:
+                knobs.append(kn)
+            elif kn is not None:
+                ep = int(kn.fixed)
+        elif not ep_errs:
+            ep = int(ep_raw)
     if drafter is not None:
         by = {k.name: k for k in knobs}
         k_knob = by.get("k")
@@ -483,7 +511,8 @@ def parse_study(raw: Any, path: str | Path, db: Database | None = None) -> Study
     k_max = min(wl["k_max"], drafter.heads) if drafter.kind == "medusa" else wl["k_max"]
     workload = Workload(target=wl["target"], drafter=drafter, acceptance=acc, dtype=wl["dtype"],
                         kv_dtype=wl["kv_dtype"], temperature=float(wl["temperature"]), overlap=wl["overlap"],
-                        tree_nodes=int(wl["tree_nodes"]), k_max=int(k_max), continuous=wl["continuous"])
+                        tree_nodes=int(wl["tree_nodes"]), k_max=int(k_max), continuous=wl["continuous"],
+                        ep=ep)
     return StudySpec(name=name, description=desc, path=p, workload=workload, runtime=wl["runtime"],
                      knobs=tuple(knobs), objectives=tuple(objectives), constraints=tuple(constraints),
                      sampler=search["sampler"], n_trials=int(search["n_trials"]),

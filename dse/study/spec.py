@@ -54,8 +54,11 @@ K_KNOB = KnobDef("int", 1, K_LIMIT, None)
 #: workload.tree_nodes given as a list or {low, high}: searched per design (0 in a list = a chain)
 TREE_NODES_KNOB = KnobDef("int", 0, TREE_NODES_MAX, None, desc="nodes of the best draft tree (depth <= k); 0 = a chain")
 
+#: workload.ep given as a list: expert-parallel ranks searched per design (each must divide the experts and
+#: every chip count)
+EP_KNOB = KnobDef("int", 1, 1e5, 1, desc="expert-parallel ranks of an MoE target (1 = tensor parallel)")
 WORKLOAD_KEYS = {"target", "draft", "dtype", "kv_dtype", "batch", "prompt_tokens", "output_tokens", "temperature",
-                 "acceptance", "k", "runtime", "overlap", "tree_nodes", "k_max", "continuous"}
+                 "acceptance", "k", "runtime", "overlap", "tree_nodes", "k_max", "continuous", "ep"}
 TOP_KEYS = {"name", "description", "workload", "space", "objectives", "constraints", "search", "grid", "output",
             "storage", "technology", "schema_version"}
 SEARCH_DEFAULTS = {"sampler": "auto", "n_trials": 2000, "batch_size": 64, "seed": 0}
@@ -128,6 +131,7 @@ class StudySpec:
     tree_nodes = property(lambda self: self.workload.tree_nodes)
     k_max = property(lambda self: self.workload.k_max)
     continuous = property(lambda self: self.workload.continuous)
+    ep = property(lambda self: self.workload.ep)
 
     def knob(self, name: str) -> Knob | None:
         return next((k for k in self.knobs if k.name == name), None)
@@ -163,7 +167,8 @@ class StudySpec:
             "workload": {"target": self.target.name, "draft": self.drafter.label, "dtype": self.dtype,
                          "kv_dtype": self.kv_dtype, "temperature": self.temperature, "acceptance": acc_d,
                          "overlap": self.overlap, "tree_nodes": self.tree_nodes, "runtime": self.runtime,
-                         "k_max": self.k_max, "continuous": self.continuous},
+                         "k_max": self.k_max, "continuous": self.continuous,
+                         **({"ep": self.ep} if self.ep != 1 else {})},
             "knobs": {k.name: knob(k) for k in self.knobs},
             "objectives": [{"metric": o.metric, "direction": o.direction} for o in self.objectives],
             "constraints": [{k: v for k, v in vars(c).items() if v is not None} for c in self.constraints],

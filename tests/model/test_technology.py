@@ -202,3 +202,29 @@ def test_model_does_not_import_yaml():
             "bad = [m for m in ('yaml', 'pandas', 'optuna') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=HW_DB.parent)
+
+
+# -- known parts: the synthesised chips' energy model (issue 9) ---------------------------------
+
+def test_known_part_power_is_the_energy_model_hand_worked():
+    """h100-sxm (hardware_db/devices/h100-sxm.yaml: 989.4 TFLOP/s BF16, 3.35 TB/s HBM3, 814 mm^2, TSMC 4N,
+    900 GB/s link) with technology/nodes.yaml n4 (0.5 pJ/FLOP, 0.07 W/mm^2), u_tdp 0.7, link 5 pJ/bit and
+    memory.yaml hbm3 5.5 pJ/bit: 0.7 x 989.4e12 x 0.5e-12 = 346.29 W + 3.35e12 x 8 x 5.5e-12 = 147.4 W
+    + 0.07 x 814 = 56.98 W + 900e9 x 8 x 5e-12 = 36 W = 586.67 W (the vendor TDP is 700 W)."""
+    from dse.catalog.database import load_database
+    from dse.catalog.technology import load_technology
+    from dse.model.technology import known_part_power_w
+    db = load_database()
+    tech = load_technology(db.root)
+    power, basis = known_part_power_w(tech, db.device("h100-sxm"))
+    assert basis == "estimate" and power == pytest.approx(586.67, rel=1e-9)
+    # no node in the tables (TPU v4's process node is not stated): the vendor TDP, 192 W
+    assert known_part_power_w(tech, db.device("tpu-v4")) == (192.0, "tdp")
+    # neither (inferentia2: generic 'hbm', no TDP): NaN
+    p, basis = known_part_power_w(tech, db.device("inferentia2"))
+    assert np.isnan(p) and basis == ""
+    # datacenter HBM parts land within 30% of their vendor TDP (README, Power)
+    for name in ("a100-80gb", "h100-sxm", "h200", "b200", "b300", "gb200", "mi300x", "mi325x", "gaudi-3"):
+        dev = db.device(name)
+        est = known_part_power_w(tech, dev)[0]
+        assert abs(est / dev.tdp_w - 1) < 0.30, (name, est, dev.tdp_w)

@@ -1,0 +1,76 @@
+"""Scale-up link classes (hardware_db/technology/links.yaml): the bus-bandwidth efficiency and
+the per-step small-message latency of a ring all-reduce on each kind of link (MODEL.md section 2).
+
+A device names its class (``link_class``); its own ``link_latency_us`` / ``link_efficiency``
+win when given. Synthesised chips use the class ``other``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from ..errors import MISSING, SpecError, raise_collected
+from .fields import Range
+
+LINK_CLASSES = ("nvlink", "pcie", "ethernet", "ici", "infinity-fabric", "other")
+#: the class of a synthesised chip's link
+SYNTHESISED_LINK_CLASS = "other"
+_FIELDS = {"efficiency": (Range(lo=0.0, hi=1.0, lo_open=True), 1.0),
+           "latency_us": (Range(lo=0.0, hi=1e4, unit="us"), 1e-6)}
+
+
+@dataclass(frozen=True, slots=True)
+class LinkClass:
+    """eta_link (all-reduce bus bandwidth / one-way line rate) and seconds per ring step."""
+
+    name: str
+    efficiency: float
+    latency_s: float
+    description: str = ""
+
+
+def load_link_classes(root: str | Path) -> dict[str, LinkClass]:
+    """``root/technology/links.yaml`` -> {class name: LinkClass}; every class of LINK_CLASSES
+    must be there, each number with a source or marked as an estimate with a reason."""
+    return dict(_load(str(Path(root) / "technology" / "links.yaml")))
+
+
+@lru_cache(maxsize=8)
+def _load(path: str) -> tuple:
+    from .yamlio import load_yaml  # yaml only when a database is read (dse.model imports specs)
+    raw = load_yaml(Path(path), kind="link classes")
+    errors: list[SpecError] = []
+    block = raw.get("classes") if isinstance(raw, dict) else None
+    if not isinstance(block, dict):
+        raise SpecError(path, "classes", block if block is not None else MISSING,
+                        f"expected a mapping of link classes: {', '.join(LINK_CLASSES)}")
+    out = []
+    for name in LINK_CLASSES:
+        entry = block.get(name)
+        if not isinstance(entry, dict):
+            errors.append(SpecError(path, f"classes.{name}", entry if entry is not None else MISSING,
+                                    "expected a mapping with efficiency and latency_us"))
+            continue
+        vals = {}
+        for key, (rng, factor) in _FIELDS.items():
+            item, where = entry.get(key), f"classes.{name}.{key}"
+            if not isinstance(item, dict) or "value" not in item:
+                errors.append(SpecError(path, where, item if item is not None else MISSING,
+                                        "expected {value, source} or {value, estimate: true, reason}"))
+                continue
+            if not (item.get("source") or (item.get("estimate") is True and item.get("reason"))):
+                errors.append(SpecError(path, where, item.get("value"), "needs a source, or estimate: true and a reason"))
+                continue
+            try:
+                vals[key] = rng.check(item["value"], path, where) * factor
+            except SpecError as exc:
+                errors.append(exc)
+        if len(vals) == len(_FIELDS):
+            out.append((name, LinkClass(name, vals["efficiency"], vals["latency_us"], str(entry.get("description", "")))))
+    for name in block:
+        if name not in LINK_CLASSES:
+            errors.append(SpecError(path, f"classes.{name}", name, f"expected one of {', '.join(LINK_CLASSES)}"))
+    raise_collected(errors)
+    return tuple(out)
