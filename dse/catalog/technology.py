@@ -19,6 +19,7 @@ order) and ``memory_table()`` / ``node_table()`` are structs of numpy arrays ind
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -344,6 +345,20 @@ class TechConstants:
 # -- loading ------------------------------------------------------------------------------
 
 def load_technology(root: str | Path) -> TechConstants:
+    """The technology constants of ``root`` (see :func:`read_technology`), cached per directory
+    and the files' modification times: a single `dse eval` would otherwise parse both YAML
+    files on every call."""
+    tdir = Path(root).resolve() / "technology"
+    stamp = tuple(f.stat().st_mtime_ns if f.is_file() else None for f in (tdir / "memory.yaml", tdir / "nodes.yaml"))
+    return _cached_technology(str(tdir.parent), stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_technology(root: str, stamp: tuple) -> TechConstants:
+    return read_technology(root)
+
+
+def read_technology(root: str | Path) -> TechConstants:
     """Load ``root/technology/memory.yaml`` and ``nodes.yaml`` (root = the hardware_db dir).
 
     Raises:
