@@ -351,7 +351,7 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
     with stop_on_signals() as stop:
         try:
             _search_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heartbeat_timeout_s, tally,
-                         shared=store is not None)
+                         shared=storage_url != ":memory:")
         except KeyboardInterrupt:
             signum = stop.signum or signal.SIGINT
         signum = signum or stop.signum
