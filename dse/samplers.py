@@ -13,7 +13,9 @@ changes only when a trial finishes:
 
 The samplers here keep those answers up to date incrementally: each ask looks only at the trials
 that finished since the previous one (a finished trial never changes), so an ask costs O(trials
-still running), not O(n). They read the same snapshot of the study (``Study._get_trials(...,
+still running), not O(n); and they read the study again only after this process told a trial (or
+after ``reread_s``, for other workers' trials): between its own tells a single process's study
+gains no finished trial. They read the same snapshot as Optuna (``Study._get_trials(...,
 use_cache=True)``, refreshed by Optuna at every ask and tell), store the same system attributes
 under the same keys (``NSGAIISampler:generation``, ``NSGAIISampler:parent:G``: studies resume
 across both) and return the same trials in the same order, so they draw the same random numbers
@@ -22,6 +24,8 @@ and choose exactly the same parameters as the stock samplers for the same seed
 """
 
 from __future__ import annotations
+
+import time
 
 from optuna.samplers import NSGAIIISampler, NSGAIISampler
 from optuna.trial import FrozenTrial, TrialState
@@ -47,6 +51,7 @@ class _Ledger:
         self.by_id: dict[int, tuple[int, FrozenTrial]] = {}           # COMPLETE trials: id -> (position, trial)
         self.parents: dict[int, list[FrozenTrial]] = {}               # generation -> parents, storage order
         self.space: dict | None = None          # distributions every COMPLETE trial shares
+        self.stale, self.read_at = True, 0.0    # a trial was told since the last read; when read
 
     def update(self, trials: list[FrozenTrial], gen_key: str) -> None:
         """Read the trials that finished since the last call."""
@@ -87,13 +92,27 @@ class _GenerationMemo:
     """Mixin over a BaseGASampler: generation, population and parents without an O(n) scan."""
 
     _ledger: _Ledger | None = None
+    #: seconds after which the study is read again although this process told no trial since
+    #: (other workers' trials on a shared storage)
+    reread_s: float = 1.0
 
     def _ledger_for(self, study) -> _Ledger:
+        """The ledger, brought up to date when this process told a trial since the last read
+        (after_trial) or ``reread_s`` has passed: between tells a single process's study cannot
+        gain a finished trial, so a read per ask (a query on a database) tells nothing new."""
         key = (id(study._storage), study._study_id)
         if self._ledger is None or self._ledger.key != key:
             self._ledger = _Ledger(key)
-        self._ledger.update(study._get_trials(deepcopy=False, use_cache=True), self._get_generation_key())
-        return self._ledger
+        led, now = self._ledger, time.monotonic()
+        if led.stale or now - led.read_at > self.reread_s:
+            led.update(study._get_trials(deepcopy=False, use_cache=True), self._get_generation_key())
+            led.stale, led.read_at = False, now
+        return led
+
+    def after_trial(self, study, trial: FrozenTrial, state, values) -> None:
+        super().after_trial(study, trial, state, values)
+        if self._ledger is not None:
+            self._ledger.stale = True
 
     def infer_relative_search_space(self, study, trial: FrozenTrial) -> dict:
         """As NSGAIISampler: the intersection search space of the COMPLETE trials

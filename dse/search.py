@@ -507,8 +507,8 @@ def _tell_all(ostudy, trials, cons, values, study, beat_every_s: float = 10.0) -
     database, refresh the heartbeat of the trials still to tell every ``beat_every_s``. A trial
     another worker already failed as stale (its design was enqueued again) is skipped.
 
-    Storage writes per trial: one per constraint (Optuna 5 has no call that sets several) and
-    one for the state and values; nothing is read back (``set_so_far`` resumes a trial whose
+    Storage calls per trial: one write per constraint (Optuna 5 has no call that sets several)
+    and one for the state and values; no read before them (``set_so_far`` resumes a trial whose
     constraints were being set when Ctrl-C came, so none is set twice)."""
     from optuna.exceptions import UpdateFinishedTrialError
     names = constraint_names(study)
@@ -520,7 +520,7 @@ def _tell_all(ostudy, trials, cons, values, study, beat_every_s: float = 10.0) -
     def tell(i):
         try:
             for j in range(set_so_far[i], len(names)):
-                trials[i].set_constraint(names[j], cons[i][j])
+                _set_constraint(trials[i], names[j], cons[i][j])
                 set_so_far[i] = j + 1
             _tell_values(ostudy, trials[i], values[i])
         except UpdateFinishedTrialError:
@@ -536,6 +536,22 @@ def _tell_all(ostudy, trials, cons, values, study, beat_every_s: float = 10.0) -
         for i in pending:
             tell(i)
         raise
+
+
+def _set_constraint(trial, name: str, value: float) -> None:
+    """``trial.set_constraint(name, value)`` without its read: Optuna reads the trial's system
+    attributes before each write to warn about a key set twice (a query per constraint on a
+    database); dse sets each key once, so only the write is made, under Optuna's key
+    (``constraints:NAME``, read back as FrozenTrial.constraints). A NaN goes to Optuna, which
+    rejects it."""
+    try:
+        from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
+    except ImportError:             # another Optuna: the public call
+        _CONSTRAINTS_KEY = None
+    if _CONSTRAINTS_KEY is None or value != value:
+        trial.set_constraint(name, value)
+        return
+    trial.storage.set_trial_system_attr(trial._trial_id, f"{_CONSTRAINTS_KEY}:{name}", float(value))
 
 
 def _tell_values(ostudy, trial, values: list[float]) -> None:

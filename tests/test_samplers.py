@@ -139,7 +139,8 @@ def test_storage_writes_per_trial(tmp_path, monkeypatch, url):
       set_trial_user_attr     0  (heartbeats only when a batch outlasts 10 s on a shared storage)
     Once per run: the study (1), its user attrs dse_space, dse_study, dse_runs (3), and the parent
     population of generation 1 (1 study system attr): trials 0-31 are generation 0, 32-63 generation 1.
-    Reads: nothing of the trial after its tell; set_constraint reads the trial's attrs once per key."""
+    Reads: no trial is read back for its constraints (Trial.set_constraint would read its attrs
+    once per key: dse writes each key once, under Optuna's name)."""
     store = CountingStorage()
     monkeypatch.setattr(ds, "resolve_storage", lambda study, storage, out: (store, url))
     res = ds.run_study(small_study(tmp_path, n_trials=64, batch=32), sampler="nsga2", storage="x", progress=False)
@@ -157,4 +158,13 @@ def test_storage_writes_per_trial(tmp_path, monkeypatch, url):
     assert (c["create_new_study"], c["set_study_user_attr"], c["set_study_system_attr"]) == (1, 3, 1)
     writes = sum(v for k, v in c.items() if k.startswith(("set_", "create_")))
     assert writes == n * 6 + active + 5
-    assert c["get_trial_system_attrs"] == 3 * n      # Optuna's set_constraint, once per constraint
+    assert c["get_trial_system_attrs"] == 0
+    # what was written is what Optuna's set_constraint writes: FrozenTrial.constraints, in order
+    stored = sorted(store.get_all_trials(store.get_study_id_from_name("quickstart")), key=lambda t: t.number)
+    df = res.frame.sort_values("trial")
+    assert [list(t.constraints) for t in stored] == [["memory_fit_gb", "buildable", "power_w"]] * n
+    # power_w <= 1000 W: the value told is power_w - 1000 (e.g. 1250 W -> 250, 800 W -> -200)
+    power = df["power_w"].to_numpy()
+    told = np.array([t.constraints["power_w"] for t in stored])
+    np.testing.assert_allclose(told, np.where(np.isnan(power), 1.0, power - 1000.0), rtol=0, atol=1e-9)
+    assert {t.constraints["buildable"] for t in stored} <= {-1.0, 1.0}
