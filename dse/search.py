@@ -513,6 +513,8 @@ def _tell_all(ostudy, trials, cons, values, study, beat_every_s: float = 10.0) -
     from optuna.exceptions import UpdateFinishedTrialError
     names = constraint_names(study)
     cons, values = np.asarray(cons, dtype=np.float64).tolist(), np.asarray(values, dtype=np.float64).tolist()
+    if cons and len(cons[0]) != len(names):
+        raise RuntimeFailure(f"{len(cons[0])} constraint values per trial for {len(names)} constraints {names}")
     set_so_far = [0] * len(trials)
     pending = list(range(len(trials)))
     last = time.monotonic()
