@@ -19,6 +19,7 @@ import signal
 import sys
 import time
 import warnings
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +36,7 @@ from .results.columns import BASE_CONSTRAINTS
 from .results.frame import results_frame
 from .results.store import check_manifest, study_metadata, write_manifest, write_parquet
 from .study import SAMPLERS, StudySpec, open_study
-from .study.space import active_masks, sampling_order
+from .study.space import CONTROL_KEYS, active_masks, is_conditional, sampling_order
 
 #: objective value given to Optuna where a metric is undefined (the design does not fit);
 #: the memory constraint already marks such trials infeasible
@@ -65,16 +66,29 @@ def distributions(study: StudySpec) -> dict:
     return out
 
 
-def ask_design(ostudy, study: StudySpec, dists: dict):
+def ask_design(ostudy, study: StudySpec, dists: dict, memo: dict | None = None):
     """Ask one trial and suggest its active knobs only (a conditional space: a draft-chip knob
-    is not sampled when the draft chip is off, dse.study.space); controllers come first."""
+    is not sampled when the draft chip is off, dse.study.space); controllers come first.
+    Activity depends on the controllers' values only (CONTROL_KEYS): it is computed once per
+    combination of them and kept in ``memo`` (one dict per search)."""
     trial = ostudy.ask()
     vals: dict[str, np.ndarray] = {}
+    control: tuple = ()
+    masks = None
+    memo = {} if memo is None else memo
     for k in sampling_order(study):
-        act = active_masks(study, vals, 1).get(k.name)
-        if act is not None and not act[0]:
-            continue
-        vals[k.name] = np.array([_suggest(trial, k.name, dists[k.name])], dtype=object)
+        if is_conditional(k):
+            if masks is None:
+                masks = memo.get(control)
+                if masks is None:
+                    masks = memo[control] = active_masks(study, vals, 1)
+            act = masks.get(k.name)
+            if act is not None and not act[0]:
+                continue
+        v = _suggest(trial, k.name, dists[k.name])
+        vals[k.name] = np.array([v], dtype=object)
+        if k.key in CONTROL_KEYS:
+            control, masks = (*control, (k.name, v)), None
     return trial
 
 
@@ -98,11 +112,15 @@ def make_sampler(name: str, seed: int, population: int, n_objectives: int):
 
 
 def _sampler(name: str, seed: int, population: int):
+    """NSGA-II/III are Optuna's, memoised per generation (dse.samplers: the same choices for
+    the same seed, without the O(n) scans per ask)."""
     import optuna
+
+    from .samplers import MemoNSGAIIISampler, MemoNSGAIISampler
     if name in ("nsga2", "auto"):       # auto: NSGA-II after the seeds of enqueue_seeds
-        return optuna.samplers.NSGAIISampler(population_size=population, seed=seed)
+        return MemoNSGAIISampler(population_size=population, seed=seed)
     if name == "nsga3":
-        return optuna.samplers.NSGAIIISampler(population_size=population, seed=seed)
+        return MemoNSGAIIISampler(population_size=population, seed=seed)
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, multivariate=True)
     if name == "random":
@@ -332,7 +350,8 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
     label = f"dse run task {task[0]}/{task[1]}" if task else "dse run"
     with stop_on_signals() as stop:
         try:
-            _search_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heartbeat_timeout_s, tally)
+            _search_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heartbeat_timeout_s, tally,
+                         shared=storage_url != ":memory:")
         except KeyboardInterrupt:
             signum = stop.signum or signal.SIGINT
         signum = signum or stop.signum
@@ -384,26 +403,30 @@ def _create_study(study: StudySpec, store, storage_url: str, directions: list[st
     return ostudy
 
 
-def _search_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heartbeat_timeout_s, tally) -> None:
+def _search_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heartbeat_timeout_s, tally,
+                 shared: bool = True) -> None:
     """Claim, ask, evaluate and tell batches until the study holds n_trials COMPLETE trials;
-    ``tally["told"]`` counts the trials told COMPLETE (kept when interrupted)."""
+    ``tally["told"]`` counts the trials told COMPLETE (kept when interrupted). ``shared``: other
+    processes may work on the study (not in memory), so stale trials are failed, trials are
+    claimed within the budget and heartbeats written; an in-memory study has none of that."""
     from optuna.trial import TrialState
     dists = distributions(study)
     names = [k.name for k in study.searched]
-    live_states = (TrialState.RUNNING, TrialState.WAITING)
+    memo: dict = {}
     done0 = sum(t.state == TrialState.COMPLETE for t in ostudy.get_trials(deepcopy=False))
     bar = Progress(n_trials, done0, unit="trials", label=label, enabled=progress)
     said_waiting = False
     try:
         while not stop.requested:
             every = ostudy.get_trials(deepcopy=False)
-            if fail_stale_trials(ostudy, heartbeat_timeout_s, every):
+            if shared and fail_stale_trials(ostudy, heartbeat_timeout_s, every):
                 every = ostudy.get_trials(deepcopy=False)
-            complete = sum(t.state == TrialState.COMPLETE for t in every)
+            states = Counter(t.state for t in every)
+            complete = states[TrialState.COMPLETE]
             if complete >= n_trials:
                 break
-            live = sum(t.state in live_states for t in every)
-            waiting = sum(t.state == TrialState.WAITING for t in every)
+            live = states[TrialState.RUNNING] + states[TrialState.WAITING]
+            waiting = states[TrialState.WAITING]
             b = min(study.batch_size, max(n_trials - complete - live, 0) + waiting)
             if b <= 0:             # the rest is in other workers' hands: wait for them (or their timeout)
                 if not said_waiting and progress:
@@ -413,19 +436,21 @@ def _search_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heart
                 time.sleep(0.2)
                 continue
             trials = []
-            beat_every = min(10.0, heartbeat_timeout_s / 3)
+            beat_every = min(10.0, heartbeat_timeout_s / 3) if shared else float("inf")
             try:
                 last_beat = time.monotonic()
                 for _ in range(b):
-                    trials.append(ask_design(ostudy, study, dists))
+                    trials.append(ask_design(ostudy, study, dists, memo))
                     if time.monotonic() - last_beat > beat_every:    # a slow database: keep them alive
                         _beat(trials)
                         last_beat = time.monotonic()
-                trials = _within_budget(ostudy, trials, n_trials)
+                if shared:
+                    trials = _within_budget(ostudy, trials, n_trials)
                 if not trials:
                     continue
                 b = len(trials)
-                params = {nm: _column([t.params.get(nm) for t in trials]) for nm in names}
+                rows = [t.params for t in trials]          # Trial.params deep-copies: once per trial
+                params = {nm: _column([r.get(nm) for r in rows]) for nm in names}
                 designs, metrics = evaluate_study(study, params, b, db, tech)
                 cols = metric_table(designs, metrics)
                 cons = constraint_values(cols, study)
@@ -480,15 +505,26 @@ def _beat(trials) -> None:
 def _tell_all(ostudy, trials, cons, values, study, beat_every_s: float = 10.0) -> None:
     """Tell every evaluated trial even if interrupted half-way (a second Ctrl-C); on a slow
     database, refresh the heartbeat of the trials still to tell every ``beat_every_s``. A trial
-    another worker already failed as stale (its design was enqueued again) is skipped."""
+    another worker already failed as stale (its design was enqueued again) is skipped.
+
+    Storage calls per trial: one write per constraint (Optuna 5 has no call that sets several)
+    and one for the state and values; no read before them (``set_so_far`` resumes a trial whose
+    constraints were being set when Ctrl-C came, so none is set twice)."""
     from optuna.exceptions import UpdateFinishedTrialError
+    names = constraint_names(study)
+    cons, values = np.asarray(cons, dtype=np.float64).tolist(), np.asarray(values, dtype=np.float64).tolist()
+    if cons and len(cons[0]) != len(names):
+        raise RuntimeFailure(f"{len(cons[0])} constraint values per trial for {len(names)} constraints {names}")
+    set_so_far = [0] * len(trials)
     pending = list(range(len(trials)))
     last = time.monotonic()
 
     def tell(i):
         try:
-            _set_constraints(trials[i], cons[i], study)
-            ostudy.tell(trials[i], values[i].tolist())
+            for j in range(set_so_far[i], len(names)):
+                _set_constraint(trials[i], names[j], cons[i][j])
+                set_so_far[i] = j + 1
+            _tell_values(ostudy, trials[i], values[i])
         except UpdateFinishedTrialError:
             pass
     try:
@@ -502,6 +538,34 @@ def _tell_all(ostudy, trials, cons, values, study, beat_every_s: float = 10.0) -
         for i in pending:
             tell(i)
         raise
+
+
+def _set_constraint(trial, name: str, value: float) -> None:
+    """``trial.set_constraint(name, value)`` without its read: Optuna reads the trial's system
+    attributes before each write to warn about a key set twice (a query per constraint on a
+    database); dse sets each key once, so only the write is made, under Optuna's key
+    (``constraints:NAME``, read back as FrozenTrial.constraints). A NaN goes to Optuna, which
+    rejects it."""
+    try:
+        from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
+    except ImportError:             # another Optuna: the public call
+        _CONSTRAINTS_KEY = None
+    if _CONSTRAINTS_KEY is None or value != value:
+        trial.set_constraint(name, value)
+        return
+    trial.storage.set_trial_system_attr(trial._trial_id, f"{_CONSTRAINTS_KEY}:{name}", float(value))
+
+
+def _tell_values(ostudy, trial, values: list[float]) -> None:
+    """``ostudy.tell(trial, values)`` without its return value: Study.tell deep-copies the
+    finished trial to return it (a tenth of an in-memory run's Optuna time); this calls the
+    function Study.tell calls, with the same arguments, when Optuna has it."""
+    try:
+        from optuna.study._tell import _tell_with_warning
+    except ImportError:             # another Optuna: the public call
+        ostudy.tell(trial, values)
+        return
+    _tell_with_warning(study=ostudy, trial=trial, value_or_values=values, state=None, skip_if_finished=False)
 
 
 def seed_count(n_trials: int, batch_size: int) -> int:
@@ -571,13 +635,10 @@ def fail_stale_trials(ostudy, timeout_s: float = 60.0, trials=None, now: float |
     return failed
 
 
-def _set_constraints(trial, values: np.ndarray, study: StudySpec) -> None:
-    """Every constraint on every trial before tell (a trial without them counts as feasible)."""
-    names = BASE_CONSTRAINTS + tuple(c.metric for c in study.constraints)
-    have = trial.constraints        # one storage read (each read is a query on a database)
-    for name, v in zip(names, values, strict=True):
-        if name not in have:
-            trial.set_constraint(name, float(v))
+def constraint_names(study: StudySpec) -> tuple[str, ...]:
+    """The constraints told with every trial (a trial without them counts as feasible): memory
+    fit and buildability first, then the study's, in the order of constraint_values' columns."""
+    return BASE_CONSTRAINTS + tuple(c.metric for c in study.constraints)
 
 
 def _finite_objectives(cols, study) -> np.ndarray:
