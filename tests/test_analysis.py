@@ -17,7 +17,7 @@ OBJECTIVES = [{"metric": "spec_ms_per_token", "direction": "minimize"},
 
 
 def meta(study="toy", **extra):
-    m = {"schema_version": 2, "dse_version": "0.0.test",
+    m = {"schema_version": 3, "dse_version": "0.0.test",
          "study": {"name": study, "workload": {"target": "llama-70b", "alpha": 0.8, "k": 4},
                    "objectives": OBJECTIVES},
          "objectives": OBJECTIVES, "constraints": [{"metric": "power_w", "max": 700.0}],
@@ -123,7 +123,7 @@ def test_load_errors(tmp_path, dataset_dir):
 
 def test_newer_schema_version_refused(tmp_path):
     path = tmp_path / "r.parquet"
-    pq.write_table(table(3, m=meta(schema_version=3)), path)
+    pq.write_table(table(3, m=meta(schema_version=4)), path)
     with pytest.raises(DseError, match="schema_version"):
         da.load_results(path)
 
@@ -217,5 +217,14 @@ def test_old_schema_version_read_with_a_warning(tmp_path):
     path = tmp_path / "r.parquet"
     pq.write_table(table(3, m=meta(schema_version=1)), path)
     with pytest.warns(UserWarning, match="schema_version 1"):
+        df = da.load_results(path)
+    assert len(df) == 3
+
+
+def test_schema_version_2_read_with_its_own_warning(tmp_path):
+    """Schema 2 files held the vendor TDP in power_w of known parts: they load, saying so."""
+    path = tmp_path / "r.parquet"
+    pq.write_table(table(3, m=meta(schema_version=2)), path)
+    with pytest.warns(UserWarning, match="schema_version 2: written before power_w of known parts"):
         df = da.load_results(path)
     assert len(df) == 3

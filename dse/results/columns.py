@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..model.evaluate import METRIC_COLUMNS
 
 #: version of the Parquet results schema; readers refuse newer files
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: hardware columns (display units): per chip, except cost_usd, power_w and total_die_area_mm2, which
 #: are whole-system (target chips + draft chips). The group totals of capacity are the model's

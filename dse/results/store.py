@@ -231,6 +231,10 @@ def _read_footer(path: Path) -> tuple[pa.Schema, dict, int]:
         warnings.warn(f"{path}: results schema_version {version}: written before issue 9 (cost_usd of known "
                       "parts was their street price, DRAM capacity decimal, KV cache at the weight dtype); "
                       "re-run the study to compare with current results", stacklevel=7)
+    elif version is not None and int(version) < 3:
+        warnings.warn(f"{path}: results schema_version {version}: written before power_w of known parts came "
+                      "from the energy model synthesised chips get (it held the vendor TDP) and before expert "
+                      "parallel (ep); re-run the study to compare power with current results", stacklevel=7)
     return schema, meta, footer.num_rows
 
 
