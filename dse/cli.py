@@ -120,7 +120,8 @@ def eval_cmd(as_json, **kwargs):
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def run_cmd(study_file, n_trials, sampler, seed, storage, task, out, dask_address, heartbeat_timeout, quiet):
     """Search a study with Optuna; write Parquet and print the front."""
-    from .search import parse_task, redact_url, run_study, run_tasks
+    from .search import parse_task, run_study, run_tasks
+    from .storage import redact_url
     from .study import load_study
     if task is None and os.environ.get("SLURM_ARRAY_TASK_ID") is not None and storage is None:
         click.echo("note: SLURM_ARRAY_TASK_ID is set: give --task auto to run this array element as an "

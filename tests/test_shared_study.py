@@ -71,7 +71,7 @@ def workers(p, url, tmp_path, n=4, extra=()):
 def trial_states(url, name):
     import optuna
 
-    from dse.search import resolve_storage
+    from dse.storage import resolve_storage
     store, _ = resolve_storage(None, url, Path("unused"))
     trials = optuna.load_study(study_name=name, storage=store).get_trials(deepcopy=False)
     return [(t.number, t.state.name) for t in trials]
