@@ -8,6 +8,7 @@ unredacted: every message and every URL shown goes through :func:`redact_url`.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -61,17 +62,85 @@ def clear_stale_lock(journal: str | Path, wait_s: float = 2.0, out=None) -> bool
     return True
 
 
+#: retries of a storage call that lost its database connection: waits RETRY_BASE_S x 2^k, capped
+#: at RETRY_CAP_S (0.5, 1, 2, 4, 8 s: ~15 s in all, enough for a PostgreSQL restart or failover)
+RETRY_ATTEMPTS, RETRY_BASE_S, RETRY_CAP_S = 6, 0.5, 8.0
+#: SQLAlchemy's names for "the connection, not the statement, failed"
+TRANSIENT = ("OperationalError", "InterfaceError", "DisconnectionError")
+
+
+def transient_cause(exc: BaseException) -> BaseException | None:
+    """The connection error behind ``exc`` (Optuna re-raises SQLAlchemy's as StorageInternalError
+    ``from`` it), or None when ``exc`` is not a lost connection."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if type(exc).__name__ in TRANSIENT:
+            return exc
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
+def _retrying(name: str, base):
+    def call(self, *args, **kwargs):
+        method = getattr(base, name)
+        if getattr(self, "_dse_depth", 0):          # a call inside a retried call: the outer one retries
+            return method(self, *args, **kwargs)
+        for attempt in range(RETRY_ATTEMPTS):
+            self._dse_depth = 1
+            try:
+                return method(self, *args, **kwargs)
+            except Exception as exc:        # noqa: BLE001 - only a lost connection is retried
+                cause = transient_cause(exc)
+                if cause is None:
+                    raise
+                first = _redact_text(str(cause).strip().splitlines()[0] if str(cause).strip() else "", self.dse_url)
+                first = re.sub(r"^\([\w.]+\) ", "", first)
+                if attempt == RETRY_ATTEMPTS - 1:
+                    raise RuntimeFailure(f"--storage {redact_url(self.dse_url)}: the database stayed unreachable "
+                                         f"after {RETRY_ATTEMPTS} attempts ({type(cause).__name__}: {first}); the "
+                                         "finished trials are kept in it: run the same command again to resume") from None
+                wait = min(RETRY_CAP_S, RETRY_BASE_S * 2 ** attempt)
+                sys.stderr.write(f"note: {redact_url(self.dse_url)}: {name.lstrip('_')} lost the database connection "
+                                 f"({type(cause).__name__}: {first}); retry {attempt + 1} of {RETRY_ATTEMPTS - 1} "
+                                 f"in {wait:g} s\n")
+                time.sleep(wait)
+            finally:
+                self._dse_depth = 0
+    call.__name__ = name
+    return call
+
+
+@functools.cache
+def _retrying_rdb_class():
+    """RDBStorage whose every storage call is retried with exponential backoff when the database
+    connection drops (a server restart, a failover, a network blip). A retried write that had
+    committed is harmless: a second tell raises UpdateFinishedTrialError, which dse ignores, and
+    a trial created twice stays RUNNING until dse's heartbeat timeout fails it."""
+    import optuna
+    base = optuna.storages.RDBStorage
+    # the public storage API, and the private methods Optuna's _CachedStorage calls on it
+    private = ("_create_new_trial", "_get_best_trial_id", "_get_stale_trial_ids", "_get_trials", "_set_trial_param")
+    names = [n for n, v in vars(base).items() if callable(v) and (not n.startswith("_") or n in private)
+             and n not in ("upgrade", "remove_session")]
+    return type("RetryingRDBStorage", (base,), {n: _retrying(n, base) for n in names})
+
+
 def _rdb_storage(url: str):
     """RDBStorage with a small connection pool (100 workers stay under PostgreSQL's default
-    max_connections = 100 with 1 each, 2 at most);
-    creation is retried, since many workers starting at once race to create the tables."""
-    import optuna
+    max_connections = 100 with 1 each, 2 at most), connections checked before use
+    (pool_pre_ping: a server restart costs no failed statement) and calls retried when the
+    connection drops; creation is retried, since many workers starting at once race to create
+    the tables."""
     kwargs = {}
     if not url.startswith("sqlite"):
-        kwargs = {"pool_size": 1, "max_overflow": 1, "pool_recycle": 300}
+        kwargs = {"pool_size": 1, "max_overflow": 1, "pool_recycle": 300, "pool_pre_ping": True}
+    cls = _retrying_rdb_class()
     for attempt in range(6):
         try:
-            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+            store = cls.__new__(cls)
+            store.dse_url = url
+            store.__init__(url, engine_kwargs=kwargs)
+            return store
         except Exception as exc:   # noqa: BLE001 - classified below
             kind = type(exc).__name__
             if kind in ("IntegrityError", "ProgrammingError") and attempt < 5:

@@ -170,3 +170,101 @@ def test_resumed_nsga2_run_loses_and_duplicates_no_trial(tmp_path, shm, monkeypa
     pd.testing.assert_frame_equal(got.iloc[:96][per_row], _rows(cut.frame)[per_row])
     pd.testing.assert_frame_equal(got.iloc[:96][per_row], _rows(ref.frame).iloc[:96][per_row])
     assert not got.iloc[96:][per_row].equals(_rows(ref.frame).iloc[96:][per_row])   # the stated reason holds
+
+
+# --------------------------------------------------------------------------- a database that drops
+
+def _dropping(monkeypatch, method: str, fail_calls):
+    """Make RDBStorage.<method> lose its connection on the call numbers in ``fail_calls`` (1-based;
+    a callable for "from then on"), raising what Optuna raises: StorageInternalError from
+    SQLAlchemy's OperationalError."""
+    import optuna
+    import sqlalchemy.exc
+    real, calls = getattr(optuna.storages.RDBStorage, method), [0]
+
+    def flaky(self, *args, **kwargs):
+        calls[0] += 1
+        if fail_calls(calls[0]):
+            cause = sqlalchemy.exc.OperationalError("UPDATE trials SET state=%(state)s", {},
+                                                    Exception("server closed the connection unexpectedly"))
+            raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from cause
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(optuna.storages.RDBStorage, method, flaky)
+    monkeypatch.setattr("dse.storage.RETRY_BASE_S", 0.01)
+    return calls
+
+
+def test_transient_drops_in_tell_are_retried_and_no_trial_is_lost(tmp_path, capsys, monkeypatch):
+    s = small_study(tmp_path, n_trials=32, batch_size=16, sampler="random")
+    calls = _dropping(monkeypatch, "set_trial_state_values", lambda n: n in (1, 2))   # the first 2 tells
+    res = run_study(s, storage=f"sqlite:///{tmp_path / 'q.db'}", progress=False)
+    err = capsys.readouterr().err
+    assert calls[0] == 32 + 2                                      # 32 tells, the first one tried 3 times
+    retries = [x for x in err.splitlines() if "lost the database connection" in x]
+    assert len(retries) == 2 and "retry 1 of 5 in 0.01 s" in retries[0] and "retry 2 of 5 in 0.02 s" in retries[1]
+    assert len(res.frame) == 32 and sorted(res.frame["trial"]) == list(range(32))
+    assert len(pd.read_parquet(tmp_path / "q.parquet")) == 32
+
+
+def test_database_that_stays_down_is_one_line_exit_1_and_keeps_finished_trials(tmp_path, monkeypatch):
+    import optuna
+    from click.testing import CliRunner
+
+    from dse.cli import main
+    s = small_study(tmp_path, n_trials=48, batch_size=16, sampler="random")
+    _dropping(monkeypatch, "set_trial_state_values", lambda n: n > 20)    # down from the 21st tell on
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    r = CliRunner().invoke(main, ["run", str(s.path), "--storage", url, "--quiet"])
+    assert r.exit_code == 1, r.output
+    lines = [x for x in r.output.strip().splitlines() if "lost the database connection" not in x]
+    assert len(lines) == 1 and "Traceback" not in r.output
+    assert lines[0].startswith(f"error: --storage {url}: the database stayed unreachable after 6 attempts")
+    assert "run the same command again to resume" in lines[0]
+    monkeypatch.undo()
+    trials = optuna.load_study(study_name=s.name, storage=url).get_trials(deepcopy=False)
+    states = [t.state.name for t in trials]
+    # tells 1..20 went through: batch 1 (16) and 4 of batch 2; the 5th of batch 2 failed for good, so
+    # 12 stay RUNNING (failed and re-asked by the next run's heartbeat check) and batch 3 was never asked
+    assert states.count("COMPLETE") == 20 and states.count("RUNNING") == 12 and len(states) == 32
+
+
+def test_postgresql_restart_mid_run_and_the_run_finishes(tmp_path):
+    """A real drop: `pg_ctl restart -m fast` (every session killed) while `dse run` works."""
+    import subprocess
+    import sys
+    import time
+
+    import optuna
+
+    from dse.storage import resolve_storage
+    url, pg_bin, pg_dir = (os.environ.get(k) for k in ("DSE_TEST_PG_URL", "PG_BIN", "PG_DIR"))
+    if not (url and pg_bin and pg_dir and os.geteuid() == 0):
+        require("postgres", "no PostgreSQL server of our own to restart: run under .ci/run (it exports "
+                "DSE_TEST_PG_URL, PG_BIN and PG_DIR)")
+    s = small_study(tmp_path, n_trials=300, batch_size=25, sampler="random")
+    dse_bin = str(Path(sys.executable).with_name("dse"))
+    p = subprocess.Popen([dse_bin, "run", str(s.path), "--storage", url, "--quiet"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    store, _ = resolve_storage(None, url, tmp_path / "x")
+
+    def complete():
+        try:
+            trials = optuna.load_study(study_name=s.name, storage=store).get_trials(deepcopy=False)
+        except KeyError:
+            return 0
+        return sum(t.state.name == "COMPLETE" for t in trials)
+    t0 = time.monotonic()
+    while complete() < 50:
+        assert time.monotonic() - t0 < 300 and p.poll() is None
+        time.sleep(0.2)
+    # -l: the restarted server logs to its file (it would otherwise hold our pipe open)
+    subprocess.run(["su", "postgres", "-s", "/bin/sh", "-c",
+                    f"{pg_bin}/pg_ctl -D {pg_dir}/data -l {pg_dir}/log -m fast -w restart"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+    out, err = p.communicate(timeout=600)
+    assert p.returncode == 0, err[-2000:]
+    assert "Traceback" not in err
+    notes = [x for x in err.splitlines() if x.strip()]
+    assert notes and all("lost the database connection" in x and "***@" in x for x in notes)   # retried, said so
+    store, _ = resolve_storage(None, url, tmp_path / "y")          # the old pool's connections died with the server
+    assert complete() == 300 and len(pd.read_parquet(tmp_path / "q.parquet")) == 300
