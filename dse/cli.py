@@ -212,6 +212,18 @@ def export_cmd(storage, study_name, out):
     click.echo(f"{res.path} ({len(res.frame)} trials; storage {res.storage})")
 
 
+@main.command("storage-proxy", short_help="Serve a database to many `dse run` workers over gRPC.")
+@click.option("--storage", required=True, help="The database: postgresql+psycopg://, mysql+pymysql:// or sqlite:///.")
+@click.option("--host", default="localhost", show_default=True,
+              help="Address to listen on (0.0.0.0: every interface; the channel has no authentication).")
+@click.option("--port", type=int, default=13000, show_default=True, help="Port to listen on.")
+def storage_proxy_cmd(storage, host, port):
+    """Run Optuna's gRPC storage proxy until SIGTERM or Ctrl-C; workers join with
+    `dse run STUDY --storage grpc://HOST:PORT` (pip install 'dse[grpc]')."""
+    from .storage import serve_proxy
+    serve_proxy(storage, host=host, port=port)
+
+
 @main.command("pareto", short_help="The front of a results file or dataset.")
 @click.argument("path", type=click.Path(exists=True))
 @click.option("--objective", "objectives", multiple=True, metavar="METRIC:min|max",

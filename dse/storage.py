@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from .errors import RuntimeFailure, SpecError
@@ -149,6 +150,113 @@ def _rdb_storage(url: str):
             raise
 
 
+#: the storage URLs dse takes, for messages
+EXPECTED = ("expected sqlite:///FILE, postgresql+psycopg://USER@HOST/DB with pip install 'dse[postgres]', "
+            "mysql+pymysql://USER@HOST/DB with pip install 'dse[mysql]', grpc://HOST:PORT or a journal file")
+
+
+def _host_port(url: str, field: str = "--storage") -> tuple[str, int]:
+    """``grpc://HOST:PORT`` -> (HOST, PORT); anything else is bad input (exit 2)."""
+    from urllib.parse import urlsplit
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host = port = None
+    if not host or port is None or parts.path not in ("", "/") or parts.query or parts.username:
+        raise SpecError(None, field, redact_url(url), "expected grpc://HOST:PORT (the address of a running "
+                        "`dse storage-proxy`)")
+    return host, port
+
+
+def _require_grpc(field: str, value: str) -> None:
+    try:
+        import grpc  # noqa: F401
+    except ImportError:
+        raise SpecError(None, field, redact_url(value), "the gRPC storage proxy needs grpcio: pip install "
+                        "'dse[grpc]'") from None
+
+
+def grpc_client(url: str, wait_s: float = 10.0):
+    """Optuna's GrpcStorageProxy for ``grpc://HOST:PORT``, once the proxy answers (up to
+    ``wait_s`` seconds; a proxy that does not is a runtime failure, exit 1)."""
+    import optuna
+    host, port = _host_port(url)
+    _require_grpc("--storage", url)
+    with warnings.catch_warnings():             # experimental since Optuna 4.2
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        store = optuna.storages.GrpcStorageProxy(host=host, port=port)
+    try:
+        store.wait_server_ready(timeout=wait_s)
+    except ConnectionError:
+        store.close()
+        raise RuntimeFailure(f"--storage {url}: no storage proxy answers there within {wait_s:g} s (start one "
+                             f"with: dse storage-proxy --storage DATABASE_URL --host {host} --port {port})") from None
+    return store
+
+
+def _port_is_free(host: str, port: int) -> None:
+    """gRPC binds with SO_REUSEPORT: a second proxy on a busy port would start and share the
+    port's connections silently. A plain bind tells; a busy port is a runtime failure (exit 1)."""
+    import errno
+    import socket
+    try:
+        addrs = {a[:2] + (a[4],) for a in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)}
+    except OSError as exc:
+        raise SpecError(None, "--host", host, f"cannot resolve it ({exc.strerror or exc})") from None
+    for family, kind, addr in addrs:
+        with socket.socket(family, kind) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(addr)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise RuntimeFailure(f"--host {host} --port {port}: the port is in use (another "
+                                         "storage-proxy?); stop it or give another --port") from None
+                if exc.errno != errno.EADDRNOTAVAIL:     # e.g. no IPv6 on this host: gRPC skips it too
+                    raise RuntimeFailure(f"--host {host} --port {port}: cannot listen there ({exc.strerror})") from None
+
+
+def serve_proxy(storage: str, host: str = "localhost", port: int = 13000, grace_s: float = 10.0, out=None) -> int:
+    """Serve a database storage to `dse run --storage grpc://HOST:PORT` workers through Optuna's
+    gRPC storage proxy until SIGTERM or SIGINT; then finish the calls in flight (up to ``grace_s``)
+    and return the signal's number. One process holds the database connections, so hundreds
+    of workers cost one pool (optuna.md section 7). Journal files cannot be proxied (Optuna
+    issue #6084)."""
+    import optuna
+
+    from .interrupt import stop_on_signals
+    if "://" not in str(storage) or str(storage).startswith("grpc://"):
+        raise SpecError(None, "--storage", redact_url(storage), "the proxy serves a database: sqlite:///FILE, "
+                        "postgresql+psycopg://USER@HOST/DB or mysql+pymysql://USER@HOST/DB (Optuna cannot proxy "
+                        "a journal file, issue #6084)")
+    _require_grpc("--storage", storage)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)     # no line per study the workers create
+    if not 0 < int(port) < 65536:
+        raise SpecError(None, "--port", port, "expected 1..65535")
+    # Optuna's make_server, not run_grpc_proxy_server: it hands back the server, so a signal can
+    # stop it gracefully (run_grpc_proxy_server blocks in wait_for_termination with no way out)
+    from optuna.storages._grpc.server import make_server
+    store, shown = resolve_storage(None, storage, Path("unused"))
+    cached = optuna.storages.get_storage(store)         # Optuna's per-process trial cache, as its docs advise
+    _port_is_free(host, int(port))
+    out = out or sys.stderr
+    with stop_on_signals() as stop:
+        try:
+            server = make_server(cached, host, int(port))
+            server.start()
+        except RuntimeError as exc:
+            raise RuntimeFailure(f"--host {host} --port {port}: cannot listen there ({exc})") from None
+        out.write(f"dse storage-proxy: serving {shown} at grpc://{host}:{port} (workers: dse run STUDY "
+                  f"--storage grpc://{host}:{port}); SIGTERM or Ctrl-C stops it\n")
+        out.flush()
+        while not stop.requested:
+            time.sleep(0.2)
+        server.stop(grace_s).wait()
+    out.write(f"dse storage-proxy: stopped by {stop.name}; every call in flight was finished\n")
+    return stop.signum
+
+
 def resolve_storage(study, storage: str | None, out: Path):
     """None/null: a journal file beside the output; ':memory:'; a database URL; or a file path
     (``journal:PATH`` too). Returns (storage, the URL as shown: password redacted)."""
@@ -161,22 +269,22 @@ def resolve_storage(study, storage: str | None, out: Path):
         return None, url
     if url.startswith("journal:"):
         url = url[len("journal:"):]
+    if url.startswith("grpc://"):
+        return grpc_client(url), url
     if "://" in url:
         shown = redact_url(url)
         try:
             return _rdb_storage(url), shown
         except ImportError as exc:  # the URL names a driver that is not installed: bad input
             raise SpecError(None, "--storage", shown, f"cannot open this database: "
-                            f"{_redact_text(str(exc).splitlines()[0], url)} (expected sqlite:///FILE, or "
-                            "postgresql+psycopg://USER@HOST/DB with pip install 'dse[postgres]')") from None
+                            f"{_redact_text(str(exc).splitlines()[0], url)} ({EXPECTED})") from None
         except Exception as exc:  # SQLAlchemy: a malformed URL is bad input (exit 2), a server that
             # cannot be reached or a file that cannot be opened is a runtime failure (exit 1)
             lines = [x.strip() for x in str(exc).splitlines() if x.strip() and not x.startswith(("(Background", "["))]
             first = _redact_text(re.sub(r"^\([\w.]+\) ", "", "; ".join(lines[:2])) if lines
                                  else type(exc).__name__, url)
             if type(exc).__name__ in ("ArgumentError", "NoSuchModuleError"):
-                raise SpecError(None, "--storage", shown, f"not a database URL: {first} (expected "
-                                "sqlite:///FILE or postgresql+psycopg://USER@HOST/DB)") from None
+                raise SpecError(None, "--storage", shown, f"not a database URL: {first} ({EXPECTED})") from None
             raise RuntimeFailure(f"--storage {shown}: cannot open this database: {first}") from None
     Path(url).parent.mkdir(parents=True, exist_ok=True)
     clear_stale_lock(url)

@@ -268,3 +268,73 @@ def test_postgresql_restart_mid_run_and_the_run_finishes(tmp_path):
     assert notes and all("lost the database connection" in x and "***@" in x for x in notes)   # retried, said so
     store, _ = resolve_storage(None, url, tmp_path / "y")          # the old pool's connections died with the server
     assert complete() == 300 and len(pd.read_parquet(tmp_path / "q.parquet")) == 300
+
+
+# --------------------------------------------------------------------------- gRPC storage proxy
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _need_grpc():
+    try:
+        import grpc  # noqa: F401
+    except ImportError:
+        require("grpc", "grpcio is not installed: pip install '.[grpc]' (.ci/run does)")
+
+
+def test_two_workers_through_the_grpc_proxy_reach_exactly_the_total(tmp_path):
+    import subprocess
+    import sys
+
+    import optuna
+    _need_grpc()
+    dse_bin = str(Path(sys.executable).with_name("dse"))
+    db, port = f"sqlite:///{tmp_path / 'proxied.db'}", _free_port()
+    proxy = subprocess.Popen([dse_bin, "storage-proxy", "--storage", db, "--port", str(port)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proxy.stderr.readline()
+        assert first.startswith(f"dse storage-proxy: serving {db} at grpc://localhost:{port}"), first
+        s = small_study(tmp_path, n_trials=100, batch_size=25, sampler="random")
+        url = f"grpc://localhost:{port}"
+        workers = [subprocess.Popen([dse_bin, "run", str(s.path), "--storage", url, "--quiet",
+                                     "--out", str(tmp_path / f"w{i}.parquet")],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+        outs = [w.communicate(timeout=600) for w in workers]
+        assert [w.returncode for w in workers] == [0, 0], [e[-2000:] for _, e in outs]
+        from click.testing import CliRunner
+
+        from dse.cli import main
+        r = CliRunner().invoke(main, ["storage-proxy", "--storage", db, "--port", str(port)])   # gRPC alone would
+        assert r.exit_code == 1 and "the port is in use" in r.output                            # share the port
+    finally:
+        proxy.send_signal(signal.SIGTERM)
+        _, err = proxy.communicate(timeout=60)
+    assert proxy.returncode == 0 and err.strip() == "dse storage-proxy: stopped by SIGTERM; every call in flight was finished"
+    trials = optuna.load_study(study_name=s.name, storage=db).get_trials(deepcopy=False)    # the database itself
+    complete = [t.number for t in trials if t.state.name == "COMPLETE"]
+    assert len(complete) == 100 and len(set(complete)) == 100
+    assert not [t for t in trials if t.state.name in ("RUNNING", "WAITING")]
+    assert len(pd.read_parquet(tmp_path / "w0.parquet")) == 100       # each worker writes the whole study
+
+
+@pytest.mark.parametrize("args,needle,code", [
+    (["run", "STUDY", "--storage", "grpc://localhost"], "expected grpc://HOST:PORT", 2),
+    (["run", "STUDY", "--storage", "grpc://localhost:PORT"], "no storage proxy answers there within", 1),
+    (["storage-proxy", "--storage", "journal:/tmp/x.journal"], "Optuna cannot proxy a journal file", 2),
+])
+def test_grpc_url_and_proxy_mistakes_are_one_line(tmp_path, args, needle, code, monkeypatch):
+    from click.testing import CliRunner
+
+    from dse.cli import main
+    _need_grpc()
+    monkeypatch.setattr("dse.storage.grpc_client.__defaults__", (0.5,))     # wait 0.5 s, not 10 s
+    s = small_study(tmp_path, n_trials=25)
+    args = [str(s.path) if a == "STUDY" else a.replace("PORT", str(_free_port())) for a in args]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == code, r.output
+    assert len(r.output.strip().splitlines()) == 1 and needle in r.output
