@@ -338,3 +338,34 @@ def test_grpc_url_and_proxy_mistakes_are_one_line(tmp_path, args, needle, code, 
     r = CliRunner().invoke(main, args)
     assert r.exit_code == code, r.output
     assert len(r.output.strip().splitlines()) == 1 and needle in r.output
+
+
+# --------------------------------------------------------------------------- MySQL URLs
+
+def test_mysql_url_without_its_driver_names_the_extra(tmp_path, monkeypatch):
+    import sys
+
+    from click.testing import CliRunner
+
+    from dse.cli import main
+    monkeypatch.setitem(sys.modules, "pymysql", None)            # as if PyMySQL were not installed
+    s = small_study(tmp_path, n_trials=25)
+    r = CliRunner().invoke(main, ["run", str(s.path), "--storage", "mysql+pymysql://dse:s3cret@db.example/dse"])
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
+    assert "pip install 'dse[mysql]'" in r.output and "s3cret" not in r.output and "dse:***@" in r.output
+
+
+def test_mysql_gets_the_small_pool_of_postgresql(monkeypatch):
+    """100 workers x (1 + 1 overflow) connections stay under MySQL's default max_connections
+    (151): the same engine options as PostgreSQL, whatever the server (no connection is made)."""
+    import optuna
+    seen = {}
+
+    def init(self, url, engine_kwargs=None, **kw):
+        seen[url] = engine_kwargs
+    monkeypatch.setattr(optuna.storages.RDBStorage, "__init__", init)
+    from dse.storage import resolve_storage
+    for url in ("mysql+pymysql://u:p@h/db", "postgresql+psycopg://u:p@h/db"):
+        resolve_storage(None, url, Path("unused"))
+    assert seen["mysql+pymysql://u:p@h/db"] == seen["postgresql+psycopg://u:p@h/db"] == {
+        "pool_size": 1, "max_overflow": 1, "pool_recycle": 300, "pool_pre_ping": True}
