@@ -369,3 +369,30 @@ def test_mysql_gets_the_small_pool_of_postgresql(monkeypatch):
         resolve_storage(None, url, Path("unused"))
     assert seen["mysql+pymysql://u:p@h/db"] == seen["postgresql+psycopg://u:p@h/db"] == {
         "pool_size": 1, "max_overflow": 1, "pool_recycle": 300, "pool_pre_ping": True}
+
+
+def test_grpc_recipe_runs_a_proxy_and_its_workers(tmp_path):
+    """No SLURM in CI: examples/slurm/shared-study-grpc.sbatch runs with a stand-in `srun` that
+    starts its command as tasks 0 and 1 (SLURM_PROCID), against a SQLite database."""
+    import subprocess
+    import sys
+
+    import optuna
+    _need_grpc()
+    recipe = Path(__file__).parent.parent / "examples" / "slurm" / "shared-study-grpc.sbatch"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text('#!/bin/sh\nfor i in 0 1; do SLURM_PROCID=$i "$@" & done; wait\n')
+    (bin_dir / "srun").chmod(0o755)
+    s = small_study(tmp_path, n_trials=60, batch_size=20, sampler="random")
+    db = f"sqlite:///{tmp_path / 'recipe.db'}"
+    env = {**os.environ, "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "STUDY": str(s.path), "PORT": str(_free_port()), "DSE_PG_URL": db}
+    (tmp_path / "results").mkdir()
+    r = subprocess.run(["bash", str(recipe)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "stopped by SIGTERM" in r.stderr                         # the EXIT trap stopped the proxy
+    trials = optuna.load_study(study_name=s.name, storage=db).get_trials(deepcopy=False)
+    assert sorted(t.number for t in trials if t.state.name == "COMPLETE") == list(range(60))
+    df = pd.read_parquet(tmp_path / "results" / "worker-1.parquet")
+    assert len(df) == 60 and not df["duplicate_of"].notna().any()   # own seeds: no design proposed twice
