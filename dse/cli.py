@@ -122,7 +122,8 @@ def eval_cmd(as_json, **kwargs):
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def run_cmd(study_file, n_trials, sampler, seed, storage, task, out, dask_address, heartbeat_timeout, quiet):
     """Search a study with Optuna; write Parquet and print the front."""
-    from .search import parse_task, redact_url, run_study, run_tasks
+    from .search import parse_task, run_study, run_tasks
+    from .storage import redact_url
     from .study import load_study
     if task is None and os.environ.get("SLURM_ARRAY_TASK_ID") is not None and storage is None:
         click.echo("note: SLURM_ARRAY_TASK_ID is set: give --task auto to run this array element as an "
@@ -211,6 +212,18 @@ def export_cmd(storage, study_name, out):
     from .export import export_study
     res = export_study(storage, study_name, out)
     click.echo(f"{res.path} ({len(res.frame)} trials; storage {res.storage})")
+
+
+@main.command("storage-proxy", short_help="Serve a database to many `dse run` workers over gRPC.")
+@click.option("--storage", required=True, help="The database: postgresql+psycopg://, mysql+pymysql:// or sqlite:///.")
+@click.option("--host", default="localhost", show_default=True,
+              help="Address to listen on (0.0.0.0: every interface; the channel has no authentication).")
+@click.option("--port", type=int, default=13000, show_default=True, help="Port to listen on.")
+def storage_proxy_cmd(storage, host, port):
+    """Run Optuna's gRPC storage proxy until SIGTERM or Ctrl-C; workers join with
+    `dse run STUDY --storage grpc://HOST:PORT` (pip install 'dse[grpc]')."""
+    from .storage import serve_proxy
+    serve_proxy(storage, host=host, port=port)
 
 
 @main.command("pareto", short_help="The front of a results file or dataset.")

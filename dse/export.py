@@ -12,7 +12,8 @@ from pathlib import Path
 from .errors import DseError, SpecError
 from .report.context import study_from_mapping, study_mapping
 from .results.store import study_metadata, write_parquet
-from .search import RunResult, redact_url, resolve_storage, study_frame
+from .search import RunResult, study_frame
+from .storage import redact_url, resolve_storage
 from .study import open_study
 
 

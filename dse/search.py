@@ -13,8 +13,6 @@ from __future__ import annotations
 import datetime
 import json
 import logging
-import os
-import re
 import signal
 import sys
 import time
@@ -28,13 +26,14 @@ import pandas as pd
 
 from .catalog.database import Database
 from .catalog.fields import Range
-from .errors import DseError, RuntimeFailure, SpecError
+from .errors import DseError, SpecError
 from .evaluation import constraint_values, evaluate_study, metric_table
 from .interrupt import stop_on_signals
 from .progress import Progress
 from .results.columns import BASE_CONSTRAINTS
 from .results.frame import results_frame
 from .results.store import check_manifest, study_metadata, write_manifest, write_parquet
+from .storage import redact_url, resolve_storage
 from .study import SAMPLERS, StudySpec, open_study
 from .study.space import CONTROL_KEYS, active_masks, is_conditional, sampling_order
 
@@ -134,103 +133,6 @@ def _sampler(name: str, seed: int, population: int):
             raise SpecError(None, "sampler", "gp", "needs PyTorch: pip install 'dse[gp]' (or pick nsga2, tpe, ...)") from None
         return optuna.samplers.GPSampler(seed=seed)
     raise SpecError(None, "sampler", name, f"expected one of {', '.join(SAMPLERS)}")
-
-
-def redact_url(url: str) -> str:
-    """A storage URL with its password replaced by ``***`` (for logs, errors and metadata)."""
-    return re.sub(r"(://[^:/@?#]*:)[^@/]*@", r"\1***@", str(url))
-
-
-def _redact_text(text: str, url: str) -> str:
-    """An error message with the URL's password (if any) blanked, wherever it appears."""
-    m = re.search(r"://[^:/@?#]*:([^@/]*)@", str(url))
-    text = str(text).replace(str(url), redact_url(url))
-    return text.replace(m.group(1), "***") if m and m.group(1) else text
-
-
-def clear_stale_lock(journal: str | Path, wait_s: float = 2.0, out=None) -> bool:
-    """Remove ``JOURNAL.lock`` when nobody releases it within ``wait_s`` seconds.
-
-    Optuna holds the journal's lock only while appending (milliseconds); a lock that stays
-    is left by a killed process, and Optuna would wait out its 30 s grace period silently.
-    Returns True when a stale lock was removed (one line on stderr says so)."""
-    lock = Path(str(journal) + ".lock")
-    if not os.path.lexists(lock):
-        return False
-    try:
-        first = os.lstat(lock)
-    except FileNotFoundError:
-        return False
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        time.sleep(0.05)
-        try:
-            now = os.lstat(lock)
-        except FileNotFoundError:
-            return False            # released: a live worker held it
-        if (now.st_ino, now.st_mtime_ns) != (first.st_ino, first.st_mtime_ns):
-            return False            # re-taken: live workers are appending
-    age = time.time() - first.st_mtime
-    try:
-        os.unlink(lock)
-    except FileNotFoundError:
-        return False
-    (out or sys.stderr).write(f"note: removed a stale journal lock {lock} ({age:.0f} s old, not released "
-                              f"within {wait_s:g} s: left by a killed process)\n")
-    return True
-
-
-def _rdb_storage(url: str):
-    """RDBStorage with a small connection pool (100 workers stay under PostgreSQL's default
-    max_connections = 100 with 1 each, 2 at most);
-    creation is retried, since many workers starting at once race to create the tables."""
-    import optuna
-    kwargs = {}
-    if not url.startswith("sqlite"):
-        kwargs = {"pool_size": 1, "max_overflow": 1, "pool_recycle": 300}
-    for attempt in range(6):
-        try:
-            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
-        except Exception as exc:   # noqa: BLE001 - classified below
-            kind = type(exc).__name__
-            if kind in ("IntegrityError", "ProgrammingError") and attempt < 5:
-                time.sleep(0.2 * 2 ** attempt)   # another worker is creating the tables
-                continue
-            raise
-
-
-def resolve_storage(study: StudySpec, storage: str | None, out: Path):
-    """None/null: a journal file beside the output; ':memory:'; a database URL; or a file path
-    (``journal:PATH`` too). Returns (storage, the URL as shown: password redacted)."""
-    import optuna
-    from optuna.storages.journal import JournalFileBackend
-    url = storage if storage is not None else study.storage
-    if url is None:
-        url = str(out.with_suffix(".journal"))
-    if url == ":memory:":
-        return None, url
-    if url.startswith("journal:"):
-        url = url[len("journal:"):]
-    if "://" in url:
-        shown = redact_url(url)
-        try:
-            return _rdb_storage(url), shown
-        except ImportError as exc:  # the URL names a driver that is not installed: bad input
-            raise SpecError(None, "--storage", shown, f"cannot open this database: "
-                            f"{_redact_text(str(exc).splitlines()[0], url)} (expected sqlite:///FILE, or "
-                            "postgresql+psycopg://USER@HOST/DB with pip install 'dse[postgres]')") from None
-        except Exception as exc:  # SQLAlchemy: a malformed URL is bad input (exit 2), a server that
-            # cannot be reached or a file that cannot be opened is a runtime failure (exit 1)
-            lines = [x.strip() for x in str(exc).splitlines() if x.strip() and not x.startswith(("(Background", "["))]
-            first = _redact_text(re.sub(r"^\([\w.]+\) ", "", "; ".join(lines[:2])) if lines
-                                 else type(exc).__name__, url)
-            if type(exc).__name__ in ("ArgumentError", "NoSuchModuleError"):
-                raise SpecError(None, "--storage", shown, f"not a database URL: {first} (expected "
-                                "sqlite:///FILE or postgresql+psycopg://USER@HOST/DB)") from None
-            raise RuntimeFailure(f"--storage {shown}: cannot open this database: {first}") from None
-    Path(url).parent.mkdir(parents=True, exist_ok=True)
-    clear_stale_lock(url)
-    return optuna.storages.JournalStorage(JournalFileBackend(url)), url
 
 
 def derive_seed(seed: int, task: int) -> int:

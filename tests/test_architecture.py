@@ -132,7 +132,7 @@ def test_no_private_attribute_access_across_modules():
 @pytest.mark.parametrize("flow", [
     ("dse.model.evaluate", "dse.study"), ("dse.catalog.specs", "dse.model"), ("dse.evaluation", "dse.search"),
     ("dse.grid", "dse.search"), ("dse.analysis", "dse.report"), ("dse.results.columns", "dse.study"),
-    ("dse.study.parse", "dse.evaluation"),
+    ("dse.study.parse", "dse.evaluation"), ("dse.storage", "dse.search"), ("dse.storage", "dse.study"),
 ])
 def test_flow_runs_one_way(flow):
     """Upstream modules never import downstream ones (model <- catalog; sweep/report do not need Optuna)."""

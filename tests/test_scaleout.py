@@ -18,7 +18,8 @@ import dse.analysis as da
 from dse.cli import main
 from dse.grid import sweep
 from dse.progress import Progress, eta_text
-from dse.search import derive_seed, fail_stale_trials, parse_task, redact_url, run_study, run_tasks
+from dse.search import derive_seed, fail_stale_trials, parse_task, run_study, run_tasks
+from dse.storage import redact_url
 from dse.study import load_study
 
 QUICK = Path(__file__).parent.parent / "studies" / "quickstart.yaml"

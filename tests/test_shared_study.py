@@ -1,7 +1,8 @@
 """Issue 12: one shared Optuna study, many worker processes, on PostgreSQL and on a journal file.
 
-PostgreSQL tests need a server: DSE_TEST_PG_URL=postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB
-(`.ci/run` starts one from Debian's packages). Without it they skip with that reason, unless
+PostgreSQL tests need a server: DSE_TEST_PG_URL=postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB,
+MySQL/MariaDB ones DSE_TEST_MYSQL_URL=mysql+pymysql://USER:PASSWORD@HOST:PORT/DB (`.ci/run` starts
+both from Debian's packages). Without them they skip with that reason, unless
 DSE_REQUIRE_SERVERS=1 (set by `.ci/run`), which turns the skip into a failure.
 """
 
@@ -31,9 +32,13 @@ def _password(url: str) -> str | None:
     return m.group(1) if m else None
 
 
-@pytest.fixture(params=["journal", "postgres"])
+SERVERS = {"postgres": ("DSE_TEST_PG_URL", "PostgreSQL", "postgresql+psycopg"),
+           "mysql": ("DSE_TEST_MYSQL_URL", "MySQL/MariaDB", "mysql+pymysql")}
+
+
+@pytest.fixture(params=["journal", "postgres", "mysql"])
 def storage(request, tmp_path):
-    """A fresh shared storage URL: a journal file (on tmpfs when there is one), or PostgreSQL."""
+    """A fresh shared storage URL: a journal file (on tmpfs when there is one), PostgreSQL or MySQL."""
     if request.param == "journal":
         import shutil
         import tempfile
@@ -41,9 +46,10 @@ def storage(request, tmp_path):
         yield f"journal:{d / 'shared.journal'}"
         shutil.rmtree(d, ignore_errors=True)
         return
-    url = os.environ.get("DSE_TEST_PG_URL")
+    var, server, scheme = SERVERS[request.param]
+    url = os.environ.get(var)
     if not url:
-        msg = "no PostgreSQL server: set DSE_TEST_PG_URL=postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB (.ci/run does)"
+        msg = f"no {server} server: set {var}={scheme}://USER:PASSWORD@HOST:PORT/DB (.ci/run does)"
         if os.environ.get("DSE_REQUIRE_SERVERS") == "1":
             pytest.fail(msg + "; DSE_REQUIRE_SERVERS=1 makes this a failure")
         pytest.skip(msg)
@@ -71,7 +77,7 @@ def workers(p, url, tmp_path, n=4, extra=()):
 def trial_states(url, name):
     import optuna
 
-    from dse.search import resolve_storage
+    from dse.storage import resolve_storage
     store, _ = resolve_storage(None, url, Path("unused"))
     trials = optuna.load_study(study_name=name, storage=store).get_trials(deepcopy=False)
     return [(t.number, t.state.name) for t in trials]
@@ -105,7 +111,7 @@ def test_four_workers_reach_exactly_the_total_and_export(tmp_path, storage):
 
 def test_sigkill_of_one_worker_then_rerun_reaches_the_total(tmp_path, storage):
     p, name = study_file(tmp_path, n_trials=200)
-    # a batch of 25 takes ~0.5 s on a journal, several seconds on a busy PostgreSQL
+    # a batch of 25 takes ~0.5 s on a journal, several seconds on a busy database server
     beat = "5" if storage.startswith("journal:") else "20"
     procs = workers(p, storage, tmp_path, extra=("--heartbeat-timeout", beat))
     t0 = time.monotonic()
@@ -149,11 +155,12 @@ def test_wrong_study_name_is_one_line_exit_2(tmp_path, storage):
 
 @pytest.mark.parametrize("url,needle,code", [
     ("postgresql+psycopg://dse:s3cret-pw@127.0.0.1:1/dse", "cannot open this database", 1),   # runtime failure
+    ("mysql+pymysql://dse:s3cret-pw@127.0.0.1:1/dse", "cannot open this database", 1),
     ("nosuchdb://dse:s3cret-pw@h/x", "not a database URL", 2),                                # bad input
 ])
 def test_bad_or_unreachable_storage_is_one_line(tmp_path, url, needle, code):
     if code == 1:                      # without the driver the URL is refused as bad input first
-        pytest.importorskip("psycopg")
+        pytest.importorskip("psycopg" if url.startswith("postgresql") else "pymysql")
     p, _ = study_file(tmp_path, n_trials=25)
     r = CliRunner().invoke(main, ["run", str(p), "--storage", url, "--quiet"])
     assert r.exit_code == code, r.output

@@ -1,0 +1,291 @@
+"""Shared-study storages: the URL a user gives (``--storage``) to an Optuna storage object.
+
+Journal files (``journal:PATH`` or a path), ``sqlite:///FILE`` (one process only),
+``postgresql+psycopg://`` and ``mysql+pymysql://`` through SQLAlchemy with small pools, and
+``grpc://HOST:PORT`` through Optuna's gRPC storage proxy. Passwords never leave this module
+unredacted: every message and every URL shown goes through :func:`redact_url`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import sys
+import time
+import warnings
+from pathlib import Path
+
+from .errors import RuntimeFailure, SpecError
+
+
+def redact_url(url: str) -> str:
+    """A storage URL with its password replaced by ``***`` (for logs, errors and metadata)."""
+    return re.sub(r"(://[^:/@?#]*:)[^@/]*@", r"\1***@", str(url))
+
+
+def _redact_text(text: str, url: str) -> str:
+    """An error message with the URL's password (if any) blanked, wherever it appears."""
+    m = re.search(r"://[^:/@?#]*:([^@/]*)@", str(url))
+    text = str(text).replace(str(url), redact_url(url))
+    return text.replace(m.group(1), "***") if m and m.group(1) else text
+
+
+def clear_stale_lock(journal: str | Path, wait_s: float = 2.0, out=None) -> bool:
+    """Remove ``JOURNAL.lock`` when nobody releases it within ``wait_s`` seconds.
+
+    Optuna holds the journal's lock only while appending (milliseconds); a lock that stays
+    is left by a killed process, and Optuna would wait out its 30 s grace period silently.
+    Returns True when a stale lock was removed (one line on stderr says so)."""
+    lock = Path(str(journal) + ".lock")
+    if not os.path.lexists(lock):
+        return False
+    try:
+        first = os.lstat(lock)
+    except FileNotFoundError:
+        return False
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        try:
+            now = os.lstat(lock)
+        except FileNotFoundError:
+            return False            # released: a live worker held it
+        if (now.st_ino, now.st_mtime_ns) != (first.st_ino, first.st_mtime_ns):
+            return False            # re-taken: live workers are appending
+    age = time.time() - first.st_mtime
+    try:
+        os.unlink(lock)
+    except FileNotFoundError:
+        return False
+    (out or sys.stderr).write(f"note: removed a stale journal lock {lock} ({age:.0f} s old, not released "
+                              f"within {wait_s:g} s: left by a killed process)\n")
+    return True
+
+
+#: retries of a storage call that lost its database connection: waits RETRY_BASE_S x 2^k, capped
+#: at RETRY_CAP_S (0.5, 1, 2, 4, 8 s: ~15 s in all, enough for a PostgreSQL restart or failover)
+RETRY_ATTEMPTS, RETRY_BASE_S, RETRY_CAP_S = 6, 0.5, 8.0
+#: SQLAlchemy's names for "the connection, not the statement, failed"
+TRANSIENT = ("OperationalError", "InterfaceError", "DisconnectionError")
+
+
+def transient_cause(exc: BaseException) -> BaseException | None:
+    """The connection error behind ``exc`` (Optuna re-raises SQLAlchemy's as StorageInternalError
+    ``from`` it), or None when ``exc`` is not a lost connection."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if type(exc).__name__ in TRANSIENT:
+            return exc
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
+def _retrying(name: str, base):
+    def call(self, *args, **kwargs):
+        method = getattr(base, name)
+        if getattr(self, "_dse_depth", 0):          # a call inside a retried call: the outer one retries
+            return method(self, *args, **kwargs)
+        for attempt in range(RETRY_ATTEMPTS):
+            self._dse_depth = 1
+            try:
+                return method(self, *args, **kwargs)
+            except Exception as exc:        # noqa: BLE001 - only a lost connection is retried
+                cause = transient_cause(exc)
+                if cause is None:
+                    raise
+                first = _redact_text(str(cause).strip().splitlines()[0] if str(cause).strip() else "", self.dse_url)
+                first = re.sub(r"^\([\w.]+\) ", "", first)
+                if attempt == RETRY_ATTEMPTS - 1:
+                    raise RuntimeFailure(f"--storage {redact_url(self.dse_url)}: the database stayed unreachable "
+                                         f"after {RETRY_ATTEMPTS} attempts ({type(cause).__name__}: {first}); the "
+                                         "finished trials are kept in it: run the same command again to resume") from None
+                wait = min(RETRY_CAP_S, RETRY_BASE_S * 2 ** attempt)
+                sys.stderr.write(f"note: {redact_url(self.dse_url)}: {name.lstrip('_')} lost the database connection "
+                                 f"({type(cause).__name__}: {first}); retry {attempt + 1} of {RETRY_ATTEMPTS - 1} "
+                                 f"in {wait:g} s\n")
+                time.sleep(wait)
+            finally:
+                self._dse_depth = 0
+    call.__name__ = name
+    return call
+
+
+@functools.cache
+def _retrying_rdb_class():
+    """RDBStorage whose every storage call is retried with exponential backoff when the database
+    connection drops (a server restart, a failover, a network blip). A retried write that had
+    committed is harmless: a second tell raises UpdateFinishedTrialError, which dse ignores, and
+    a trial created twice stays RUNNING until dse's heartbeat timeout fails it."""
+    import optuna
+    base = optuna.storages.RDBStorage
+    # the public storage API, and the private methods Optuna's _CachedStorage calls on it
+    private = ("_create_new_trial", "_get_best_trial_id", "_get_stale_trial_ids", "_get_trials", "_set_trial_param")
+    names = [n for n, v in vars(base).items() if callable(v) and (not n.startswith("_") or n in private)
+             and n not in ("upgrade", "remove_session")]
+    return type("RetryingRDBStorage", (base,), {n: _retrying(n, base) for n in names})
+
+
+def _rdb_storage(url: str):
+    """RDBStorage with a small connection pool (100 workers stay under PostgreSQL's default
+    max_connections = 100 with 1 each, 2 at most), connections checked before use
+    (pool_pre_ping: a server restart costs no failed statement) and calls retried when the
+    connection drops; creation is retried, since many workers starting at once race to create
+    the tables."""
+    kwargs = {}
+    if not url.startswith("sqlite"):
+        kwargs = {"pool_size": 1, "max_overflow": 1, "pool_recycle": 300, "pool_pre_ping": True}
+    cls = _retrying_rdb_class()
+    for attempt in range(6):
+        try:
+            store = cls.__new__(cls)
+            store.dse_url = url
+            store.__init__(url, engine_kwargs=kwargs)
+            return store
+        except Exception as exc:   # noqa: BLE001 - classified below
+            kind = type(exc).__name__
+            if kind in ("IntegrityError", "ProgrammingError") and attempt < 5:
+                time.sleep(0.2 * 2 ** attempt)   # another worker is creating the tables
+                continue
+            raise
+
+
+#: the storage URLs dse takes, for messages
+EXPECTED = ("expected sqlite:///FILE, postgresql+psycopg://USER@HOST/DB with pip install 'dse[postgres]', "
+            "mysql+pymysql://USER@HOST/DB with pip install 'dse[mysql]', grpc://HOST:PORT or a journal file")
+
+
+def _host_port(url: str, field: str = "--storage") -> tuple[str, int]:
+    """``grpc://HOST:PORT`` -> (HOST, PORT); anything else is bad input (exit 2)."""
+    from urllib.parse import urlsplit
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host = port = None
+    if not host or port is None or parts.path not in ("", "/") or parts.query or parts.username:
+        raise SpecError(None, field, redact_url(url), "expected grpc://HOST:PORT (the address of a running "
+                        "`dse storage-proxy`)")
+    return host, port
+
+
+def _require_grpc(field: str, value: str) -> None:
+    try:
+        import grpc  # noqa: F401
+    except ImportError:
+        raise SpecError(None, field, redact_url(value), "the gRPC storage proxy needs grpcio: pip install "
+                        "'dse[grpc]'") from None
+
+
+def grpc_client(url: str, wait_s: float = 10.0):
+    """Optuna's GrpcStorageProxy for ``grpc://HOST:PORT``, once the proxy answers (up to
+    ``wait_s`` seconds; a proxy that does not is a runtime failure, exit 1)."""
+    import optuna
+    host, port = _host_port(url)
+    _require_grpc("--storage", url)
+    with warnings.catch_warnings():             # experimental since Optuna 4.2
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        store = optuna.storages.GrpcStorageProxy(host=host, port=port)
+    try:
+        store.wait_server_ready(timeout=wait_s)
+    except ConnectionError:
+        store.close()
+        raise RuntimeFailure(f"--storage {url}: no storage proxy answers there within {wait_s:g} s (start one "
+                             f"with: dse storage-proxy --storage DATABASE_URL --host {host} --port {port})") from None
+    return store
+
+
+def _port_is_free(host: str, port: int) -> None:
+    """gRPC binds with SO_REUSEPORT: a second proxy on a busy port would start and share the
+    port's connections silently. A plain bind tells; a busy port is a runtime failure (exit 1)."""
+    import errno
+    import socket
+    try:
+        addrs = {a[:2] + (a[4],) for a in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)}
+    except OSError as exc:
+        raise SpecError(None, "--host", host, f"cannot resolve it ({exc.strerror or exc})") from None
+    for family, kind, addr in addrs:
+        with socket.socket(family, kind) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(addr)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise RuntimeFailure(f"--host {host} --port {port}: the port is in use (another "
+                                         "storage-proxy?); stop it or give another --port") from None
+                if exc.errno != errno.EADDRNOTAVAIL:     # e.g. no IPv6 on this host: gRPC skips it too
+                    raise RuntimeFailure(f"--host {host} --port {port}: cannot listen there ({exc.strerror})") from None
+
+
+def serve_proxy(storage: str, host: str = "localhost", port: int = 13000, grace_s: float = 10.0, out=None) -> int:
+    """Serve a database storage to `dse run --storage grpc://HOST:PORT` workers through Optuna's
+    gRPC storage proxy until SIGTERM or SIGINT; then finish the calls in flight (up to ``grace_s``)
+    and return the signal's number. One process holds the database connections, so hundreds
+    of workers cost one pool (optuna.md section 7). Journal files cannot be proxied (Optuna
+    issue #6084)."""
+    import optuna
+
+    from .interrupt import stop_on_signals
+    if "://" not in str(storage) or str(storage).startswith("grpc://"):
+        raise SpecError(None, "--storage", redact_url(storage), "the proxy serves a database: sqlite:///FILE, "
+                        "postgresql+psycopg://USER@HOST/DB or mysql+pymysql://USER@HOST/DB (Optuna cannot proxy "
+                        "a journal file, issue #6084)")
+    _require_grpc("--storage", storage)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)     # no line per study the workers create
+    if not 0 < int(port) < 65536:
+        raise SpecError(None, "--port", port, "expected 1..65535")
+    # Optuna's make_server, not run_grpc_proxy_server: it hands back the server, so a signal can
+    # stop it gracefully (run_grpc_proxy_server blocks in wait_for_termination with no way out)
+    from optuna.storages._grpc.server import make_server
+    store, shown = resolve_storage(None, storage, Path("unused"))
+    cached = optuna.storages.get_storage(store)         # Optuna's per-process trial cache, as its docs advise
+    _port_is_free(host, int(port))
+    out = out or sys.stderr
+    with stop_on_signals() as stop:
+        try:
+            server = make_server(cached, host, int(port))
+            server.start()
+        except RuntimeError as exc:
+            raise RuntimeFailure(f"--host {host} --port {port}: cannot listen there ({exc})") from None
+        out.write(f"dse storage-proxy: serving {shown} at grpc://{host}:{port} (workers: dse run STUDY "
+                  f"--storage grpc://{host}:{port}); SIGTERM or Ctrl-C stops it\n")
+        out.flush()
+        while not stop.requested:
+            time.sleep(0.2)
+        server.stop(grace_s).wait()
+    out.write(f"dse storage-proxy: stopped by {stop.name}; every call in flight was finished\n")
+    return stop.signum
+
+
+def resolve_storage(study, storage: str | None, out: Path):
+    """None/null: a journal file beside the output; ':memory:'; a database URL; or a file path
+    (``journal:PATH`` too). Returns (storage, the URL as shown: password redacted)."""
+    import optuna
+    from optuna.storages.journal import JournalFileBackend
+    url = storage if storage is not None else study.storage
+    if url is None:
+        url = str(out.with_suffix(".journal"))
+    if url == ":memory:":
+        return None, url
+    if url.startswith("journal:"):
+        url = url[len("journal:"):]
+    if url.startswith("grpc://"):
+        return grpc_client(url), url
+    if "://" in url:
+        shown = redact_url(url)
+        try:
+            return _rdb_storage(url), shown
+        except ImportError as exc:  # the URL names a driver that is not installed: bad input
+            raise SpecError(None, "--storage", shown, f"cannot open this database: "
+                            f"{_redact_text(str(exc).splitlines()[0], url)} ({EXPECTED})") from None
+        except Exception as exc:  # SQLAlchemy: a malformed URL is bad input (exit 2), a server that
+            # cannot be reached or a file that cannot be opened is a runtime failure (exit 1)
+            lines = [x.strip() for x in str(exc).splitlines() if x.strip() and not x.startswith(("(Background", "["))]
+            first = _redact_text(re.sub(r"^\([\w.]+\) ", "", "; ".join(lines[:2])) if lines
+                                 else type(exc).__name__, url)
+            if type(exc).__name__ in ("ArgumentError", "NoSuchModuleError"):
+                raise SpecError(None, "--storage", shown, f"not a database URL: {first} ({EXPECTED})") from None
+            raise RuntimeFailure(f"--storage {shown}: cannot open this database: {first}") from None
+    Path(url).parent.mkdir(parents=True, exist_ok=True)
+    clear_stale_lock(url)
+    return optuna.storages.JournalStorage(JournalFileBackend(url)), url
