@@ -26,7 +26,7 @@ import pandas as pd
 
 from .catalog.database import Database
 from .catalog.fields import Range
-from .errors import DseError, SpecError
+from .errors import DseError, RuntimeFailure, SpecError
 from .evaluation import constraint_values, evaluate_study, metric_table
 from .interrupt import stop_on_signals
 from .progress import Progress
