@@ -13,9 +13,11 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import os
 import signal
 import sys
 import time
+import uuid
 import warnings
 from collections import Counter
 from dataclasses import dataclass
@@ -135,6 +137,29 @@ def _sampler(name: str, seed: int, population: int):
     raise SpecError(None, "sampler", name, f"expected one of {', '.join(SAMPLERS)}")
 
 
+def worker_index() -> int:
+    """This process's index among the workers of a shared study: DSE_WORKER if set, else the
+    SLURM task's place, SLURM_ARRAY_TASK_ID x SLURM_NTASKS + SLURM_PROCID (0 outside SLURM).
+    Worker i > 0 samples with derive_seed(seed, i)."""
+    def num(name: str, default: int) -> int:
+        text = os.environ.get(name, "").strip()
+        return int(text) if text.isdigit() else default
+    if os.environ.get("DSE_WORKER", "").strip().isdigit():
+        return num("DSE_WORKER", 0)
+    return num("SLURM_ARRAY_TASK_ID", 0) * num("SLURM_NTASKS", 1) + num("SLURM_PROCID", 0)
+
+
+def number_ranges(numbers) -> list[list[int]]:
+    """Trial numbers as sorted inclusive [first, last] runs: [0, 1, 2, 5] -> [[0, 2], [5, 5]]."""
+    out: list[list[int]] = []
+    for x in sorted(set(int(v) for v in numbers)):
+        if out and x == out[-1][1] + 1:
+            out[-1][1] = x
+        else:
+            out.append([x, x])
+    return out
+
+
 def derive_seed(seed: int, task: int) -> int:
     """The sampler seed of array task ``task``: numpy's SeedSequence([seed, task]), first
     32-bit word (independent streams per task, the same on every machine)."""
@@ -232,6 +257,10 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
         check_manifest(out_dir, manifest)
         seed = derive_seed(seed, ti)
         storage, out, offset = ":memory:", out_dir / task_part_name(ti, tn), ti * n_trials
+    else:
+        worker = worker_index()
+        if worker and (storage if storage is not None else study.storage) != ":memory:":
+            seed = derive_seed(seed, worker)       # workers of one shared study must not propose alike
     out = Path(out or study.output)
     if out.is_dir():
         raise SpecError(None, "--out", str(out), "is a directory; expected a Parquet file path (or give --task)")
@@ -246,6 +275,7 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
     if not runs or runs[-1]["sampler"] != sampler_name or runs[-1]["seed"] != seed:
         runs.append({"sampler": sampler_name, "seed": seed, "first_trial": first})
         ostudy.set_user_attr("dse_runs", runs)
+    run_key = f"dse_run:{uuid.uuid4().hex[:16]}"      # this worker's own record: no read-modify-write race
     if sampler_name == "auto" and first == 0:
         enqueue_seeds(ostudy, study, n_trials, seed, db, tech)
     tally, signum = {"told": 0}, 0
@@ -258,6 +288,9 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
             signum = stop.signum or signal.SIGINT
         signum = signum or stop.signum
     told = tally["told"]
+    if storage_url != ":memory:" and tally.get("numbers"):
+        ostudy.set_user_attr(run_key, {"sampler": sampler_name, "seed": seed,
+                                       "trials": number_ranges(tally["numbers"])})
     if task is not None and signum:
         # a task's part holds all of its trials or is not written (a re-run replaces it)
         return RunResult(frame=pd.DataFrame(), path=out, n_new=told, storage=storage_url, interrupted=signum)
@@ -363,6 +396,7 @@ def _search_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heart
                 raise
             _tell_all(ostudy, trials, cons, values, study, beat_every_s=beat_every)
             tally["told"] += b
+            tally.setdefault("numbers", []).extend(t.number for t in trials)
             bar.update(b)
     finally:
         bar.close()
@@ -565,8 +599,19 @@ def study_frame(study: StudySpec, ostudy, db, tech, runs) -> pd.DataFrame:
     df = results_frame(study, designs, metrics, params, trial=numbers, sampler="", seed=None,
                        datetime_start=[_as_utc(t.datetime_start) for t in trials],
                        datetime_complete=[_as_utc(t.datetime_complete) for t in trials])
-    df["sampler"] = pd.array([runs[max(w, 0)]["sampler"] for w in which], dtype="string")
-    df["seed"] = pd.array([runs[max(w, 0)]["seed"] for w in which], dtype="Int64")
+    sampler = [runs[max(w, 0)]["sampler"] for w in which]
+    seed = [runs[max(w, 0)]["seed"] for w in which]
+    # shared studies: each worker recorded the trials it told (dse_run:<id>); those win over the
+    # runs' first-trial ranges, which interleaving workers make ambiguous
+    where = {int(x): i for i, x in enumerate(numbers)}
+    for key, rec in ostudy.user_attrs.items():
+        if key.startswith("dse_run:") and isinstance(rec, dict):
+            for lo, hi in rec.get("trials", []):
+                for x in range(int(lo), int(hi) + 1):
+                    if x in where:
+                        sampler[where[x]], seed[where[x]] = rec["sampler"], rec["seed"]
+    df["sampler"] = pd.array(sampler, dtype="string")
+    df["seed"] = pd.array(seed, dtype="Int64")
     return df
 
 

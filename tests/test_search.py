@@ -238,3 +238,34 @@ def test_dse_run_counts_designs_and_sorts_the_front(tmp_path):
     assert lines[1].startswith(f"front: {front} designs of {feasible} feasible ({designs} designs in 160 trials); ")
     latency = [float(line.split()[0]) for line in lines[3:]]
     assert latency == sorted(latency) and len(latency) == min(front, 25)
+
+
+def test_number_ranges_and_worker_index(monkeypatch):
+    from dse.search import number_ranges, worker_index
+    assert number_ranges([5, 0, 2, 1, 2]) == [[0, 2], [5, 5]]
+    assert number_ranges([]) == []
+    for name in ("DSE_WORKER", "SLURM_ARRAY_TASK_ID", "SLURM_NTASKS", "SLURM_PROCID"):
+        monkeypatch.delenv(name, raising=False)
+    assert worker_index() == 0
+    monkeypatch.setenv("SLURM_PROCID", "3")
+    assert worker_index() == 3
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "2")
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    assert worker_index() == 2 * 4 + 3                      # array task 2 of 4 srun tasks each, task 3
+    monkeypatch.setenv("DSE_WORKER", "7")
+    assert worker_index() == 7
+
+
+def test_shared_worker_samples_with_its_own_seed_and_rows_name_it(tmp_path, monkeypatch):
+    # two runs on one journal: worker 0 (the study seed, 0) then worker 1 (derive_seed(0, 1)); each
+    # records the trials it told, and the export names each row's own seed
+    from dse.search import derive_seed, run_study
+    study = small_study(tmp_path, n_trials=40)
+    url = f"journal:{tmp_path / 's.journal'}"
+    monkeypatch.setenv("DSE_WORKER", "0")
+    a = run_study(study, n_trials=20, sampler="random", storage=url, out=tmp_path / "a.parquet", progress=False)
+    monkeypatch.setenv("DSE_WORKER", "1")
+    b = run_study(study, n_trials=40, sampler="random", storage=url, out=tmp_path / "b.parquet", progress=False)
+    assert a.n_new == 20 and b.n_new == 20
+    df = b.frame.sort_values("trial")
+    assert df["seed"].tolist() == [0] * 20 + [derive_seed(0, 1)] * 20

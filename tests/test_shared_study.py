@@ -22,6 +22,7 @@ import yaml
 from click.testing import CliRunner
 
 from dse.cli import main
+from dse.search import derive_seed
 
 QUICK = Path(__file__).parent.parent / "studies" / "quickstart.yaml"
 DSE = str(Path(sys.executable).with_name("dse"))
@@ -70,7 +71,8 @@ def workers(p, url, tmp_path, n=4, extra=()):
     """n `dse run` processes on one storage (random sampler: NSGA-II's per-ask history reads
     double the time on a database, and coordination is what these tests check)."""
     return [subprocess.Popen([DSE, "run", str(p), "--storage", url, "--out", str(tmp_path / f"w{i}.parquet"),
-                              "--sampler", "random", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              "--sampler", "random", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "DSE_WORKER": str(i)})
             for i in range(n)]
 
 
@@ -103,6 +105,13 @@ def test_four_workers_reach_exactly_the_total_and_export(tmp_path, storage):
     assert r.exit_code == 0, r.output
     df = pq.read_table(out).to_pandas()
     assert len(df) == 400 and sorted(df["trial"]) == sorted(complete)
+    # worker i > 0 samples with derive_seed(0, i): no two workers propose the same designs (with
+    # one seed, 4 random-sampler workers proposed 192 repeats in 400), and each row names the seed
+    # of the worker that told it (its own dse_run record), not the last run's
+    params = [c for c in df.columns if c.startswith("params_")]
+    assert len(df.drop_duplicates(params)) == 400
+    seeds = {0} | {derive_seed(0, i) for i in (1, 2, 3)}
+    assert set(df["seed"]) <= seeds and len(set(df["seed"])) >= 2
     meta = pq.read_schema(out).metadata[b"dse"].decode()
     assert json.loads(meta)["study"]["name"] == name
     check_no_password(storage, r.output, meta, *(o + e for o, e in outs),
