@@ -46,12 +46,13 @@ def knob_arrays(study: StudySpec, params: dict[str, np.ndarray], n: int) -> dict
     return {k: np.array(names[k], dtype=object)[v] if k in names else v for k, v in kn.items()}
 
 
-def knob_arrays_and_masks(study: StudySpec, params: dict[str, np.ndarray], n: int
+def knob_arrays_and_masks(study: StudySpec, params: dict[str, np.ndarray], n: int, masks=None
                           ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, tuple]]:
     """Knob arrays with categorical knobs as int64 codes, the activity masks of the conditional
     knobs, and per categorical knob the names its codes index. A categorical knob in ``params``
     may be its names or already codes into its choices (dse.study.space.knob_names), as a grid
-    has them; names become codes here, once per batch."""
+    has them; names become codes here, once per batch. ``masks``: the activity masks when the
+    caller has them already (dse.grid.grid_chunk), else computed (fill_inactive)."""
     out, names = {}, {}
     for k in study.knobs:
         if k.kind == "cat":
@@ -61,7 +62,7 @@ def knob_arrays_and_masks(study: StudySpec, params: dict[str, np.ndarray], n: in
             out[k.name] = np.asarray(params[k.name])
         else:
             out[k.name] = np.full(n, k.fixed)
-    out, masks = fill_inactive(study, out, n, names)
+    out, masks = fill_inactive(study, out, n, names, masks=masks)
     return out, masks, names
 
 
@@ -166,9 +167,10 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
 
 
 def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: Database,
-                  tech: TechConstants) -> Designs:
-    """Knob arrays -> DesignBatch and hardware result columns (display units)."""
-    kn, active, names = knob_arrays_and_masks(study, params, n)
+                  tech: TechConstants, masks=None) -> Designs:
+    """Knob arrays -> DesignBatch and hardware result columns (display units); ``masks`` as
+    knob_arrays_and_masks."""
+    kn, active, names = knob_arrays_and_masks(study, params, n, masks)
     rt = db.runtime(study.runtime)
     target, tc = chip_group("target_chip_", kn, n, study.dtype, db, tech, rt, study.kv_dtype, names)
     has_draft = "draft_chip_enabled" in kn
@@ -224,9 +226,10 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
 
 
 def evaluate_study(study: StudySpec, params: dict[str, np.ndarray], n: int, db: Database,
-                   tech: TechConstants) -> tuple[Designs, Metrics]:
-    """Knob arrays -> (Designs, Metrics): the one vectorised evaluation per batch."""
-    designs = build_designs(study, params, n, db, tech)
+                   tech: TechConstants, masks=None) -> tuple[Designs, Metrics]:
+    """Knob arrays -> (Designs, Metrics): the one vectorised evaluation per batch (``masks``: the
+    activity masks when the caller has them, as knob_arrays_and_masks)."""
+    designs = build_designs(study, params, n, db, tech, masks)
     return designs, evaluate(designs.batch, study.workload)
 
 
@@ -240,10 +243,10 @@ def derived_columns(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
                 "speedup_per_kusd": cols["speedup"] / (cols["cost_usd"] / FACTOR["kusd"])}
 
 
-def metric_table(designs: Designs, metrics: Metrics) -> dict[str, np.ndarray]:
-    """All metric and hardware columns by name (numpy, display units)."""
+def metric_table(designs: Designs, metrics: Metrics, bounds: bool = True) -> dict[str, np.ndarray]:
+    """All metric and hardware columns by name (numpy, display units); ``bounds`` as Metrics.columns."""
     cols = dict(designs.hardware)
-    cols.update(metrics.columns())
+    cols.update(metrics.columns(bounds))
     cols.update(derived_columns(cols))
     return cols
 

@@ -152,15 +152,8 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
                 if stop.requested:
                     break
                 start, stop_i = c * chunk_size, min(total, (c + 1) * chunk_size)
-                flat = np.arange(start, stop_i, dtype=np.int64)
-                idx = np.unravel_index(flat, shape)
-                # categorical knobs evaluate as their axis index (a code into their choices): no strings
-                coded = {k.name: i if k.kind == "cat" else vals[i] for (k, vals), i in zip(axes, idx)}
-                keep = distinct_points(study, axes, idx, coded, flat.size)
-                if not keep.all():      # a knob that does not act is enumerated at its first value only
-                    flat, idx = flat[keep], tuple(i[keep] for i in idx)
-                    coded = {name: v[keep] for name, v in coded.items()}
-                designs, metrics = evaluate_study(study, coded, flat.size, db, tech)
+                flat, idx, coded, masks = grid_chunk(study, axes, shape, start, stop_i)
+                designs, metrics = evaluate_study(study, coded, flat.size, db, tech, masks=masks)
                 codes = {k.name: (i, vals) for (k, vals), i in zip(axes, idx) if k.kind == "cat"}
                 table, feasible, cols = results_table(study, designs, metrics, coded, schema, trial=flat,
                                                       sampler="grid", seed=None, codes=codes, now=now, metadata=meta)
@@ -237,6 +230,50 @@ def distinct_points(study: StudySpec, axes, idx, params: dict, n: int) -> np.nda
         if k.name in masks:
             keep &= masks[k.name] | (i == 0)
     return keep
+
+
+def grid_chunk(study: StudySpec, axes, shape: tuple, start: int, stop: int):
+    """The distinct designs (distinct_points) among flat grid indices [start, stop): (flat
+    indices, per-knob axis indices, knob values with categorical knobs as codes into their
+    choices, the activity masks of dse.study.space). The same rows and masks as unravel_index +
+    distinct_points + active_masks, computed once per combination of the knobs the masks read
+    (as grid_masks, without a sort: those combinations index a small table), and the
+    per-knob indices and values only for the rows kept."""
+    flat = np.arange(start, stop, dtype=np.int64)
+    n = flat.size
+    strides = np.cumprod((1,) + tuple(shape[:0:-1]))[::-1]       # C order, as np.unravel_index
+
+    def axis_index(j: int, rows: np.ndarray) -> np.ndarray:
+        return rows // strides[j] % shape[j] if strides[j] > 1 else rows % shape[j]
+
+    def values_at(rows: np.ndarray) -> dict:
+        idx = np.unravel_index(rows, shape)
+        return {k.name: i if k.kind == "cat" else vals[i] for (k, vals), i in zip(axes, idx)}
+
+    probe = _Reads(values_at(flat[:1]))
+    active_masks(study, probe, 1)
+    ctl = [j for j, (k, _) in enumerate(axes) if k.name in probe.read]
+    if ctl:
+        sizes = [shape[j] for j in ctl]
+        key = np.ravel_multi_index([axis_index(j, flat) for j in ctl], sizes)
+        row = np.full(int(np.prod(sizes)), -1, dtype=np.int64)
+        row[key] = np.arange(n)     # one row of each combination present (any: they have the same masks)
+        combos = np.flatnonzero(row >= 0)
+        lut = np.zeros(row.size, dtype=np.int64)
+        lut[combos] = np.arange(combos.size)
+        inv, reps = lut[key], row[combos]
+    else:
+        inv, reps = np.zeros(n, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    small = active_masks(study, values_at(flat[reps]), reps.size)
+    keep = np.ones(n, dtype=bool)
+    for j, (k, _) in enumerate(axes):
+        if k.name in small:
+            keep &= small[k.name][inv] | (axis_index(j, flat) == 0)
+    if not keep.all():      # a knob that does not act is enumerated at its first value only
+        flat, inv = flat[keep], inv[keep]
+    idx = np.unravel_index(flat, shape)
+    coded = {k.name: i if k.kind == "cat" else vals[i] for (k, vals), i in zip(axes, idx)}
+    return flat, idx, coded, {name: m[inv] for name, m in small.items()}
 
 
 class _Reads(dict):

@@ -66,12 +66,15 @@ class Metrics:
     ttft_s: np.ndarray
     request_latency_s: np.ndarray
 
-    def columns(self) -> dict[str, np.ndarray]:
-        """External name -> display-unit array, in the order of METRIC_COLUMNS."""
+    def columns(self, bounds: bool = True) -> dict[str, np.ndarray]:
+        """External name -> display-unit array, in the order of METRIC_COLUMNS; ``bounds`` False
+        leaves out the *_bound text columns (a writer that takes their codes from the Metrics)."""
         out = {}
         for name, attr, scale in METRIC_COLUMNS:
             v = getattr(self, attr)
             if scale == "bound":
+                if not bounds:
+                    continue
                 v = BOUND_NAMES[v]
             elif scale == "text":
                 pass
