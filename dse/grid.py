@@ -236,27 +236,21 @@ def grid_chunk(study: StudySpec, axes, shape: tuple, start: int, stop: int):
     """The distinct designs (distinct_points) among flat grid indices [start, stop): (flat
     indices, per-knob axis indices, knob values with categorical knobs as codes into their
     choices, the activity masks of dse.study.space). The same rows and masks as unravel_index +
-    distinct_points + active_masks, computed once per combination of the knobs the masks read
-    (as grid_masks, without a sort: those combinations index a small table), and the
-    per-knob indices and values only for the rows kept."""
-    flat = np.arange(start, stop, dtype=np.int64)
-    n = flat.size
-    strides = np.cumprod((1,) + tuple(shape[:0:-1]))[::-1]       # C order, as np.unravel_index
-
-    def axis_index(j: int, rows: np.ndarray) -> np.ndarray:
-        return rows // strides[j] % shape[j] if strides[j] > 1 else rows % shape[j]
-
-    def values_at(rows: np.ndarray) -> dict:
-        idx = np.unravel_index(rows, shape)
-        return {k.name: i if k.kind == "cat" else vals[i] for (k, vals), i in zip(axes, idx)}
-
-    probe = _Reads(values_at(flat[:1]))
+    distinct_points + active_masks: each knob's indices over a run of flat indices are runs of
+    its axis (``axis_run``: repeats and tiles, no division per row); the masks are computed once
+    per combination of the knobs they read (as grid_masks, without a sort: those combinations
+    index a small table) and gathered."""
+    n = stop - start
+    idx = [axis_run(j, shape, start, stop) for j in range(len(shape))]
+    probe = _Reads({k.name: i[:1] if k.kind == "cat" else vals[i[:1]] for (k, vals), i in zip(axes, idx)})
     active_masks(study, probe, 1)
     ctl = [j for j, (k, _) in enumerate(axes) if k.name in probe.read]
     if ctl:
-        sizes = [shape[j] for j in ctl]
-        key = np.ravel_multi_index([axis_index(j, flat) for j in ctl], sizes)
-        row = np.full(int(np.prod(sizes)), -1, dtype=np.int64)
+        key = np.zeros(n, dtype=np.int64)
+        for j in ctl:                                   # ravel_multi_index, C order
+            key *= shape[j]
+            key += idx[j]
+        row = np.full(int(np.prod([shape[j] for j in ctl])), -1, dtype=np.int64)
         row[key] = np.arange(n)     # one row of each combination present (any: they have the same masks)
         combos = np.flatnonzero(row >= 0)
         lut = np.zeros(row.size, dtype=np.int64)
@@ -264,16 +258,35 @@ def grid_chunk(study: StudySpec, axes, shape: tuple, start: int, stop: int):
         inv, reps = lut[key], row[combos]
     else:
         inv, reps = np.zeros(n, dtype=np.int64), np.zeros(1, dtype=np.int64)
-    small = active_masks(study, values_at(flat[reps]), reps.size)
+    small = active_masks(study, {k.name: i[reps] if k.kind == "cat" else vals[i[reps]]
+                                 for (k, vals), i in zip(axes, idx)}, reps.size)
     keep = np.ones(n, dtype=bool)
     for j, (k, _) in enumerate(axes):
         if k.name in small:
-            keep &= small[k.name][inv] | (axis_index(j, flat) == 0)
+            keep &= small[k.name][inv] | (idx[j] == 0)
+    flat = np.arange(start, stop, dtype=np.int64)
     if not keep.all():      # a knob that does not act is enumerated at its first value only
-        flat, inv = flat[keep], inv[keep]
-    idx = np.unravel_index(flat, shape)
-    coded = {k.name: i if k.kind == "cat" else vals[i] for (k, vals), i in zip(axes, idx)}
-    return flat, idx, coded, {name: m[inv] for name, m in small.items()}
+        flat, inv, idx = flat[keep], inv[keep], [i[keep] for i in idx]
+    coded = {k.name: i if k.kind == "cat" else np.take(vals, i) for (k, vals), i in zip(axes, idx)}
+    return flat, tuple(idx), coded, {name: m[inv] for name, m in small.items()}
+
+
+def axis_run(j: int, shape: tuple, start: int, stop: int) -> np.ndarray:
+    """np.unravel_index(np.arange(start, stop), shape)[j] without a division per row: axis j
+    holds each index for ``stride`` consecutive flat indices (the product of the later axes),
+    so its indices are the period ``repeat(arange(size), stride)`` tiled, or, when a period is
+    longer than the run, a few blocks repeated."""
+    size, stride = int(shape[j]), int(np.prod(shape[j + 1:], dtype=np.int64))
+    period, n = size * stride, stop - start
+    if period <= n:
+        pattern = np.repeat(np.arange(size, dtype=np.int64), stride)
+        off = start % period
+        return np.tile(pattern, -(-(off + n) // period))[off:off + n]
+    b0, b1 = start // stride, (stop - 1) // stride
+    counts = np.full(b1 - b0 + 1, stride, dtype=np.int64)
+    counts[0] -= start - b0 * stride
+    counts[-1] -= (b1 + 1) * stride - stop
+    return np.repeat(np.arange(b0, b1 + 1, dtype=np.int64) % size, counts)
 
 
 class _Reads(dict):

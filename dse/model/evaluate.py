@@ -305,12 +305,17 @@ _MIX = np.uint64(0x9E3779B97F4A7C15)      # odd: multiplying by it is a bijectio
 
 
 def _distinct_rows(batch: DesignBatch) -> tuple[np.ndarray, np.ndarray] | None:
-    """(one row of each distinct latency input, inverse index), or None when the distinct rows
-    are more than half the rows. Rows are keyed by a 64-bit hash of their bit patterns, then
-    checked column by column: a hash collision means no dedupe, never a wrong row."""
-    n = batch.n
+    """distinct_rows of the latency inputs (latency_columns)."""
+    return distinct_rows(latency_columns(batch), batch.n)
+
+
+def distinct_rows(columns: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(one row of each distinct row of ``columns`` (each of length n, or one value broadcast),
+    inverse index), or None when the distinct rows are more than half the rows. Rows are keyed
+    by a 64-bit hash of their bit patterns, then checked column by column: a hash collision
+    means no dedupe, never a wrong row."""
     h, used = np.zeros(n, dtype=np.uint64), []
-    for c in latency_columns(batch):
+    for c in columns:
         if c.strides == (0,):          # one value broadcast (arrays._as_arrays)
             continue
         c = np.ascontiguousarray(c)
