@@ -86,12 +86,22 @@ _UMASK = _umask()
 CODEC = "lz4"
 
 
+#: integer columns that are distinct row by row: a dictionary never pays on them
+_UNIQUE_INT_COLUMNS = ("trial",)
+
+
 def write_options(schema: pa.Schema) -> dict:
-    """pyarrow.parquet write options of a results table: dictionary encoding only for string and
-    integer columns (on float columns it is tried, fails to pay and costs encoding time), the
-    default statistics, :data:`CODEC`."""
-    dictionary = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_integer(f.type)]
-    return {"compression": CODEC, "use_dictionary": dictionary}
+    """pyarrow.parquet write options of a results table, chosen by measurement (docs/benchmarks.md):
+    dictionary encoding only for string and integer columns (on float columns, and on ``trial``,
+    distinct on every row, it is tried, fails to pay and costs encoding time); min/max statistics
+    only for ``trial`` and the ``params_*`` knobs, the columns a reader selects rows of a sweep by
+    (a part holds a block of the outer knobs, so their statistics let DuckDB, polars or a pyarrow
+    dataset filter skip parts; on every metric column they cost about a sixth of the encoding
+    time, and dse reads none); :data:`CODEC`."""
+    dictionary = [f.name for f in schema if (pa.types.is_string(f.type) or pa.types.is_integer(f.type))
+                  and f.name not in _UNIQUE_INT_COLUMNS]
+    stats = [f.name for f in schema if f.name == "trial" or f.name.startswith("params_")]
+    return {"compression": CODEC, "use_dictionary": dictionary, "write_statistics": stats}
 
 
 def write_table(table: pa.Table, path: str | os.PathLike) -> Path:
