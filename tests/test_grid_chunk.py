@@ -107,3 +107,24 @@ def test_link_power_by_hand():
     bare = synthesize_chip(tech, node_idx=0, peak_tflops=1000.0, memory_idx=0, memory_stacks=4,
                            stack_height=8, sram_mb=64, link_bw_gb_s=0.0)
     assert chip.power_w[0] == bare.power_w[0] + link_power_w(tech, 9e11)
+
+
+def test_take_reads_the_row_groups_that_hold_the_rows(tmp_path, monkeypatch):
+    """Dataset.take over parts of several row groups: the rows load_results has at those numbers."""
+    import pyarrow.parquet as pq
+
+    import dse.results.store as store
+    from dse.grid import sweep
+    monkeypatch.setattr(store, "ROW_GROUP_ROWS", 64)
+    out = tmp_path / "sw"
+    sweep(load_study(STUDIES / "quickstart.yaml"), points=3, out=out, chunk_size=500, progress=False)
+    ds = store.open_results(out)
+    assert pq.ParquetFile(ds.files[0]).metadata.num_row_groups > 1
+    full = store.load_results(out, columns=["trial", "cost_usd", "params_target_chip_memory"])
+    rows = np.array([0, 1, 63, 64, 65, 200, 499, 500, 777, len(full) - 1])
+    got = ds.take(rows, ["trial", "cost_usd", "params_target_chip_memory"])
+    assert np.concatenate([m for m, _ in got]).tolist() == rows.tolist()
+    trial = np.concatenate([t["trial"].to_numpy() for _, t in got])
+    np.testing.assert_array_equal(trial, full["trial"].to_numpy()[rows])
+    mem = sum((t["params_target_chip_memory"].to_pylist() for _, t in got), [])
+    assert mem == full["params_target_chip_memory"].iloc[rows].tolist()
