@@ -115,7 +115,8 @@ def test_take_reads_the_row_groups_that_hold_the_rows(tmp_path, monkeypatch):
 
     import dse.results.store as store
     from dse.grid import sweep
-    monkeypatch.setattr(store, "ROW_GROUP_ROWS", 64)
+    real = store.write_options
+    monkeypatch.setattr(store, "write_options", lambda schema: {**real(schema), "row_group_size": 64})
     out = tmp_path / "sw"
     sweep(load_study(STUDIES / "quickstart.yaml"), points=3, out=out, chunk_size=500, progress=False)
     ds = store.open_results(out)

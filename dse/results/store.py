@@ -86,11 +86,6 @@ _UMASK = _umask()
 CODEC = "lz4"
 
 
-#: rows per Parquet row group: a reader of a few rows (the front's, dse.analysis.front_of) decodes
-#: only the groups that hold them; smaller groups cost encoding time and file size (measured on a
-#: 100k-row part: 32k-row groups +3% bytes, about +10% encoding time; 16k-row groups no smaller reads
-#: worth it)
-ROW_GROUP_ROWS = 32_768
 #: integer columns that are distinct row by row: a dictionary never pays on them
 _UNIQUE_INT_COLUMNS = ("trial",)
 
@@ -102,12 +97,12 @@ def write_options(schema: pa.Schema) -> dict:
     only for ``trial`` and the ``params_*`` knobs, the columns a reader selects rows of a sweep by
     (a part holds a block of the outer knobs, so their statistics let DuckDB, polars or a pyarrow
     dataset filter skip parts; on every metric column they cost about a sixth of the encoding
-    time, and dse reads none); :data:`ROW_GROUP_ROWS`; :data:`CODEC`."""
+    time, and dse reads none); :data:`CODEC`. One row group per part: 32k-row groups would let
+    front_of decode fewer rows of a part but cost about 10% more encoding time, and measured no faster."""
     dictionary = [f.name for f in schema if (pa.types.is_string(f.type) or pa.types.is_integer(f.type))
                   and f.name not in _UNIQUE_INT_COLUMNS]
     stats = [f.name for f in schema if f.name == "trial" or f.name.startswith("params_")]
-    return {"compression": CODEC, "use_dictionary": dictionary, "write_statistics": stats,
-            "row_group_size": ROW_GROUP_ROWS}
+    return {"compression": CODEC, "use_dictionary": dictionary, "write_statistics": stats}
 
 
 def write_table(table: pa.Table, path: str | os.PathLike) -> Path:
