@@ -107,7 +107,7 @@ def sweep_timers():
     import dse.grid
     tm = Timers()
     tm.wrap(dse.grid, "evaluate_study", "evaluate (build_designs + evaluate)")
-    tm.wrap(dse.grid, "grid_chunk", "grid_chunk (indices, inactive knobs, dse.study.space)")
+    tm.wrap(dse.grid, "grid_chunk", "grid_chunk (indices, inactive knobs)")
     tm.wrap(dse.grid, "results_table", "results_table (Arrow from numpy)")
     tm.wrap(dse.grid, "write_table", "  write parts (writer thread, overlaps the above)")
     tm.wrap(dse.grid, "_finish", "wait for the writer thread")
@@ -184,7 +184,7 @@ def print_phases(r: dict) -> None:
     top = [k for k in ph if not k.startswith("  ")]
     other = r["wall_s"] - sum(ph[k] for k in top)
     print(f"    {'phase':<48}{'s':>8}{'share':>8}")
-    order = ["evaluate (build_designs + evaluate)", "grid_chunk (indices, inactive knobs, dse.study.space)",
+    order = ["evaluate (build_designs + evaluate)", "grid_chunk (indices, inactive knobs)",
              "results_table (Arrow from numpy)", "  write parts (writer thread, overlaps the above)",
              "wait for the writer thread", "Pareto side file (ranks over usable rows)"]
     for k in order:
