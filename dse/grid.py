@@ -250,12 +250,17 @@ def grid_chunk(study: StudySpec, axes, shape: tuple, start: int, stop: int):
         for j in ctl:                                   # ravel_multi_index, C order
             key *= shape[j]
             key += idx[j]
-        row = np.full(int(np.prod([shape[j] for j in ctl])), -1, dtype=np.int64)
-        row[key] = np.arange(n)     # one row of each combination present (any: they have the same masks)
-        combos = np.flatnonzero(row >= 0)
-        lut = np.zeros(row.size, dtype=np.int64)
-        lut[combos] = np.arange(combos.size)
-        inv, reps = lut[key], row[combos]
+        size = int(np.prod([shape[j] for j in ctl], dtype=np.int64))
+        if size > 4 * n:        # a table larger than the chunk: sort instead
+            _, reps, inv = np.unique(key, return_index=True, return_inverse=True)
+            inv = inv.reshape(-1)
+        else:
+            row = np.full(size, -1, dtype=np.int64)
+            row[key] = np.arange(n)     # one row of each combination present (any: they have the same masks)
+            combos = np.flatnonzero(row >= 0)
+            lut = np.zeros(size, dtype=np.int64)
+            lut[combos] = np.arange(combos.size)
+            inv, reps = lut[key], row[combos]
     else:
         inv, reps = np.zeros(n, dtype=np.int64), np.zeros(1, dtype=np.int64)
     small = active_masks(study, {k.name: i[reps] if k.kind == "cat" else vals[i[reps]]

@@ -41,12 +41,13 @@ def test_axis_run_is_unravel_index():
 
 @pytest.mark.parametrize("name", ["quickstart.yaml", "draft-chip.yaml"])
 def test_grid_chunk_is_distinct_points(name):
-    """Chunks that start and end mid-run: the rows, values and masks of the plain path."""
+    """Chunks that start and end mid-run, and chunks smaller than the table of controlling
+    combinations (the sorted branch): the rows, values and masks of the plain path."""
     study = load_study(STUDIES / name)
     axes = grid_axes(study, 3)
     shape = tuple(v.size for _, v in axes)
     total = int(np.prod(shape))
-    for start, stop in [(0, min(total, 777)), (333, min(total, 4_000)), (total - 1_001, total)]:
+    for start, stop in [(0, min(total, 777)), (333, min(total, 4_000)), (total - 1_001, total), (5, 7), (100, 101)]:
         flat = np.arange(start, stop, dtype=np.int64)
         idx = np.unravel_index(flat, shape)
         params = {k.name: i if k.kind == "cat" else vals[i] for (k, vals), i in zip(axes, idx)}
