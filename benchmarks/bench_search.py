@@ -2,6 +2,7 @@
 
 Run:  python benchmarks/bench_search.py [--trials 10000] [--shared-trials 2000] [--sweep-points 2000000] [--big-points 10000000] [--quick]
       python benchmarks/bench_search.py --search-only      # (a) alone
+      python benchmarks/bench_search.py --sweep-only       # (b), (c), (d) and (b') alone
 
 (a) run_study(quickstart, sampler nsga2, population and batch 64), whole call: --trials (10,000) in
     memory, then --shared-trials (2,000) on a journal file and, when DSE_TEST_PG_URL names a
@@ -106,7 +107,7 @@ def sweep_timers():
     import dse.grid
     tm = Timers()
     tm.wrap(dse.grid, "evaluate_study", "evaluate (build_designs + evaluate)")
-    tm.wrap(dse.grid, "distinct_points", "distinct_points (inactive knobs, dse.study.space)")
+    tm.wrap(dse.grid, "grid_chunk", "grid_chunk (indices, inactive knobs)")
     tm.wrap(dse.grid, "results_table", "results_table (Arrow from numpy)")
     tm.wrap(dse.grid, "write_table", "  write parts (writer thread, overlaps the above)")
     tm.wrap(dse.grid, "_finish", "wait for the writer thread")
@@ -183,7 +184,7 @@ def print_phases(r: dict) -> None:
     top = [k for k in ph if not k.startswith("  ")]
     other = r["wall_s"] - sum(ph[k] for k in top)
     print(f"    {'phase':<48}{'s':>8}{'share':>8}")
-    order = ["evaluate (build_designs + evaluate)", "distinct_points (inactive knobs, dse.study.space)",
+    order = ["evaluate (build_designs + evaluate)", "grid_chunk (indices, inactive knobs)",
              "results_table (Arrow from numpy)", "  write parts (writer thread, overlaps the above)",
              "wait for the writer thread", "Pareto side file (ranks over usable rows)"]
     for k in order:
@@ -283,6 +284,7 @@ def main(argv=None) -> int:
     ap.add_argument("--trials", type=int, default=SEARCH_TRIALS, help="in-memory trials of (a)")
     ap.add_argument("--shared-trials", type=int, default=2000, help="journal-file / PostgreSQL trials of (a); 0: none")
     ap.add_argument("--search-only", action="store_true", help="(a) alone")
+    ap.add_argument("--sweep-only", action="store_true", help="(b), (c), (d) and (b') without (a)")
     ap.add_argument("--rows", type=int, default=1_000_000, help="rows for the in-process phase breakdown (b)")
     ap.add_argument("--sweep-points", type=int, default=2_000_000, help="grid points of the whole-process sweep (b)")
     ap.add_argument("--big-points", type=int, default=10_000_000, help="grid points of the big sweep (c)")
@@ -362,8 +364,9 @@ def main(argv=None) -> int:
 
     # ---- (a) dse run per storage ----
     print()
-    search_part(args, results)
-    print()
+    if not args.sweep_only:
+        search_part(args, results)
+        print()
     print("The machine is shared (2 cores): wall times depend on the load; CPU times are the sweep's own.")
     return report(results, width=12)
 

@@ -28,7 +28,6 @@ from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from . import pareto
 from .errors import DseError
@@ -169,9 +168,9 @@ def front(df: pd.DataFrame, objectives=None, where: str | None = None, distinct:
 
 def front_of(path, objectives=None, where: str | None = None, distinct: bool = True,
              columns=None) -> pd.DataFrame:
-    """:func:`front` of a results file or dataset, read part by part: the objective, feasible,
-    trial and duplicate_of columns of each part (every column when ``where`` is given), that
-    part's front kept; the global front is a subset of the union of the part fronts (a point
+    """:func:`front` of a results file or dataset, read part by part: the objective, feasible
+    (or fits) and duplicate_of columns of each part, as numpy (every column, through pandas, when
+    ``where`` is given), that part's front kept; the global front is a subset of the union of the part fronts (a point
     dominated within its part is dominated globally), so the front of that union is the front of
     the whole, and full rows are read for its rows only: ``columns`` (names or fnmatch patterns
     such as ``"params_*"``; names not in the results are skipped; default all). Memory is
@@ -189,38 +188,42 @@ def front_of(path, objectives=None, where: str | None = None, distinct: bool = T
     names = ds.schema.names
     key = [m for m, _ in objs] + [c for c in ("feasible", "fits", "trial", "duplicate_of", "state") if c in names]
     key = list(dict.fromkeys(key))
+    if where:
+        keep, n_rows, n_designs = _front_rows_where(ds, objs, key, where)
+    else:           # numpy over the few columns the front needs (Dataset.front_rows)
+        keep, n_rows, n_designs = ds.front_rows(objs)
+    wanted = names if columns is None else [c for pat in list(columns) + key for c in fnmatch.filter(names, pat)]
+    cols = [c for c in dict.fromkeys(wanted) if c not in ("is_pareto", "pareto_rank")]
+    rows = [restore_nullable(t.to_pandas(), ds.schema).set_index(pd.Index(mine)) for mine, t in ds.take(keep, cols)]
+    full = pd.concat(rows) if rows else restore_nullable(ds.schema.empty_table().to_pandas(), ds.schema)[cols]
+    out = front(full, objs, distinct=distinct)
+    out.attrs.update({"dse": ds.meta, "rows": n_rows, "designs": n_designs})
+    return out
+
+
+def _front_rows_where(ds, objs, key, where) -> tuple[np.ndarray, int, int]:
+    """Dataset.front_rows of the rows that satisfy ``where`` (a DataFrame.query string on every
+    column of each part)."""
     dirs = directions(objs)
     cand, n_rows, n_designs, offset = [], 0, 0, 0
-    for (_, t), n in zip(ds.parts(None if where else key), ds.counts, strict=True):
+    for (_, t), n in zip(ds.parts(None), ds.counts, strict=True):
         part = restore_nullable(t.to_pandas(), ds.schema)
         n_designs += count_designs(part)
         part.index = pd.RangeIndex(offset, offset + n)
-        if where:
-            try:
-                part = part.query(where)
-            except Exception as e:  # query raises many types; report them uniformly
-                raise DseError(f"where = {where!r}: {e}") from e
+        try:
+            part = part.query(where)
+        except Exception as e:  # query raises many types; report them uniformly
+            raise DseError(f"where = {where!r}: {e}") from e
         vals, ok = usable_values(part, objs)
         mask = pareto.pareto_mask(vals, dirs, feasible=ok)
         cand.append(part[key][mask])
         n_rows += n
         offset += n
-    union = pd.concat(cand) if cand else empty[key]
+    if not cand:
+        return np.empty(0, np.int64), 0, 0
+    union = pd.concat(cand)
     vals, ok = usable_values(union, objs)
-    keep = union.index.to_numpy()[pareto.pareto_mask(vals, dirs, feasible=ok)]
-    wanted = names if columns is None else [c for pat in list(columns) + key for c in fnmatch.filter(names, pat)]
-    cols = [c for c in dict.fromkeys(wanted) if c not in ("is_pareto", "pareto_rank")]
-    starts = np.cumsum([0] + ds.counts)
-    rows = []
-    for i, f in enumerate(ds.files):
-        mine = keep[(keep >= starts[i]) & (keep < starts[i + 1])]
-        if mine.size:
-            t = ds.read(cols, [f]).take(pa.array(mine - starts[i]))
-            rows.append(restore_nullable(t.to_pandas(), ds.schema).set_index(pd.Index(mine)))
-    full = pd.concat(rows) if rows else restore_nullable(ds.schema.empty_table().to_pandas(), ds.schema)[cols]
-    out = front(full, objs, distinct=distinct)
-    out.attrs.update({"dse": ds.meta, "rows": n_rows, "designs": n_designs})
-    return out
+    return union.index.to_numpy()[pareto.pareto_mask(vals, dirs, feasible=ok)], n_rows, n_designs
 
 
 def ranks(df: pd.DataFrame, objectives=None) -> pd.Series:

@@ -11,6 +11,7 @@ returns every hardware, metric and derived column by name in display units, and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -19,8 +20,8 @@ from .catalog.links import SYNTHESISED_LINK_CLASS
 from .catalog.specs import DeviceSpec, RuntimeSpec
 from .catalog.technology import TechConstants
 from .model.arrays import DesignBatch, HardwareArrays
-from .model.evaluate import Metrics, evaluate
-from .model.technology import known_part_estimate, known_part_power_w, synthesize_chip
+from .model.evaluate import MIN_ROWS_DEDUPE, Metrics, distinct_rows, evaluate
+from .model.technology import known_part_estimate, known_part_power_w, link_power_w, synthesize_chip
 from .model.transformer import WEIGHT_FORMATS, default_kv_dtype
 from .study.space import category_codes, fill_inactive, knob_names
 from .study.spec import StudySpec
@@ -46,12 +47,13 @@ def knob_arrays(study: StudySpec, params: dict[str, np.ndarray], n: int) -> dict
     return {k: np.array(names[k], dtype=object)[v] if k in names else v for k, v in kn.items()}
 
 
-def knob_arrays_and_masks(study: StudySpec, params: dict[str, np.ndarray], n: int
+def knob_arrays_and_masks(study: StudySpec, params: dict[str, np.ndarray], n: int, masks=None
                           ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, tuple]]:
     """Knob arrays with categorical knobs as int64 codes, the activity masks of the conditional
     knobs, and per categorical knob the names its codes index. A categorical knob in ``params``
     may be its names or already codes into its choices (dse.study.space.knob_names), as a grid
-    has them; names become codes here, once per batch."""
+    has them; names become codes here, once per batch. ``masks``: the activity masks when the
+    caller has them already (dse.grid.grid_chunk), else computed (fill_inactive)."""
     out, names = {}, {}
     for k in study.knobs:
         if k.kind == "cat":
@@ -61,7 +63,7 @@ def knob_arrays_and_masks(study: StudySpec, params: dict[str, np.ndarray], n: in
             out[k.name] = np.asarray(params[k.name])
         else:
             out[k.name] = np.full(n, k.fixed)
-    out, masks = fill_inactive(study, out, n, names)
+    out, masks = fill_inactive(study, out, n, names, masks=masks)
     return out, masks, names
 
 
@@ -131,11 +133,11 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
         mem_names, mem_codes = coded("memory")
         node = _codes(node_codes, node_names, tech.node_index)
         mem = _codes(mem_codes, mem_names, tech.memory_index)
-        chip = synthesize_chip(tech, node_idx=node, peak_tflops=np.asarray(get("peak_tflops"), dtype=np.float64),
-                               memory_idx=mem, memory_stacks=np.asarray(get("memory_stacks"), dtype=np.float64),
-                               stack_height=np.asarray(get("stack_height"), dtype=np.float64),
-                               sram_mb=np.asarray(get("sram_mb"), dtype=np.float64),
-                               link_bw_gb_s=np.asarray(get("link_bw_gb_s"), dtype=np.float64))
+        chip = synthesized_chips(tech, n, node_idx=node, peak_tflops=np.asarray(get("peak_tflops"), dtype=np.float64),
+                                 memory_idx=mem, memory_stacks=np.asarray(get("memory_stacks"), dtype=np.float64),
+                                 stack_height=np.asarray(get("stack_height"), dtype=np.float64),
+                                 sram_mb=np.asarray(get("sram_mb"), dtype=np.float64),
+                                 link_bw_gb_s=np.asarray(get("link_bw_gb_s"), dtype=np.float64))
         cap, bw = chip.capacity_bytes, chip.mem_bw_bytes_s
         peak_bf16 = chip.peak_bf16_flop_s
         peak = chip.peak_fp8_flop_s if WEIGHT_FORMATS[dtype].compute_dtype in ("fp8", "fp4") else chip.peak_bf16_flop_s
@@ -165,10 +167,39 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
     return hw, cols
 
 
+#: chip fields chip_group reads (synthesized_chips gathers these)
+_CHIP_FIELDS = ("capacity_bytes", "mem_bw_bytes_s", "peak_bf16_flop_s", "peak_fp8_flop_s", "cost_usd",
+                "die_area_mm2", "shoreline_ok", "stack_height_ok")
+
+
+def synthesized_chips(tech: TechConstants, n: int, *, link_bw_gb_s, **knobs):
+    """synthesize_chip, evaluated once per distinct combination of the knobs other than the link
+    (a grid chunk repeats them) and gathered. The link bandwidth enters a chip only through
+    link_bw_bytes_s and the last term of its power (technology.power_w: compute + memory +
+    static + link), so that term is added per row to the power of a chip synthesised with no
+    link: the same bits as synthesize_chip on every row. Small batches, or batches with few
+    repeats, go straight to synthesize_chip."""
+    link = np.broadcast_to(np.asarray(link_bw_gb_s, dtype=np.float64), (n,))
+    rows = None
+    if n >= MIN_ROWS_DEDUPE and bool(np.all(np.isfinite(link) & (link >= 0))):   # else synthesize_chip says why
+        cols = [np.broadcast_to(np.asarray(v), (n,)) for v in knobs.values()]
+        rows = distinct_rows(cols, n)
+    if rows is None:
+        return synthesize_chip(tech, link_bw_gb_s=link_bw_gb_s, **knobs)
+    first, inv = rows
+    chip = synthesize_chip(tech, link_bw_gb_s=np.zeros(first.size),
+                           **{k: np.broadcast_to(np.asarray(v), (n,))[first] for k, v in knobs.items()})
+    out = {f: np.take(getattr(chip, f), inv) for f in _CHIP_FIELDS}
+    out["link_bw_bytes_s"] = link.astype(np.float64) * FACTOR["gb_s"]
+    out["power_w"] = np.take(chip.power_w, inv) + link_power_w(tech, out["link_bw_bytes_s"])
+    return SimpleNamespace(**out)
+
+
 def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: Database,
-                  tech: TechConstants) -> Designs:
-    """Knob arrays -> DesignBatch and hardware result columns (display units)."""
-    kn, active, names = knob_arrays_and_masks(study, params, n)
+                  tech: TechConstants, masks=None) -> Designs:
+    """Knob arrays -> DesignBatch and hardware result columns (display units); ``masks`` as
+    knob_arrays_and_masks."""
+    kn, active, names = knob_arrays_and_masks(study, params, n, masks)
     rt = db.runtime(study.runtime)
     target, tc = chip_group("target_chip_", kn, n, study.dtype, db, tech, rt, study.kv_dtype, names)
     has_draft = "draft_chip_enabled" in kn
@@ -224,9 +255,10 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
 
 
 def evaluate_study(study: StudySpec, params: dict[str, np.ndarray], n: int, db: Database,
-                   tech: TechConstants) -> tuple[Designs, Metrics]:
-    """Knob arrays -> (Designs, Metrics): the one vectorised evaluation per batch."""
-    designs = build_designs(study, params, n, db, tech)
+                   tech: TechConstants, masks=None) -> tuple[Designs, Metrics]:
+    """Knob arrays -> (Designs, Metrics): the one vectorised evaluation per batch (``masks``: the
+    activity masks when the caller has them, as knob_arrays_and_masks)."""
+    designs = build_designs(study, params, n, db, tech, masks)
     return designs, evaluate(designs.batch, study.workload)
 
 
@@ -240,10 +272,10 @@ def derived_columns(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
                 "speedup_per_kusd": cols["speedup"] / (cols["cost_usd"] / FACTOR["kusd"])}
 
 
-def metric_table(designs: Designs, metrics: Metrics) -> dict[str, np.ndarray]:
-    """All metric and hardware columns by name (numpy, display units)."""
+def metric_table(designs: Designs, metrics: Metrics, bounds: bool = True) -> dict[str, np.ndarray]:
+    """All metric and hardware columns by name (numpy, display units); ``bounds`` as Metrics.columns."""
     cols = dict(designs.hardware)
-    cols.update(metrics.columns())
+    cols.update(metrics.columns(bounds))
     cols.update(derived_columns(cols))
     return cols
 

@@ -152,15 +152,8 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
                 if stop.requested:
                     break
                 start, stop_i = c * chunk_size, min(total, (c + 1) * chunk_size)
-                flat = np.arange(start, stop_i, dtype=np.int64)
-                idx = np.unravel_index(flat, shape)
-                # categorical knobs evaluate as their axis index (a code into their choices): no strings
-                coded = {k.name: i if k.kind == "cat" else vals[i] for (k, vals), i in zip(axes, idx)}
-                keep = distinct_points(study, axes, idx, coded, flat.size)
-                if not keep.all():      # a knob that does not act is enumerated at its first value only
-                    flat, idx = flat[keep], tuple(i[keep] for i in idx)
-                    coded = {name: v[keep] for name, v in coded.items()}
-                designs, metrics = evaluate_study(study, coded, flat.size, db, tech)
+                flat, idx, coded, masks = grid_chunk(study, axes, shape, start, stop_i)
+                designs, metrics = evaluate_study(study, coded, flat.size, db, tech, masks=masks)
                 codes = {k.name: (i, vals) for (k, vals), i in zip(axes, idx) if k.kind == "cat"}
                 table, feasible, cols = results_table(study, designs, metrics, coded, schema, trial=flat,
                                                       sampler="grid", seed=None, codes=codes, now=now, metadata=meta)
@@ -237,6 +230,68 @@ def distinct_points(study: StudySpec, axes, idx, params: dict, n: int) -> np.nda
         if k.name in masks:
             keep &= masks[k.name] | (i == 0)
     return keep
+
+
+def grid_chunk(study: StudySpec, axes, shape: tuple, start: int, stop: int):
+    """The distinct designs (distinct_points) among flat grid indices [start, stop): (flat
+    indices, per-knob axis indices, knob values with categorical knobs as codes into their
+    choices, the activity masks of dse.study.space). The same rows and masks as unravel_index +
+    distinct_points + active_masks: each knob's indices over a run of flat indices are runs of
+    its axis (``axis_run``: repeats and tiles, no division per row); the masks are computed once
+    per combination of the knobs they read (as grid_masks, without a sort: those combinations
+    index a small table) and gathered."""
+    n = stop - start
+    idx = [axis_run(j, shape, start, stop) for j in range(len(shape))]
+    probe = _Reads({k.name: i[:1] if k.kind == "cat" else vals[i[:1]] for (k, vals), i in zip(axes, idx)})
+    active_masks(study, probe, 1)
+    ctl = [j for j, (k, _) in enumerate(axes) if k.name in probe.read]
+    if ctl:
+        key = np.zeros(n, dtype=np.int64)
+        for j in ctl:                                   # ravel_multi_index, C order
+            key *= shape[j]
+            key += idx[j]
+        size = int(np.prod([shape[j] for j in ctl], dtype=np.int64))
+        if size > 4 * n:        # a table larger than the chunk: sort instead
+            _, reps, inv = np.unique(key, return_index=True, return_inverse=True)
+            inv = inv.reshape(-1)
+        else:
+            row = np.full(size, -1, dtype=np.int64)
+            row[key] = np.arange(n)     # one row of each combination present (any: they have the same masks)
+            combos = np.flatnonzero(row >= 0)
+            lut = np.zeros(size, dtype=np.int64)
+            lut[combos] = np.arange(combos.size)
+            inv, reps = lut[key], row[combos]
+    else:
+        inv, reps = np.zeros(n, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    small = active_masks(study, {k.name: i[reps] if k.kind == "cat" else vals[i[reps]]
+                                 for (k, vals), i in zip(axes, idx)}, reps.size)
+    keep = np.ones(n, dtype=bool)
+    for j, (k, _) in enumerate(axes):
+        if k.name in small:
+            keep &= small[k.name][inv] | (idx[j] == 0)
+    flat = np.arange(start, stop, dtype=np.int64)
+    if not keep.all():      # a knob that does not act is enumerated at its first value only
+        flat, inv, idx = flat[keep], inv[keep], [i[keep] for i in idx]
+    coded = {k.name: i if k.kind == "cat" else np.take(vals, i) for (k, vals), i in zip(axes, idx)}
+    return flat, tuple(idx), coded, {name: m[inv] for name, m in small.items()}
+
+
+def axis_run(j: int, shape: tuple, start: int, stop: int) -> np.ndarray:
+    """np.unravel_index(np.arange(start, stop), shape)[j] without a division per row: axis j
+    holds each index for ``stride`` consecutive flat indices (the product of the later axes),
+    so its indices are the period ``repeat(arange(size), stride)`` tiled, or, when a period is
+    longer than the run, a few blocks repeated."""
+    size, stride = int(shape[j]), int(np.prod(shape[j + 1:], dtype=np.int64))
+    period, n = size * stride, stop - start
+    if period <= n:
+        pattern = np.repeat(np.arange(size, dtype=np.int64), stride)
+        off = start % period
+        return np.tile(pattern, -(-(off + n) // period))[off:off + n]
+    b0, b1 = start // stride, (stop - 1) // stride
+    counts = np.full(b1 - b0 + 1, stride, dtype=np.int64)
+    counts[0] -= start - b0 * stride
+    counts[-1] -= (b1 + 1) * stride - stop
+    return np.repeat(np.arange(b0, b1 + 1, dtype=np.int64) % size, counts)
 
 
 class _Reads(dict):

@@ -66,12 +66,15 @@ class Metrics:
     ttft_s: np.ndarray
     request_latency_s: np.ndarray
 
-    def columns(self) -> dict[str, np.ndarray]:
-        """External name -> display-unit array, in the order of METRIC_COLUMNS."""
+    def columns(self, bounds: bool = True) -> dict[str, np.ndarray]:
+        """External name -> display-unit array, in the order of METRIC_COLUMNS; ``bounds`` False
+        leaves out the *_bound text columns (a writer that takes their codes from the Metrics)."""
         out = {}
         for name, attr, scale in METRIC_COLUMNS:
             v = getattr(self, attr)
             if scale == "bound":
+                if not bounds:
+                    continue
                 v = BOUND_NAMES[v]
             elif scale == "text":
                 pass
@@ -302,12 +305,17 @@ _MIX = np.uint64(0x9E3779B97F4A7C15)      # odd: multiplying by it is a bijectio
 
 
 def _distinct_rows(batch: DesignBatch) -> tuple[np.ndarray, np.ndarray] | None:
-    """(one row of each distinct latency input, inverse index), or None when the distinct rows
-    are more than half the rows. Rows are keyed by a 64-bit hash of their bit patterns, then
-    checked column by column: a hash collision means no dedupe, never a wrong row."""
-    n = batch.n
+    """distinct_rows of the latency inputs (latency_columns)."""
+    return distinct_rows(latency_columns(batch), batch.n)
+
+
+def distinct_rows(columns: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(one row of each distinct row of ``columns`` (each of length n, or one value broadcast),
+    inverse index), or None when the distinct rows are more than half the rows. Rows are keyed
+    by a 64-bit hash of their bit patterns, then checked column by column: a hash collision
+    means no dedupe, never a wrong row."""
     h, used = np.zeros(n, dtype=np.uint64), []
-    for c in latency_columns(batch):
+    for c in columns:
         if c.strides == (0,):          # one value broadcast (arrays._as_arrays)
             continue
         c = np.ascontiguousarray(c)

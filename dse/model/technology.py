@@ -261,8 +261,13 @@ def power_w(tech: TechConstants, *, peak_bf16_flop_s, j_per_flop, mem_bw_bytes_s
     compute = tech.tdp_compute_utilization * peak_bf16_flop_s * j_per_flop
     memory = mem_bw_bytes_s * _BITS_PER_BYTE * j_per_bit
     static = static_w_per_mm2 * die_area_mm2
-    link = link_bw_bytes_s * _BITS_PER_BYTE * tech.link_j_per_bit
+    link = link_power_w(tech, link_bw_bytes_s)
     return compute + memory + static + link, compute, memory, static, link
+
+
+def link_power_w(tech: TechConstants, link_bw_bytes_s) -> np.ndarray:
+    """Scale-up SerDes at full rate: link BW x 8 x link J/bit (the last term of power_w)."""
+    return link_bw_bytes_s * _BITS_PER_BYTE * tech.link_j_per_bit
 
 
 # -- the whole chip -----------------------------------------------------------------------

@@ -35,10 +35,19 @@ def string_array(values) -> pa.Array:
 
 
 def repeat_string(text: str, n: int) -> pa.Array:
-    return string_array([text]).take(num_array(np.zeros(n, dtype=np.int64), pa.int64()))
+    """``text`` n times: offsets 0, L, 2L, ... over the bytes repeated (no take)."""
+    enc = str(text).encode()
+    if n * len(enc) >= 2 ** 31:         # beyond int32 offsets: Arrow's own take says so
+        return string_array([text]).take(num_array(np.zeros(n, dtype=np.int64), pa.int64()))
+    offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(enc))
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(enc * n)])
 
 
 def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(indices, distinct values as str) of a text column."""
+    """(indices, distinct values as str) of a text column; one value repeated (a chain drafter's
+    empty tree_shape) without a sort."""
+    a = np.asarray(values)
+    if a.size and a.ndim == 1 and bool((a == a[0]).all()):
+        return np.zeros(a.size, dtype=np.int64), np.array([str(a[0])])
     distinct, idx = np.unique(np.asarray(values).astype(str), return_inverse=True)
     return idx.reshape(-1), distinct

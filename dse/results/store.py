@@ -86,12 +86,23 @@ _UMASK = _umask()
 CODEC = "lz4"
 
 
+#: integer columns that are distinct row by row: a dictionary never pays on them
+_UNIQUE_INT_COLUMNS = ("trial",)
+
+
 def write_options(schema: pa.Schema) -> dict:
-    """pyarrow.parquet write options of a results table: dictionary encoding only for string and
-    integer columns (on float columns it is tried, fails to pay and costs encoding time), the
-    default statistics, :data:`CODEC`."""
-    dictionary = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_integer(f.type)]
-    return {"compression": CODEC, "use_dictionary": dictionary}
+    """pyarrow.parquet write options of a results table, chosen by measurement (docs/benchmarks.md):
+    dictionary encoding only for string and integer columns (on float columns, and on ``trial``,
+    distinct on every row, it is tried, fails to pay and costs encoding time); min/max statistics
+    only for ``trial`` and the ``params_*`` knobs, the columns a reader selects rows of a sweep by
+    (a part holds a block of the outer knobs, so their statistics let DuckDB, polars or a pyarrow
+    dataset filter skip parts; on every metric column they cost about a sixth of the encoding
+    time, and dse reads none); :data:`CODEC`. One row group per part: 32k-row groups would let
+    front_of decode fewer rows of a part but cost about 10% more encoding time, and measured no faster."""
+    dictionary = [f.name for f in schema if (pa.types.is_string(f.type) or pa.types.is_integer(f.type))
+                  and f.name not in _UNIQUE_INT_COLUMNS]
+    stats = [f.name for f in schema if f.name == "trial" or f.name.startswith("params_")]
+    return {"compression": CODEC, "use_dictionary": dictionary, "write_statistics": stats}
 
 
 def write_table(table: pa.Table, path: str | os.PathLike) -> Path:
@@ -379,6 +390,58 @@ class Dataset:
             offset += n
         return (np.concatenate(rows) if rows else np.empty(0, np.int64),
                 np.concatenate(vals) if vals else np.empty((0, len(objs))))
+
+    def take(self, rows: np.ndarray, columns) -> list[tuple[np.ndarray, pa.Table]]:
+        """Global row numbers ``rows`` (ascending), ``columns`` of them as the unified schema: per
+        file that holds some, (its rows, their table), decoding only the row groups that hold them."""
+        starts = np.cumsum([0] + self.counts)
+        out = []
+        for i, f in enumerate(self.files):
+            mine = rows[(rows >= starts[i]) & (rows < starts[i + 1])]
+            if not mine.size:
+                continue
+            local = mine - starts[i]
+            try:
+                pf = pq.ParquetFile(f)
+                sizes = [pf.metadata.row_group(g).num_rows for g in range(pf.metadata.num_row_groups)]
+                first = np.cumsum([0] + sizes)
+                group = np.searchsorted(first, local, side="right") - 1        # the row group of each row
+                groups = np.unique(group)
+                t = pf.read_row_groups(groups.tolist(), columns=columns)
+            except pa.ArrowException as e:
+                raise DseError(f"{self.root}: cannot read the results ({e})") from e
+            before = np.cumsum([0] + [sizes[g] for g in groups])       # where each group read starts in t
+            at = before[np.searchsorted(groups, group)] + (local - first[group])
+            t = t.take(pa.Array.from_buffers(pa.int64(), at.size, [None, pa.py_buffer(at.astype(np.int64))]))
+            want = pa.schema([self.schema.field(c) for c in t.schema.names], metadata=self.schema.metadata)
+            out.append((mine, t if t.schema.equals(want) else t.cast(want)))
+        return out
+
+    def front_rows(self, objs) -> tuple[np.ndarray, int, int]:
+        """(global row numbers of the non-dominated feasible rows, rows, distinct designs), read
+        part by part (objective columns, ``feasible`` or else ``fits``, ``duplicate_of``; no
+        pandas): each part's front kept, then the front of their union (a row dominated within
+        its part is dominated globally). Feasibility and designs as dse.analysis's
+        feasible_mask and count_designs; every row when there is no duplicate_of column."""
+        from ..pareto import pareto_mask
+        names, dirs = self.schema.names, [d for _, d in objs]
+        ok_col = next((c for c in ("feasible", "fits") if c in names), None)
+        cols = list(dict.fromkeys([m for m, _ in objs] + [c for c in (ok_col, "duplicate_of") if c]))
+        rows, vals, designs, offset = [], [], 0, 0
+        for (_, t), n in zip(self.parts(cols), self.counts, strict=True):
+            v = np.column_stack([t[m].to_numpy(zero_copy_only=False).astype(np.float64) for m, _ in objs])
+            ok = np.isfinite(v).all(axis=1)
+            if ok_col:
+                ok &= t[ok_col].fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+            designs += t["duplicate_of"].null_count if "duplicate_of" in cols else n
+            mask = pareto_mask(v, dirs, feasible=ok)
+            rows.append(offset + np.flatnonzero(mask))
+            vals.append(v[mask])
+            offset += n
+        if not rows:
+            return np.empty(0, np.int64), 0, 0
+        rows, vals = np.concatenate(rows), np.concatenate(vals)
+        return rows[pareto_mask(vals, dirs)], offset, designs
 
     def global_flags(self) -> tuple[np.ndarray, np.ndarray]:
         """(is_pareto, pareto_rank) over every row of the dataset (rank -1 where not usable): from

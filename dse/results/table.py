@@ -33,7 +33,7 @@ def results_table(study, designs: Designs, metrics: Metrics, params: dict[str, n
     (:func:`pandas_metadata`) and the ``dse`` ``metadata``. Returns (table, feasible, the
     metric_table columns by name)."""
     n = designs.batch.n
-    cols = metric_table(designs, metrics)
+    cols = metric_table(designs, metrics, bounds=False)     # the bound columns come from their codes
     cons = constraint_values(cols, study)
     fits = np.asarray(cols["fits"], dtype=bool)
     feasible = np.all(cons <= 0, axis=1) & fits

@@ -106,13 +106,13 @@ def active_masks(study: StudySpec, values: dict, n: int, names: dict[str, tuple]
     return out
 
 
-def fill_inactive(study: StudySpec, values: dict[str, np.ndarray], n: int, names: dict[str, tuple] | None = None
-                  ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def fill_inactive(study: StudySpec, values: dict[str, np.ndarray], n: int, names: dict[str, tuple] | None = None,
+                  masks: dict[str, np.ndarray] | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Every knob with inactive entries (None, NaN or any value) set to its neutral value, and
     the activity masks (conditional knobs only; the others act on every design). A categorical
     knob given as integer codes into ``names[knob]`` (by default ``knob_names``) gets the
-    neutral value's code."""
-    masks = active_masks(study, values, n, names)
+    neutral value's code. ``masks``: active_masks of these values when the caller has them."""
+    masks = active_masks(study, values, n, names) if masks is None else masks
     out = dict(values)
     for name, act in masks.items():
         if act.all() or name not in out:
