@@ -126,6 +126,11 @@ def _retrying_rdb_class():
     return type("RetryingRDBStorage", (base,), {n: _retrying(n, base) for n in names})
 
 
+def _quiet_fallback(record) -> bool:
+    """Logging filter: drop Optuna's "Falling back to a slower alternative" warning."""
+    return "Falling back to a slower alternative" not in record.getMessage()
+
+
 def _rdb_storage(url: str):
     """RDBStorage with a small connection pool (100 workers stay under PostgreSQL's default
     max_connections = 100 with 1 each, 2 at most), connections checked before use
@@ -136,6 +141,12 @@ def _rdb_storage(url: str):
     if not url.startswith("sqlite"):
         kwargs = {"pool_size": 1, "max_overflow": 1, "pool_recycle": 300, "pool_pre_ping": True}
     cls = _retrying_rdb_class()
+    # Optuna reads a dropped connection in _get_trials as "too many IN variables" and logs a
+    # warning before its fallback query fails too; dse's retry says what happened, in one line
+    import logging
+    log = logging.getLogger("optuna.storages._rdb.storage")
+    if _quiet_fallback not in log.filters:
+        log.addFilter(_quiet_fallback)
     for attempt in range(6):
         try:
             store = cls.__new__(cls)
@@ -144,7 +155,8 @@ def _rdb_storage(url: str):
             return store
         except Exception as exc:   # noqa: BLE001 - classified below
             kind = type(exc).__name__
-            if kind in ("IntegrityError", "ProgrammingError") and attempt < 5:
+            racing = kind in ("IntegrityError", "ProgrammingError") or "already exists" in str(exc)   # MySQL: 1050
+            if racing and attempt < 5:
                 time.sleep(0.2 * 2 ** attempt)   # another worker is creating the tables
                 continue
             raise
