@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import dse.analysis as da  # noqa: E402
+from dse.results.columns import SCHEMA_VERSION  # noqa: E402
 
 OBJECTIVES = [{"metric": "spec_ms_per_token", "direction": "minimize"},
               {"metric": "cost_usd", "direction": "minimize"},
@@ -66,7 +67,7 @@ def make_part(rng: np.random.Generator, start: int, n: int, meta: bytes) -> pa.T
 
 
 def write_dataset(root: Path, rows: int, parts: int = 10) -> None:
-    meta = json.dumps({"schema_version": 2, "dse_version": "bench", "objectives": OBJECTIVES,
+    meta = json.dumps({"schema_version": SCHEMA_VERSION, "dse_version": "bench", "objectives": OBJECTIVES,
                        "constraints": [], "tech_fingerprint": "bench",
                        "study": {"name": "bench", "workload": {}, "objectives": OBJECTIVES}
                        }).encode()

@@ -146,6 +146,22 @@ def test_front_of_is_the_front_of_the_whole(swept, kw):
     pd.testing.assert_frame_equal(got[cols], want[cols], check_exact=True)
 
 
+def test_front_of_results_without_a_duplicate_of_column(swept, tmp_path):
+    """Results written by other tools (or older dse) may lack duplicate_of: every row is then a
+    design, and the front is still the front of the whole (it used to fail reading the column)."""
+    import shutil
+    old = tmp_path / "old"
+    old.mkdir()
+    for f in sorted(swept.glob("part-*.parquet")):
+        t = pq.read_table(f)
+        pq.write_table(t.drop_columns(["duplicate_of"]), old / f.name)
+    shutil.copy(swept / "_manifest.json", old / "_manifest.json")
+    whole = da.load_results(old)
+    got = da.front_of(old)
+    assert got.attrs["designs"] == got.attrs["rows"] == 4860
+    assert got["trial"].tolist() == da.front(whole)["trial"].tolist()
+
+
 def test_cli_pareto_reads_the_front_only(swept):
     r = CliRunner().invoke(main, ["pareto", str(swept), "--csv"])
     assert r.exit_code == 0, r.output

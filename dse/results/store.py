@@ -426,7 +426,7 @@ class Dataset:
         from ..pareto import pareto_mask
         names, dirs = self.schema.names, [d for _, d in objs]
         ok_col = next((c for c in ("feasible", "fits") if c in names), None)
-        cols = list(dict.fromkeys([m for m, _ in objs] + [c for c in (ok_col, "duplicate_of") if c]))
+        cols = list(dict.fromkeys([m for m, _ in objs] + [c for c in (ok_col, "duplicate_of") if c in names]))
         rows, vals, designs, offset = [], [], 0, 0
         for (_, t), n in zip(self.parts(cols), self.counts, strict=True):
             v = np.column_stack([t[m].to_numpy(zero_copy_only=False).astype(np.float64) for m, _ in objs])
