@@ -265,13 +265,7 @@ def child_main(points: int, out: str) -> int:
 
 def points_at_least(study, total: int) -> tuple[int, int]:
     """The smallest grid resolution with >= total grid points, and that grid's size."""
-    from dse.grid import grid_axes
-    p = 2
-    while True:
-        n = int(np.prod([v.size for _, v in grid_axes(study, p)], dtype=np.int64))
-        if n >= total:
-            return p, n
-        p += 1
+    return points_for(study, total)
 
 
 def designs_of(stdout: str) -> int:

@@ -32,16 +32,7 @@ def study():
 @pytest.fixture(scope="module")
 def in_memory(study):
     """The whole grid the pre-change way: one evaluate_study + results_frame (flags over all rows)."""
-    axes = grid_axes(study, POINTS)
-    shape = tuple(v.size for _, v in axes)
-    flat = np.arange(int(np.prod(shape)), dtype=np.int64)
-    idx = np.unravel_index(flat, shape)
-    params = {k.name: vals[i] for (k, vals), i in zip(axes, idx)}
-    keep = distinct_points(study, axes, idx, params, flat.size)
-    flat, params = flat[keep], {n: v[keep] for n, v in params.items()}
-    _, db, tech = open_study(study)
-    designs, metrics = evaluate_study(study, params, flat.size, db, tech)
-    return results_frame(study, designs, metrics, params, trial=flat, sampler="grid", seed=None)
+    return _whole_grid(study, POINTS)
 
 
 @pytest.fixture(scope="module")
@@ -247,6 +238,7 @@ def test_grid_masks_are_active_masks_row_by_row(name):
 
 
 def _whole_grid(study, points):
+    """Every distinct design of the grid at ``points``, evaluated in one batch: the pre-change way."""
     axes = grid_axes(study, points)
     shape = tuple(v.size for _, v in axes)
     flat = np.arange(int(np.prod(shape)), dtype=np.int64)
