@@ -228,3 +228,17 @@ def test_schema_version_2_read_with_its_own_warning(tmp_path):
     with pytest.warns(UserWarning, match="schema_version 2: written before power_w of known parts"):
         df = da.load_results(path)
     assert len(df) == 3
+
+
+def test_old_schema_dataset_warns_once_not_per_part(tmp_path):
+    """A dataset of old parts gives one warning naming how many parts, not one per part file."""
+    import warnings
+    d = tmp_path / "ds"
+    d.mkdir()
+    for i in range(3):
+        pq.write_table(table(3, m=meta(schema_version=2)), d / f"part-{i}.parquet")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        df = da.load_results(d)
+    msgs = [str(w.message) for w in caught if "schema_version" in str(w.message)]
+    assert len(df) == 9 and len(msgs) == 1 and "(3 of 3 part files): results schema_version 2" in msgs[0]

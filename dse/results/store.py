@@ -238,14 +238,6 @@ def _read_footer(path: Path) -> tuple[pa.Schema, dict, int]:
     if newer:
         raise DseError(f"{path}: results schema_version = {version!r}: this dse reads "
                        f"schema_version <= {SCHEMA_VERSION}; upgrade dse")
-    if version is not None and int(version) < 2:
-        warnings.warn(f"{path}: results schema_version {version}: written before issue 9 (cost_usd of known "
-                      "parts was their street price, DRAM capacity decimal, KV cache at the weight dtype); "
-                      "re-run the study to compare with current results", stacklevel=7)
-    elif version is not None and int(version) < 3:
-        warnings.warn(f"{path}: results schema_version {version}: written before power_w of known parts came "
-                      "from the energy model synthesised chips get (it held the vendor TDP) and before expert "
-                      "parallel (ep); re-run the study to compare power with current results", stacklevel=7)
     return schema, meta, footer.num_rows
 
 
@@ -329,6 +321,24 @@ PARETO_FILE = "_pareto.parquet"
 _PARETO_KEY = b"dse_pareto"
 
 
+def _warn_old_schema(root: Path, metas) -> None:
+    """One warning per dataset (not per part file) when parts were written by an older schema."""
+    versions = [int(m["schema_version"]) for m in metas if m.get("schema_version") is not None]
+    old = [v for v in versions if v < SCHEMA_VERSION]
+    if not old:
+        return
+    v = min(old)
+    where = f"{root} ({len(old)} of {len(metas)} part files)" if len(metas) > 1 else f"{root}"
+    if v < 2:
+        why = ("written before issue 9 (cost_usd of known parts was their street price, DRAM capacity decimal, "
+               "KV cache at the weight dtype); re-run the study to compare with current results")
+    else:
+        why = ("written before power_w of known parts came from the energy model synthesised chips get (it "
+               "held the vendor TDP) and before expert parallel (ep); re-run the study to compare power with "
+               "current results")
+    warnings.warn(f"{where}: results schema_version {v}: {why}", stacklevel=5)
+
+
 class Dataset:
     """The part files of one results file or dataset directory, their footers checked (one study,
     compatible columns), read column by column."""
@@ -338,6 +348,7 @@ class Dataset:
         schemas, metas, counts = zip(*(_read_footer(f) for f in files), strict=True)
         self.counts = [int(c) for c in counts]
         self.meta = metas[0]
+        _warn_old_schema(root, metas)
         names = {_study_name(m) for m in metas}
         if len(names) > 1:
             raise DseError(f"{root}: part files belong to different studies "
