@@ -190,17 +190,17 @@ def sweep_cmd(study_file, points, shard, out, chunk_size, dask_address, quiet):
             raise SpecError(None, "--shard", shard, "with --dask, give all/N (N shards as N Dask tasks)")
         rows, parts = sweep_on_dask(dask_address, study_file, int(tail), points=points, out=out,
                                     chunk_size=chunk_size)
-        click.echo(f"{rows} designs written in {parts} part files on disk ({tail} shards on Dask {dask_address})")
+        click.echo(f"{rows} designs written in {_count(parts, 'part file')} on disk ({tail} shards on Dask {dask_address})")
         return
     res = sweep(study, points=points, shard=parse_shard(shard) if shard else None, out=out,
                 chunk_size=chunk_size or DEFAULT_CHUNK, progress=not quiet)
-    done = f"{len(res.parts)} part files of shard {res.shard[0]}/{res.shard[1]} on disk in {res.out_dir}"
+    done = f"{_count(len(res.parts), 'part file')} of shard {res.shard[0]}/{res.shard[1]} on disk in {res.out_dir}"
     if res.interrupted:
         _stopped(res.interrupted, f"{done}; run the same command again to do only the missing parts")
     kept = f", {res.skipped} already there" if res.skipped else ""
     click.echo(f"{res.out_dir}: {res.rows_written} designs from {res.total_points} grid points (a knob that does "
-               f"not act on a design is taken at one value) written in {len(res.parts) - res.skipped} part "
-               f"files{kept} (shard {res.shard[0]}/{res.shard[1]})")
+               f"not act on a design is taken at one value) written in {_count(len(res.parts) - res.skipped, 'part file')}"
+               f"{kept} (shard {res.shard[0]}/{res.shard[1]})")
 
 
 @main.command("export", short_help="A shared study's finished trials to Parquet.")
@@ -273,6 +273,11 @@ def _load_results(path):
     from .results.store import load_results
     with _warnings_to_stderr():
         return load_results(path)
+
+
+def _count(n: int, noun: str) -> str:
+    """'1 part file', '3 part files'."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 @contextlib.contextmanager

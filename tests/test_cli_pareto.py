@@ -24,7 +24,7 @@ def sweep_dir(tmp_path_factory):
     # 3 values on each of 8 knobs, 2 x 3 x 3 x 3 x 3 x 3 x 4 x 3 = 5,832 points; the link of a lone chip
     # does not act, so the 3 x 2 x ... chips=1 rows take it once: 4,860 designs, in one part file
     assert r.output == (f"{out}: 4860 designs from 5832 grid points (a knob that does not act on a design is "
-                        "taken at one value) written in 1 part files (shard 0/1)\n")
+                        "taken at one value) written in 1 part file (shard 0/1)\n")
     return out
 
 
