@@ -147,3 +147,13 @@ def test_design_labels_name_key_knobs():
     assert design_label(row) == "1122 TFLOP/s, 7x hbm4 (8-high), 1 chip + draft chip"
     assert report.short_knob("params_draft_chip_memory") == "draft.memory"
     assert report.short_knob("target_chip_peak_tflops") == "peak_tflops"
+
+
+def test_front_panel_draws_and_counts_each_point_once():
+    # rows 0 and 1 are the same design point (a repeat): the front is (1, 3), (2, 2), (3, 1),
+    # three points, and the legend's count is 3, not the 4 non-dominated rows
+    df = pd.DataFrame({"spec_ms_per_token": [1.0, 1.0, 2.0, 3.0, 3.0], "cost_usd": [3.0, 3.0, 2.0, 1.0, 5.0],
+                       "feasible": [True] * 5})
+    objs = [("spec_ms_per_token", "minimize"), ("cost_usd", "minimize")]
+    (pair,) = report._pairs_data(df, objs)
+    assert pair.front.tolist() == [[1.0, 3.0], [2.0, 2.0], [3.0, 1.0]]

@@ -188,7 +188,8 @@ def _pairs_data(df, objs, known=None) -> list[PairData]:
     """One PairData per pair of objectives (the all-objective front is computed once)."""
     vals, ok = da.usable_values(df, objs)
     dirs = da.directions(objs)
-    on_front = pareto.pareto_mask(vals, dirs, feasible=ok)
+    # one point per design of the front: repeats and exact ties are drawn and counted once
+    on_front = pareto.first_of_equal(vals, pareto.pareto_mask(vals, dirs, feasible=ok))
     out = []
     for i, j in itertools.combinations(range(len(objs)), 2):
         xy = vals[:, [i, j]]
@@ -559,7 +560,7 @@ def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None 
         made.append((path, heading, caption))
 
     vals, ok = da.usable_values(df, objs)
-    n_front = int(pareto.pareto_mask(vals, da.directions(objs), feasible=ok).sum())
+    n_front = int(pareto.first_of_equal(vals, pareto.pareto_mask(vals, da.directions(objs), feasible=ok)).sum())
     with _rc():
         if len(objs) >= 2:
             say("figure: Pareto front")
