@@ -268,13 +268,6 @@ def report_cmd(path, out, quiet):
     click.echo(f"{res['html']} ({len(res['figures'])} figures)")
 
 
-def _load_results(path):
-    """load_results, with its warnings (an incomplete dataset) as `warning: ...` lines on stderr."""
-    from .results.store import load_results
-    with _warnings_to_stderr():
-        return load_results(path)
-
-
 def _count(n: int, noun: str) -> str:
     """'1 part file', '3 part files'."""
     return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -40,13 +40,6 @@ class Designs:
     active: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def knob_arrays(study: StudySpec, params: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
-    """Every knob (searched from ``params``, fixed from the study) as an array of length n,
-    inactive entries at their neutral value (dse.study.space)."""
-    kn, _, names = knob_arrays_and_masks(study, params, n)
-    return {k: np.array(names[k], dtype=object)[v] if k in names else v for k, v in kn.items()}
-
-
 def knob_arrays_and_masks(study: StudySpec, params: dict[str, np.ndarray], n: int, masks=None
                           ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, tuple]]:
     """Knob arrays with categorical knobs as int64 codes, the activity masks of the conditional

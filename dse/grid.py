@@ -39,7 +39,6 @@ from .results.store import (
     study_metadata,
     write_manifest,
     write_pareto_file,
-    write_parquet,
     write_table,
 )
 from .results.table import results_table
@@ -223,8 +222,9 @@ def part_name(chunk: int, shards: int) -> str:
 
 def distinct_points(study: StudySpec, axes, idx, params: dict, n: int) -> np.ndarray:
     """Grid points that are distinct designs: every inactive knob (dse.study.space) at its
-    first axis value, so no design is enumerated twice."""
-    masks = grid_masks(study, axes, idx, params, n)
+    first axis value, so no design is enumerated twice (row by row; the sweep's grid_chunk gives
+    the same rows faster)."""
+    masks = active_masks(study, params, n)
     keep = np.ones(n, dtype=bool)
     for (k, _), i in zip(axes, idx):
         if k.name in masks:
@@ -238,8 +238,8 @@ def grid_chunk(study: StudySpec, axes, shape: tuple, start: int, stop: int):
     choices, the activity masks of dse.study.space). The same rows and masks as unravel_index +
     distinct_points + active_masks: each knob's indices over a run of flat indices are runs of
     its axis (``axis_run``: repeats and tiles, no division per row); the masks are computed once
-    per combination of the knobs they read (as grid_masks, without a sort: those combinations
-    index a small table) and gathered."""
+    per combination of the knobs they read (found by probing active_masks with one row; those
+    combinations index a small table, or are sorted when the table is larger than the chunk) and gathered."""
     n = stop - start
     idx = [axis_run(j, shape, start, stop) for j in range(len(shape))]
     probe = _Reads({k.name: i[:1] if k.kind == "cat" else vals[i[:1]] for (k, vals), i in zip(axes, idx)})
@@ -314,23 +314,6 @@ class _Reads(dict):
         return super().get(key, default)
 
 
-def grid_masks(study: StudySpec, axes, idx, params: dict, n: int) -> dict[str, np.ndarray]:
-    """active_masks of a grid chunk, evaluated once per distinct combination of the knobs it
-    reads (found by probing it with one row; in the quickstart grid: chips and memory, 36
-    combinations per chunk) and gathered: row-wise numpy, so the same masks as active_masks on
-    every row, without its per-row Python over the memory names."""
-    probe = _Reads({name: v[:1] for name, v in params.items()})
-    active_masks(study, probe, 1)
-    ctl = [j for j, (k, _) in enumerate(axes) if k.name in probe.read]
-    if ctl:
-        key = np.ravel_multi_index([idx[j] for j in ctl], [axes[j][1].size for j in ctl])
-        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
-    else:
-        first, inv = np.zeros(1, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    masks = active_masks(study, {name: v[first] for name, v in params.items()}, first.size)
-    return {name: m[inv] for name, m in masks.items()}
-
-
 def _check_existing(out_dir: Path, meta: dict) -> None:
     """Refuse a directory that holds parts of another grid, study or shard count: mixing them
     would duplicate or misnumber rows. The same grid and shard count may be re-run."""
@@ -347,4 +330,4 @@ def _check_existing(out_dir: Path, meta: dict) -> None:
                         "chunk size) or shard count; use a new directory or delete it")
 
 
-__all__ = ["sweep", "grid_axes", "axis_values", "parse_shard", "shard_from_env", "SweepResult", "write_parquet", "part_name"]
+__all__ = ["sweep", "grid_axes", "axis_values", "parse_shard", "shard_from_env", "SweepResult", "part_name"]

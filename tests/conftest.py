@@ -1,4 +1,7 @@
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -19,3 +22,15 @@ def ideal():
 def db():
     from dse.catalog.database import load_database
     return load_database()
+
+
+@pytest.fixture
+def shm(tmp_path):
+    """A directory for journal files on tmpfs when there is one (the journal fsyncs every
+    append: 90 ms per trial on this disk, 20 ms on tmpfs), else tmp_path."""
+    if not os.access("/dev/shm", os.W_OK):
+        yield tmp_path
+        return
+    d = Path(tempfile.mkdtemp(prefix="dse-test-", dir="/dev/shm"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)

@@ -212,20 +212,15 @@ def test_hypervolume_history(dataset_dir):
     assert short["hypervolume"].iloc[-1] == pytest.approx(h["hypervolume"].iloc[-1])
 
 
-def test_old_schema_version_read_with_a_warning(tmp_path):
-    """Issue 9: results of schema_version 1 (street price in cost_usd, decimal DRAM) still load, with a message."""
+@pytest.mark.parametrize("version, says", [
+    (1, "schema_version 1: written before issue 9"),             # street price in cost_usd, decimal DRAM
+    (2, "schema_version 2: written before power_w of known parts"),   # the vendor TDP in power_w
+])
+def test_old_schema_version_read_with_a_warning(tmp_path, version, says):
+    """Results of an older schema still load, with a message that says what changed since."""
     path = tmp_path / "r.parquet"
-    pq.write_table(table(3, m=meta(schema_version=1)), path)
-    with pytest.warns(UserWarning, match="schema_version 1"):
-        df = da.load_results(path)
-    assert len(df) == 3
-
-
-def test_schema_version_2_read_with_its_own_warning(tmp_path):
-    """Schema 2 files held the vendor TDP in power_w of known parts: they load, saying so."""
-    path = tmp_path / "r.parquet"
-    pq.write_table(table(3, m=meta(schema_version=2)), path)
-    with pytest.warns(UserWarning, match="schema_version 2: written before power_w of known parts"):
+    pq.write_table(table(3, m=meta(schema_version=version)), path)
+    with pytest.warns(UserWarning, match=says):
         df = da.load_results(path)
     assert len(df) == 3
 

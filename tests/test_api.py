@@ -185,3 +185,16 @@ def test_refusals_name_the_option(kw, message):
     with pytest.raises(SpecError) as e:
         evaluate_design(**args)
     assert str(e.value) == message
+
+
+@pytest.mark.parametrize("hw, power, basis, tdp", [
+    # H100 SXM: the energy model's 586.67 W a chip (worked in tests/model/test_technology.py), x 2;
+    # its vendor TDP 700 W x 2 rides along
+    ("h100-sxm", 2 * 586.67, "estimate", 2 * 700.0),
+    # TPU v4: its node is outside the technology tables, so the vendor TDP 192 W x 2 stands in
+    ("tpu-v4", 2 * 192.0, "tdp", 2 * 192.0),
+])
+def test_eval_power_of_known_parts_and_its_basis(hw, power, basis, tdp):
+    r = evaluate_design(hw=hw, chips=2, target="llama-3.1-8b", draft="none")
+    assert r["power_w"] == pytest.approx(power, rel=1e-6)
+    assert (r["power_basis"], r["tdp_w"]) == (basis, tdp)

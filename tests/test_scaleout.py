@@ -46,20 +46,6 @@ def brute_front(df):
     return set(feas["trial"][~dominated])
 
 
-@pytest.fixture
-def shm(tmp_path):
-    """A directory for journal files on tmpfs when there is one (the journal fsyncs every
-    append: 90 ms per trial on this disk, 20 ms on tmpfs), else tmp_path."""
-    import shutil
-    import tempfile
-    if not os.access("/dev/shm", os.W_OK):
-        yield tmp_path
-        return
-    d = Path(tempfile.mkdtemp(prefix="dse-test-", dir="/dev/shm"))
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
 def wait_for(pred, timeout=60):
     t0 = time.monotonic()
     while not pred():

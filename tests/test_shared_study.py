@@ -38,14 +38,10 @@ SERVERS = {"postgres": ("DSE_TEST_PG_URL", "PostgreSQL", "postgresql+psycopg"),
 
 
 @pytest.fixture(params=["journal", "postgres", "mysql"])
-def storage(request, tmp_path):
+def storage(request, shm):
     """A fresh shared storage URL: a journal file (on tmpfs when there is one), PostgreSQL or MySQL."""
     if request.param == "journal":
-        import shutil
-        import tempfile
-        d = Path(tempfile.mkdtemp(prefix="dse-test-", dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else tmp_path))
-        yield f"journal:{d / 'shared.journal'}"
-        shutil.rmtree(d, ignore_errors=True)
+        yield f"journal:{shm / 'shared.journal'}"
         return
     var, server, scheme = SERVERS[request.param]
     url = os.environ.get(var)

@@ -8,9 +8,7 @@ DSE_REQUIRE_SERVERS=1 (set by `.ci/run`), which turns the skip into a failure.
 
 import multiprocessing
 import os
-import shutil
 import signal
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -42,17 +40,6 @@ def require(what: str, reason: str):
     if os.environ.get("DSE_REQUIRE_SERVERS") == "1":
         pytest.fail(f"{reason}; DSE_REQUIRE_SERVERS=1 makes this a failure")
     pytest.skip(reason)
-
-
-@pytest.fixture
-def shm(tmp_path):
-    """A directory on tmpfs when there is one (the journal fsyncs every append)."""
-    if not os.access("/dev/shm", os.W_OK):
-        yield tmp_path
-        return
-    d = Path(tempfile.mkdtemp(prefix="dse-test-", dir="/dev/shm"))
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(params=["journal", "postgres"])

@@ -217,26 +217,6 @@ def test_yaml_c_loader_reads_what_the_python_loader_reads(tmp_path, monkeypatch)
     assert all(s == seen[0] for s in seen)
 
 
-@pytest.mark.parametrize("name", ["quickstart.yaml", "draft-chip.yaml"])
-def test_grid_masks_are_active_masks_row_by_row(name):
-    """The sweep evaluates active_masks once per combination of the knobs it reads: the same
-    masks as active_masks on every row of a chunk."""
-    from dse.grid import grid_masks
-    from dse.study.space import active_masks
-    study = load_study(QUICK.parent / name)
-    axes = grid_axes(study, 3)
-    shape = tuple(v.size for _, v in axes)
-    flat = np.arange(min(20_000, int(np.prod(shape))), dtype=np.int64)
-    idx = np.unravel_index(flat, shape)
-    params = {k.name: vals[i] for (k, vals), i in zip(axes, idx)}
-    want = active_masks(study, params, flat.size)
-    got = grid_masks(study, axes, idx, params, flat.size)
-    assert got.keys() == want.keys() and want
-    assert any(not m.all() for m in want.values())       # some knob is inactive somewhere
-    for k in want:
-        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
-
-
 def _whole_grid(study, points):
     """Every distinct design of the grid at ``points``, evaluated in one batch: the pre-change way."""
     axes = grid_axes(study, points)

@@ -90,13 +90,6 @@ def step_kwargs(weight_format: str, kv_dtype: str, weight_bw_factor: float | Non
                 attention_compute_factor=COMPUTE_EFFICIENCY_FACTOR[kv_dtype])
 
 
-def stored_bytes(m: ModelSpec, weight_format: str) -> float:
-    """Checkpoint bytes: layers at bytes_per_weight, embedding and LM head at head_bytes."""
-    f = WEIGHT_FORMATS[weight_format]
-    head = lm_head_params(m) * (1 if m.tied_embeddings else 2)
-    return non_embedding_params(m) * f.bytes_per_weight + head * f.head_bytes
-
-
 def default_kv_dtype(dtype: str) -> str:
     """The KV cache stays 16-bit unless the user quantises it (--kv-dtype, workload.kv_dtype):
     fp16 with fp16 weights, else bf16. MLC q4f16, AWQ, GPTQ, gpt-fast and vLLM keep a 16-bit

@@ -209,10 +209,6 @@ def _part_files(root: Path) -> list[Path]:
     return found
 
 
-def _read_meta(path: Path) -> tuple[pa.Schema, dict]:
-    return _read_footer(path)[:2]
-
-
 def _read_footer(path: Path) -> tuple[pa.Schema, dict, int]:
     """(Arrow schema, dse metadata, number of rows) from one file's footer."""
     try:
