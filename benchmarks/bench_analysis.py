@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import dse.analysis as da  # noqa: E402
-from dse.results.columns import SCHEMA_VERSION  # noqa: E402
+from dse.results.store import SCHEMA_VERSION  # noqa: E402
 
 OBJECTIVES = [{"metric": "spec_ms_per_token", "direction": "minimize"},
               {"metric": "cost_usd", "direction": "minimize"},

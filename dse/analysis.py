@@ -28,9 +28,11 @@ from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from . import pareto
 from .errors import DseError
+from .results.front import resolve_objectives, stored_objectives, table_columns
 from .results.store import load_results, open_results, restore_nullable
 
 __all__ = ["load_results", "front_of", "objectives_of", "feasible_mask", "front", "ranks", "hypervolume",
@@ -45,16 +47,9 @@ def _numeric_columns(df: pd.DataFrame) -> list[str]:
             if pd.api.types.is_numeric_dtype(dt) and not pd.api.types.is_bool_dtype(dt)]
 
 
-def _study_objectives(df: pd.DataFrame) -> list:
-    meta = df.attrs.get("dse") or {}
-    objs = meta.get("objectives")
-    if objs is None and isinstance(meta.get("study"), dict):
-        objs = meta["study"].get("objectives")
-    return list(objs or [])
-
-
 def objectives_of(df: pd.DataFrame, objectives=None) -> list[tuple[str, str]]:
-    """Resolve objectives to ``[(column, "minimize"|"maximize"), ...]``.
+    """Resolve objectives to ``[(column, "minimize"|"maximize"), ...]``
+    (dse.results.front.resolve_objectives against the numeric columns of ``df``).
 
     Args:
         df: results; its ``attrs["dse"]["objectives"]`` are the default.
@@ -67,43 +62,7 @@ def objectives_of(df: pd.DataFrame, objectives=None) -> list[tuple[str, str]]:
         DseError: no objectives given or stored, a bad direction, or a column that is not a
             numeric column of ``df`` (the message lists the numeric columns).
     """
-    stored = {}
-    for o in _study_objectives(df):
-        if isinstance(o, Mapping) and "metric" in o:
-            stored[o["metric"]] = o.get("direction", "minimize")
-    if objectives is None:
-        if not stored:
-            raise DseError("no objectives given and the results carry none in attrs['dse']; "
-                           "pass e.g. ['spec_ms_per_token:min', 'cost_usd:min']")
-        objectives = list(stored.items())
-    elif isinstance(objectives, str):
-        objectives = [s for s in objectives.split(",") if s.strip()]
-    out: list[tuple[str, str]] = []
-    numeric = _numeric_columns(df)
-    for o in objectives:
-        if isinstance(o, Mapping):
-            metric, direction = o.get("metric"), o.get("direction", stored.get(o.get("metric")))
-        elif isinstance(o, str):
-            metric, _, direction = o.strip().rpartition(":")
-            if not metric:
-                metric, direction = direction, stored.get(direction)
-        else:
-            metric, direction = o
-        if direction is None:
-            raise DseError(f"objective {metric!r}: give a direction, e.g. '{metric}:min' "
-                           f"or '{metric}:max'")
-        key = str(direction).strip().lower()
-        if key not in pareto.DIRECTIONS:
-            raise DseError(f"objective {metric!r}: direction {direction!r}: expected one of "
-                           f"min, max, minimize, maximize")
-        if metric not in numeric:
-            what = "is not numeric" if metric in df.columns else "is not a column"
-            raise DseError(f"objective {metric!r} {what} of the results; numeric columns: "
-                           f"{', '.join(numeric) or '(none)'}")
-        out.append((metric, pareto.DIRECTIONS[key]))
-    if not out:
-        raise DseError("no objectives given")
-    return out
+    return resolve_objectives(objectives, df.attrs.get("dse"), _numeric_columns(df), list(df.columns))
 
 
 def feasible_mask(df: pd.DataFrame) -> np.ndarray:
@@ -155,15 +114,9 @@ def front(df: pd.DataFrame, objectives=None, where: str | None = None, distinct:
             df = df.query(where)
         except Exception as e:  # query raises many types; report them uniformly
             raise DseError(f"where = {where!r}: {e}") from e
-    if distinct and "trial" in df.columns:
-        df = df.sort_values("trial", kind="stable")
     vals, ok = usable_values(df, objs)
-    mask = pareto.pareto_mask(vals, directions(objs), feasible=ok)
-    if distinct:
-        mask = pareto.first_of_equal(vals, mask)
-    out = df[mask]
-    return out.sort_values([m for m, _ in objs], ascending=[d == "minimize" for _, d in objs],
-                           kind="stable")
+    trial = df["trial"].to_numpy(dtype=np.float64, na_value=np.nan) if distinct and "trial" in df.columns else None
+    return df.iloc[pareto.front_order(vals, directions(objs), ok, order=trial, distinct=distinct)]
 
 
 def front_of(path, objectives=None, where: str | None = None, distinct: bool = True,
@@ -188,14 +141,15 @@ def front_of(path, objectives=None, where: str | None = None, distinct: bool = T
     names = ds.schema.names
     key = [m for m, _ in objs] + [c for c in ("feasible", "fits", "trial", "duplicate_of", "state") if c in names]
     key = list(dict.fromkeys(key))
-    if where:
-        keep, n_rows, n_designs = _front_rows_where(ds, objs, key, where)
-    else:           # numpy over the few columns the front needs (Dataset.front_rows)
-        keep, n_rows, n_designs = ds.front_rows(objs)
     wanted = names if columns is None else [c for pat in list(columns) + key for c in fnmatch.filter(names, pat)]
     cols = [c for c in dict.fromkeys(wanted) if c not in ("is_pareto", "pareto_rank")]
-    rows = [restore_nullable(t.to_pandas(), ds.schema).set_index(pd.Index(mine)) for mine, t in ds.take(keep, cols)]
-    full = pd.concat(rows) if rows else restore_nullable(ds.schema.empty_table().to_pandas(), ds.schema)[cols]
+    if where:
+        keep, n_rows, n_designs = _front_rows_where(ds, objs, key, where)
+        parts = ds.take(keep, cols)
+        table = pa.concat_tables([t for _, t in parts]) if parts else ds.schema.empty_table().select(cols)
+    else:           # a sweep's _front.parquet, else numpy over the few columns the front needs
+        keep, table, n_rows, n_designs = ds.front_table(objs, cols)
+    full = restore_nullable(table.to_pandas(), ds.schema).set_index(pd.Index(keep))
     out = front(full, objs, distinct=distinct)
     out.attrs.update({"dse": ds.meta, "rows": n_rows, "designs": n_designs})
     return out
@@ -289,7 +243,7 @@ def compare_fronts(a: pd.DataFrame, b: pd.DataFrame, objectives=None, reference=
         "front_size_a", "front_size_b"}``. ``hv_only_a = hv_union - hv_b`` is the volume only
         ``a`` reaches. The default reference is computed from the feasible rows of both.
     """
-    objs = objectives_of(a if objectives is not None or _study_objectives(a) else b, objectives)
+    objs = objectives_of(a if objectives is not None or stored_objectives(a.attrs.get("dse")) else b, objectives)
     ref = _default_ref([a, b], objs) if reference is None else _ref_array(reference, objs)
     dirs = directions(objs)
     va, oka = usable_values(a, objs)
@@ -350,10 +304,6 @@ def hypervolume_history(df: pd.DataFrame, objectives=None, reference=None, order
     return out
 
 
-#: the speculative accounting shown beside a front: a speedup never without alpha, tau, k and c
-SPEC_COLUMNS = ("alpha", "tau", "k", "draft_cost_ratio", "speedup")
-
-
 def count_designs(df: pd.DataFrame) -> int:
     """Distinct designs among the rows: rows that do not repeat an earlier one (``duplicate_of``
     null; every row in files written before that column existed)."""
@@ -362,23 +312,15 @@ def count_designs(df: pd.DataFrame) -> int:
     return len(df)
 
 
-#: what :func:`front_table` may show besides the objectives (patterns for :func:`front_of`)
-FRONT_TABLE_COLUMNS = (*SPEC_COLUMNS, "tree_shape", "trial", "params_*")
-
-
 def front_table(df: pd.DataFrame, objectives=None, top: int | None = None) -> pd.DataFrame:
-    """The front, best first by the first objective: objectives, then the speculative
-    accounting present among ``alpha, tau, k, draft_cost_ratio, speedup``, then ``trial``
-    and every ``params_*`` knob. ``top`` keeps only the first rows."""
+    """The front, best first by the first objective, its first ``top`` rows: objectives, then the
+    speculative accounting present among ``alpha, tau, k, draft_cost_ratio, speedup``,
+    ``tree_shape`` when a shown design has a tree, ``trial`` and every ``params_*`` knob
+    (dse.results.front.table_columns)."""
     objs = objectives_of(df, objectives)
-    f = front(df, objs)
-    cols = [m for m, _ in objs]
-    cols += [c for c in SPEC_COLUMNS if c in f.columns and c not in cols]
-    if "tree_shape" in f.columns and f["tree_shape"].fillna("").astype(str).str.len().gt(0).any():
-        cols.append("tree_shape")          # nodes per depth of each design's best tree
-    cols += [c for c in ("trial",) if c in f.columns]
-    cols += [c for c in f.columns if c.startswith("params_") and c not in cols]
-    out = f[cols]
+    out = front(df, objs)
     if top is not None:
         out = out.head(top)
+    tree = "tree_shape" in out.columns and bool(out["tree_shape"].fillna("").astype(str).str.len().gt(0).any())
+    out = out[table_columns(list(out.columns), objs, tree)]
     return out.reset_index(drop=True)

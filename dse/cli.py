@@ -236,24 +236,45 @@ def storage_proxy_cmd(storage, host, port):
 @click.option("--csv", "as_csv", is_flag=True, help="Print the front as CSV.")
 def pareto_cmd(path, objectives, where, top, as_json, as_csv):
     """The non-dominated front of a results file or sweep directory."""
-    from .analysis import FRONT_TABLE_COLUMNS, front_of, front_table, objectives_of
     from .cli_text import front_text
+    objectives = list(objectives) or None
+    if not (where or as_json or as_csv):    # no pandas: a sweep's front is read from its side file
+        from .results.front import dataset_front
+        with _warnings_to_stderr():
+            fr = dataset_front(path, objectives, top)
+        _print_front_header(fr.points, len(fr.rows), fr.n_designs, fr.n_rows, fr.objectives)
+        if fr.points:
+            click.echo(front_text({c: fr.table[c].to_pylist() for c in fr.table.column_names}))
+        return
+    from .analysis import front_of, front_table, objectives_of
+    from .results.front import FRONT_TABLE_COLUMNS
     with _warnings_to_stderr():       # part by part: memory bounded by a part and the front
-        fr = front_of(path, list(objectives) or None, where=where, columns=FRONT_TABLE_COLUMNS)
-    objs = objectives_of(fr, list(objectives) or None)
+        fr = front_of(path, objectives, where=where, columns=FRONT_TABLE_COLUMNS)
+    objs = objectives_of(fr, objectives)
     table = front_table(fr, objs, top=top)
     if as_json:
         click.echo(table.to_json(orient="records", indent=2))
     elif as_csv:
         click.echo(table.to_csv(index=False), nl=False)
-    elif not len(fr):
-        click.echo(f"no feasible design among {fr.attrs['designs']} designs "
-                   f"({', '.join(f'{m} {d}' for m, d in objs)})")
     else:
-        shown = f"; showing the first {len(table)}" if len(table) < len(fr) else ""
-        click.echo(f"{len(fr)} designs on the front of {fr.attrs['designs']} designs ({fr.attrs['rows']} rows; "
-                   f"{', '.join(f'{m} {d}' for m, d in objs)}){shown}")
-        click.echo(front_text(table))
+        _print_front_header(len(fr), len(table), fr.attrs["designs"], fr.attrs["rows"], objs)
+        if len(fr):
+            click.echo(front_text(_frame_columns(table)))
+
+
+def _print_front_header(points: int, shown: int, designs: int, rows: int, objs) -> None:
+    what = ", ".join(f"{m} {d}" for m, d in objs)
+    if not points:
+        click.echo(f"no feasible design among {designs} designs ({what})")
+        return
+    more = f"; showing the first {shown}" if shown < points else ""
+    click.echo(f"{points} designs on the front of {designs} designs ({rows} rows; {what}){more}")
+
+
+def _frame_columns(df) -> dict[str, list]:
+    """A DataFrame's columns as lists of Python values, None for NA (for cli_text.front_text)."""
+    import pandas as pd
+    return {c: [None if pd.isna(v) else v for v in df[c].tolist()] for c in df.columns}
 
 
 @main.command("report", short_help="PNG figures and an HTML page for results.")
@@ -309,7 +330,7 @@ def _print_front(df, study, header: str, rows: int = 25):
     shown = f"showing {len(table)}, spread along it" if len(table) < len(fr) else "all shown"
     click.echo(f"front: {len(fr)} designs of {feasible} feasible ({designs} designs in {len(df)} trials); "
                f"draft {study.drafter.label}, {acc}; sorted by {objs[0][0]}, {shown}")
-    click.echo(front_text(table))
+    click.echo(front_text(_frame_columns(table)))
 
 
 def _entries(kind: str):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -112,8 +113,19 @@ def short_name(column: str) -> str:
     return column.removeprefix("params_").replace("target_chip_", "").replace("draft_chip_", "draft.")
 
 
-def front_text(table) -> str:
-    """A front table (DataFrame) as text: short knob names, 4 significant digits; a knob that
-    does not act on the design (null, dse.study.space) shows as '-'."""
-    table = table.rename(columns=short_name)
-    return table.to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-")
+def front_text(columns: Mapping[str, list]) -> str:
+    """A front table (column name -> values) as text, every column right-aligned under its short
+    name: floats to 4 significant digits, integers whole; a null or NaN (a knob that does not act
+    on the design, dse.study.space) shows as '-'."""
+    cells = {short_name(c): [_front_cell(v) for v in vals] for c, vals in columns.items()}
+    widths = [max([len(h)] + [len(v) for v in vals]) for h, vals in cells.items()]
+    rows = [list(cells)] + [list(r) for r in zip(*cells.values())]
+    return "\n".join("  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in rows)
+
+
+def _front_cell(v: Any) -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)

@@ -13,7 +13,9 @@ Each part is written once: its rows become an Arrow table straight from numpy
 hold is_pareto / pareto_rank null; the shard that finds every part of the grid on disk writes the
 global flags (front and non-dominated ranks over all rows, dse.pareto.front_flags on their
 concatenation in file order) to ``_pareto.parquet``, from the objectives it kept per chunk and
-the objective columns of parts other shards wrote. ``load_results`` / ``dse pareto DIR`` join it.
+the objective columns of parts other shards wrote, and the full rows of the front to
+``_front.parquet`` (each chunk's non-dominated rows are kept as it is evaluated: the global front
+is a subset of their union). ``load_results`` joins the flags; ``dse pareto DIR`` reads the front.
 """
 
 from __future__ import annotations
@@ -25,18 +27,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .catalog.database import Database
 from .errors import SpecError
 from .evaluation import evaluate_study
 from .interrupt import stop_on_signals
+from .pareto import pareto_mask
 from .progress import Progress
+from .results.arrow import num_array, usable_rows
 from .results.store import (
     check_manifest,
+    open_dataset,
+    read_front_file,
     read_metadata,
     read_pareto_file,
     study_metadata,
+    write_front_file,
     write_manifest,
     write_pareto_file,
     write_table,
@@ -141,7 +149,7 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
     skipped = len(parts)
     bar = Progress(len(mine), skipped, unit="parts", label=f"dse sweep shard {si}/{sn}", enabled=progress)
     objs = [(o.metric, o.direction) for o in study.objectives]
-    usable: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}   # part name -> (rows, usable rows, objectives)
+    usable: dict[str, Usable] = {}          # part name -> its usable rows and its front's full rows
     schema, now = None, np.datetime64(datetime.now(UTC).replace(tzinfo=None), "us")
     writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dse-parquet")   # encoding overlaps evaluation
     pending: list[tuple[Future, Path]] = []
@@ -154,14 +162,11 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
                 flat, idx, coded, masks = grid_chunk(study, axes, shape, start, stop_i)
                 designs, metrics = evaluate_study(study, coded, flat.size, db, tech, masks=masks)
                 codes = {k.name: (i, vals) for (k, vals), i in zip(axes, idx) if k.kind == "cat"}
-                table, feasible, cols = results_table(study, designs, metrics, coded, schema, trial=flat,
-                                                      sampler="grid", seed=None, codes=codes, now=now, metadata=meta)
+                table = results_table(study, designs, metrics, coded, schema, trial=flat,
+                                      sampler="grid", seed=None, codes=codes, now=now, metadata=meta)
                 schema = table.schema           # the first chunk's, for every chunk
-                vals = np.column_stack([np.asarray(cols[m], dtype=np.float64) for m, _ in objs]) if objs \
-                    else np.empty((flat.size, 0))
-                ok = feasible & np.isfinite(vals).all(axis=1)
                 path = out_dir / part_name(c, sn)
-                usable[path.name] = (flat.size, np.flatnonzero(ok), vals[ok])
+                usable[path.name] = Usable.of(table, objs)
                 while pending and (len(pending) > 1 or pending[0][0].done()):   # at most 2 tables in flight
                     parts.append(_finish(pending.pop(0), bar))
                 pending.append((writer.submit(write_table, table, path), path))
@@ -175,8 +180,8 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
             parts += [p for f, p in pending if f.done() and not f.cancelled() and f.exception() is None]
             bar.close()
         if not stop.signum and objs:
-            _write_pareto_file(out_dir, manifest["parts"], usable, objs)
-    rows = sum(usable[p.name][0] for p in parts if p.name in usable)     # the parts this run wrote
+            _write_side_files(out_dir, manifest["parts"], usable, objs)
+    rows = sum(usable[p.name].rows for p in parts if p.name in usable)     # the parts this run wrote
     return SweepResult(out_dir=out_dir, total_points=total, rows_written=rows, parts=sorted(parts),
                        shard=(si, sn), skipped=skipped, interrupted=stop.signum)
 
@@ -187,32 +192,62 @@ def _finish(job: tuple[Future, Path], bar: Progress) -> Path:
     return path
 
 
-def _write_pareto_file(out_dir: Path, names: list[str], usable: dict, objs) -> None:
+@dataclass
+class Usable:
+    """What the side files need of one part: its row count, its usable rows (feasible, finite
+    objectives) and their objective values, and the full rows of its own front (``front`` local
+    row numbers, ascending; ``front_table`` their rows; None for a part this run did not write)."""
+    rows: int
+    usable: np.ndarray
+    values: np.ndarray
+    front: np.ndarray
+    front_table: pa.Table | None = None
+
+    @classmethod
+    def of(cls, table: pa.Table, objs, keep_rows: bool = True) -> Usable:
+        vals, ok = usable_rows(table, objs)
+        front = np.flatnonzero(pareto_mask(vals, [d for _, d in objs], feasible=ok))
+        rows = table.take(num_array(front, pa.int64())) if keep_rows else None
+        return cls(table.num_rows, np.flatnonzero(ok), vals[ok], front, rows)
+
+
+def _write_side_files(out_dir: Path, names: list[str], usable: dict[str, Usable], objs) -> None:
     """Once every part of the grid is on disk (the last shard to finish does it), write the global
-    Pareto flags to the side file (dse.results.store.PARETO_FILE), from this run's objective values
-    where it has them and the objective and feasible columns of the other parts, read one part at a
-    time. The parts' own is_pareto and pareto_rank stay null."""
+    Pareto flags (dse.results.store.PARETO_FILE) and the front's full rows (FRONT_FILE), from what
+    this run kept of its parts and, for the parts other shards wrote, their objective and feasible
+    columns (read one part at a time) and their front rows. The parts' own is_pareto and
+    pareto_rank stay null."""
     files = [out_dir / n for n in sorted(names)]
     if not all(f.is_file() for f in files):
         return
     if not all(f.name in usable for f in files):
         counts = [pq.read_metadata(f).num_rows for f in files]
-        if read_pareto_file(out_dir, files, counts, objs) is not None:
-            return                              # a re-run with nothing new: the flags are written
-    counts, rows, vals, offset = [], [], [], 0
-    for f in files:
-        if f.name in usable:
-            n, r, v = usable[f.name]
+        if (read_pareto_file(out_dir, files, counts, objs) is not None
+                and read_front_file(out_dir, files, counts, objs, []) is not None):
+            return                              # a re-run with nothing new: the side files are written
+    parts = [usable.get(f.name) or Usable.of(pq.ParquetFile(f).read(columns=[m for m, _ in objs] + ["feasible"]),
+                                             objs, keep_rows=False) for f in files]
+    counts = [u.rows for u in parts]
+    starts = np.cumsum([0] + counts)
+    rows = np.concatenate([s + u.usable for s, u in zip(starts, parts)])
+    write_pareto_file(out_dir, files, counts, rows, np.concatenate([u.values for u in parts]), objs)
+    # the global front: the non-dominated rows of the union of the parts' fronts
+    cand = np.concatenate([s + u.front for s, u in zip(starts, parts)])
+    cand_vals = np.concatenate([u.values[np.searchsorted(u.usable, u.front)] for u in parts])
+    front = cand[pareto_mask(cand_vals, [d for _, d in objs])]
+    tables = []
+    for i, u in enumerate(parts):
+        local = front[(front >= starts[i]) & (front < starts[i + 1])] - starts[i]
+        if not local.size:
+            continue
+        if u.front_table is not None:
+            tables.append(u.front_table.take(num_array(np.searchsorted(u.front, local), pa.int64())))
         else:
-            t = pq.read_table(f, columns=[m for m, _ in objs] + ["feasible"])
-            v = np.column_stack([t[m].to_numpy(zero_copy_only=False).astype(np.float64) for m, _ in objs])
-            ok = t["feasible"].fill_null(False).to_numpy(zero_copy_only=False).astype(bool) & np.isfinite(v).all(axis=1)
-            n, r, v = t.num_rows, np.flatnonzero(ok), v[ok]
-        counts.append(n)
-        rows.append(offset + r)
-        vals.append(v)
-        offset += n
-    write_pareto_file(out_dir, files, counts, np.concatenate(rows), np.concatenate(vals), objs)
+            tables += [t for _, t in open_dataset(out_dir, [files[i]]).take(local, None)]
+    schema = tables[0].schema if tables else pq.read_schema(files[0])
+    table = pa.concat_tables([t.cast(schema) for t in tables]) if tables else schema.empty_table()
+    # a sweep's rows are distinct designs (duplicate_of null), so its designs are its rows
+    write_front_file(out_dir, files, counts, front, table, objs, designs=int(starts[-1]))
 
 
 def part_name(chunk: int, shards: int) -> str:

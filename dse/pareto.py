@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import moocore
 import numpy as np
 
-__all__ = ["pareto_mask", "pareto_ranks", "first_of_equal", "hypervolume", "default_reference", "maximise_flags"]
+__all__ = ["pareto_mask", "pareto_ranks", "first_of_equal", "front_order", "hypervolume", "default_reference", "maximise_flags"]
 
 #: every accepted spelling of an objective direction -> "minimize" | "maximize" (the one table)
 DIRECTIONS = {"min": "minimize", "minimize": "minimize", "minimise": "minimize",
@@ -103,6 +103,25 @@ def pareto_mask(values, directions: Sequence[str], feasible=None) -> np.ndarray:
     if ok.any():
         mask[ok] = moocore.is_nondominated(v[ok], maximise=flags, keep_weakly=True)
     return mask
+
+
+def front_order(values, directions: Sequence[str], feasible=None, order=None, distinct: bool = True) -> np.ndarray:
+    """Row positions of the front, best first: the non-dominated usable rows (:func:`pareto_mask`),
+    with ``distinct`` only the first of each point in ``order`` (e.g. trial numbers; default row
+    order, :func:`first_of_equal`), sorted by the objectives in turn (ascending when minimised,
+    descending when maximised; a stable sort, so ties keep ``order``).
+
+    >>> front_order([[3, 1], [1, 3], [2, 2], [1, 3]], ["min", "min"], order=[0, 9, 5, 2]).tolist()
+    [3, 2, 0]
+    """
+    v, flags, ok = _prepare(values, directions, feasible)
+    seq = np.arange(v.shape[0]) if order is None else np.argsort(np.asarray(order, dtype=np.float64), kind="stable")
+    mask = pareto_mask(v[seq], directions, ok[seq])
+    if distinct:
+        mask = first_of_equal(v[seq], mask)
+    rows = seq[mask]
+    keys = [-v[rows, j] if flags[j] else v[rows, j] for j in reversed(range(v.shape[1]))]
+    return rows[np.lexsort(keys)] if keys else rows
 
 
 def pareto_ranks(values, directions: Sequence[str], feasible=None) -> np.ndarray:

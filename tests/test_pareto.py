@@ -47,6 +47,40 @@ def test_mask_continuous_random(m):
     np.testing.assert_array_equal(pareto.pareto_mask(v, DIRS[m]), brute_mask(v, DIRS[m]))
 
 
+def brute_order(values, directions, feasible, order, distinct):
+    """Reference for front_order in plain Python: the front's rows, with distinct the lowest
+    ``order`` of each point, sorted by the objectives in turn (better first), ties by ``order``."""
+    mask = brute_mask(values, directions, feasible)
+    rows = sorted(np.flatnonzero(mask), key=lambda i: order[i])
+    if distinct:
+        seen, kept = set(), []
+        for i in rows:
+            if tuple(values[i]) not in seen:
+                seen.add(tuple(values[i]))
+                kept.append(i)
+        rows = kept
+    sign = [1.0 if d.startswith("min") else -1.0 for d in directions]
+    return sorted(rows, key=lambda i: (tuple(s * x for s, x in zip(sign, values[i])), order[i]))
+
+
+@pytest.mark.parametrize("m", [2, 3, 4])
+@pytest.mark.parametrize("distinct", [True, False])
+def test_front_order_equals_brute_force(m, distinct):
+    """Rows of the front best first; a repeated point is kept once, at its lowest trial."""
+    rng = np.random.default_rng(m)
+    base = rng.integers(0, 8, size=(250, 1))
+    flip = np.array([d == DIRS[m][0] for d in DIRS[m]]) & (np.arange(m) > 0)
+    v = (np.where(flip, 7 - base, base) + rng.integers(0, 2, size=(250, m))).astype(float)   # a trade-off, with ties
+    v = np.concatenate([v, v[:60]])                       # repeats, found later or earlier
+    feasible = rng.random(len(v)) > 0.2
+    trial = rng.permutation(len(v)).astype(float)         # trials not in row order
+    got = pareto.front_order(v, DIRS[m], feasible, order=trial if distinct else None, distinct=distinct)
+    want = brute_order(v, DIRS[m], feasible, trial if distinct else np.arange(len(v)), distinct)
+    assert got.tolist() == want and len(want) >= 3
+    if not distinct:
+        assert len(got) == brute_mask(v, DIRS[m], feasible).sum()
+
+
 def test_duplicates_all_kept():
     v = [[1, 1], [1, 1], [2, 2]]
     assert pareto.pareto_mask(v, ["min", "min"]).tolist() == [True, True, False]

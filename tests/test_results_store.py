@@ -12,7 +12,7 @@ import pytest
 
 from dse.errors import DseError
 from dse.results import store
-from dse.results.columns import SCHEMA_VERSION
+from dse.results.store import SCHEMA_VERSION
 
 
 def frame():
@@ -106,3 +106,56 @@ def test_database_fingerprint_follows_every_yaml_byte(tmp_path):
     dev.write_text(dev.read_text() + "\n# a comment\n")
     b = store.database_fingerprint(Database(root), load_technology(root))
     assert a != b and len(a) == 16
+
+
+def test_to_numpy_reads_the_buffers_as_pyarrow_would():
+    """dse.results.arrow.to_numpy (no pandas shim): chunks, slices (bit offsets), nulls."""
+    import pyarrow as pa
+
+    from dse.results.arrow import to_numpy
+    got = to_numpy(pa.chunked_array([[1.5, None], [3.0]]))
+    np.testing.assert_array_equal(got, [1.5, np.nan, 3.0])
+    flags = pa.array([True, False, True, True, False, False, True, False, True]).slice(3, 5)
+    assert to_numpy(flags).tolist() == [True, False, False, True, False]
+    assert to_numpy(pa.array([True, None, True])).tolist() == [True, False, True]     # null -> False
+    ints = to_numpy(pa.array([1, None, 3], pa.int64()))
+    assert ints.dtype == np.float64 and np.isnan(ints[1]) and ints[[0, 2]].tolist() == [1.0, 3.0]
+    assert to_numpy(pa.array([4, 5], pa.int32())).dtype == np.int32
+    assert to_numpy(pa.chunked_array([], pa.float64())).shape == (0,)
+    rng = np.random.default_rng(0)
+    for typ in (pa.float64(), pa.int64(), pa.uint8(), pa.float32()):
+        vals = [None if rng.random() < 0.2 else int(x) for x in rng.integers(0, 100, 50)]
+        a = pa.array(vals, typ).slice(7, 31)
+        want = np.array([np.nan if v is None else v for v in a.to_pylist()], dtype=np.float64)
+        np.testing.assert_array_equal(to_numpy(a).astype(np.float64), want)
+
+
+def test_usable_rows_feasible_then_fits_then_every_row():
+    """A row is usable when feasible (null counts as False; else fits; else every row) and every
+    objective is finite: the five rows below fail on nothing, a NaN, a null objective, a null
+    flag and a False flag."""
+    import pyarrow as pa
+
+    from dse.results.arrow import usable_rows
+    objs = [("a", "minimize"), ("b", "maximize")]
+    cols = {"a": pa.array([1.0, np.nan, 1.0, 1.0, 1.0]), "b": pa.array([2, 2, None, 2, 2], pa.int64())}
+    t = pa.table({**cols, "feasible": pa.array([True, True, True, None, False])})
+    v, ok = usable_rows(t, objs)
+    assert ok.tolist() == [True, False, False, False, False]
+    np.testing.assert_array_equal(v[0], [1.0, 2.0])
+    _, ok = usable_rows(pa.table({**cols, "fits": pa.array([False, True, True, True, True])}), objs)
+    assert ok.tolist() == [False, False, False, True, True]
+    _, ok = usable_rows(pa.table(cols), objs)
+    assert ok.tolist() == [True, False, False, True, True]
+
+
+def test_front_text_worked_example():
+    """Short names, 4 significant digits, whole integers, '-' for null and NaN, right-aligned."""
+    from dse.cli_text import front_text
+    text = front_text({"spec_ms_per_token": [3.95312, 12345.6], "params_target_chip_memory": ["hbm4", None],
+                       "params_draft_chip_sram_mb": [float("nan"), 2.0], "trial": [7, 12]})
+    assert text.splitlines() == [
+        "spec_ms_per_token  memory  draft.sram_mb  trial",
+        "            3.953    hbm4              -      7",
+        "        1.235e+04       -              2     12",
+    ]

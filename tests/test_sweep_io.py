@@ -1,5 +1,6 @@
-"""The sweep's writer (issue 10): the same rows as the DataFrame path, the Pareto side file,
-plain readers (pandas, polars, DuckDB), and the part-by-part front."""
+"""The sweep's writer (issue 10): the same rows as the DataFrame path, the Pareto and front side
+files, plain readers (pandas, polars, DuckDB), the part-by-part front, and `dse pareto` without
+pandas."""
 
 from pathlib import Path
 
@@ -15,7 +16,8 @@ from dse.evaluation import evaluate_study
 from dse.grid import distinct_points, grid_axes, sweep
 from dse.pareto import front_flags
 from dse.results.frame import results_frame
-from dse.results.store import PARETO_FILE
+from dse.results.front import dataset_front
+from dse.results.store import FRONT_FILE, PARETO_FILE
 from dse.study import load_study, open_study
 
 QUICK = Path(__file__).parent.parent / "studies" / "quickstart.yaml"
@@ -83,15 +85,19 @@ def _flags_of_the_concatenation(df: pd.DataFrame) -> None:
     assert (ranks == 0).sum() >= 2
 
 
-def test_shards_resume_and_stale_side_file(study, tmp_path, in_memory):
+def test_shards_resume_and_stale_side_file(study, tmp_path, in_memory, swept):
     """Three shards: the last to finish writes the global flags; a re-run leaves them; a side file
     that names other parts is ignored and the flags recomputed from the objective columns."""
     out = tmp_path / "sh"
     for i in range(3):
         sweep(study, points=POINTS, shard=(i, 3), out=out, chunk_size=CHUNK, progress=False)
-        assert (out / PARETO_FILE).is_file() == (i == 2)
+        assert (out / PARETO_FILE).is_file() == (out / FRONT_FILE).is_file() == (i == 2)
     df = da.load_results(out)
     _flags_of_the_concatenation(df)
+    # the last shard took the front rows of the other shards' parts from their files
+    assert dataset_front(out).table.equals(dataset_front(swept).table)
+    rank0 = np.flatnonzero(df["pareto_rank"].fillna(-1).to_numpy(np.int64) == 0)
+    assert pq.read_table(out / FRONT_FILE, columns=["_row"])["_row"].to_pylist() == rank0.tolist()
     # rows come shard by shard: in trial order they are the in-memory rows (is_pareto marks the
     # first of equal points in row order, so it is compared above, not here)
     rest = [c for c in in_memory.columns if c != "is_pareto"]
@@ -153,6 +159,60 @@ def test_front_of_results_without_a_duplicate_of_column(swept, tmp_path):
     assert got["trial"].tolist() == da.front(whole)["trial"].tolist()
 
 
+def test_front_file_holds_the_full_rows_of_every_rank_0_row(swept):
+    """_front.parquet: the rows whose pareto_rank is 0 in the side file (ties included), every
+    column as load_results gives it, and their row numbers in the dataset."""
+    whole = da.load_results(swept)
+    rank0 = np.flatnonzero(whole["pareto_rank"].fillna(-1).to_numpy(np.int64) == 0)
+    front = pq.read_table(swept / FRONT_FILE)
+    assert front["_row"].to_pylist() == rank0.tolist() and len(rank0) >= 2
+    got = front.drop_columns(["_row"]).to_pandas()
+    cols = [c for c in whole.columns if c not in ("is_pareto", "pareto_rank")]
+    want = pq.read_table(swept, columns=cols).to_pandas().iloc[rank0].reset_index(drop=True)
+    pd.testing.assert_frame_equal(got[cols], want, check_exact=True)
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    import shutil
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_dataset_front_the_same_with_or_without_the_front_file(swept, tmp_path):
+    """The front from _front.parquet equals the one computed from the parts (file removed), and a
+    front file written for other parts (a part since removed) is not used."""
+    want = dataset_front(swept)
+    assert want.points == len(da.front(da.load_results(swept))) and want.n_rows == want.n_designs == 4860
+    bare = _copy(swept, tmp_path / "bare")
+    (bare / FRONT_FILE).unlink()
+    got = dataset_front(bare)
+    assert got.table.equals(want.table) and got.rows.tolist() == want.rows.tolist()
+    assert (got.points, got.n_rows, got.n_designs) == (want.points, 4860, 4860)
+    top = dataset_front(swept, top=2)
+    assert top.table.equals(want.table.slice(0, 2)) and top.points == want.points
+    stale = _copy(swept, tmp_path / "stale")
+    sorted(stale.glob("part-*.parquet"))[0].unlink()
+    with pytest.warns(UserWarning, match="missing"):
+        got = dataset_front(stale)
+        whole = da.load_results(stale)
+    assert got.n_rows == 4860 - 416 == len(whole)
+    assert pq.read_table(stale / FRONT_FILE).num_rows > 0         # still there, but names 12 parts
+    assert got.table["trial"].to_pylist() == da.front(whole)["trial"].tolist()
+
+
+def test_cli_pareto_text_without_pandas_is_the_pandas_table(swept):
+    """`dse pareto DIR` (no pandas, the front file) prints what the pandas path (--where) prints for
+    the same rows: header and table, character for character."""
+    runner = CliRunner()
+    for extra in ([], ["--top", "3"], ["--objective", "tokens_per_s_per_w:max", "--objective", "cost_usd:min"]):
+        fast = runner.invoke(main, ["pareto", str(swept), *extra])
+        slow = runner.invoke(main, ["pareto", str(swept), *extra, "--where", "trial >= 0"])
+        assert fast.exit_code == slow.exit_code == 0, fast.output + slow.output
+        assert fast.output == slow.output
+    lines = fast.output.splitlines()
+    assert lines[1].split()[:2] == ["tokens_per_s_per_w", "cost_usd"] and len(lines) >= 4
+
+
 def test_cli_pareto_reads_the_front_only(swept):
     r = CliRunner().invoke(main, ["pareto", str(swept), "--csv"])
     assert r.exit_code == 0, r.output
@@ -179,13 +239,16 @@ def test_sweep_parts_carry_the_dataframe_paths_schema(swept, in_memory):
     ("eval", ("pandas", "pyarrow", "optuna", "matplotlib", "moocore", "importlib.metadata")),
     # pyarrow imports pandas on its first conversion of a Python value (its pandas shim): the sweep builds
     # its Arrow arrays from numpy buffers (dse.results.arrow) and never converts one
-    ("sweep", ("pandas", "optuna", "matplotlib", "dask", "scipy", "sklearn", "dse.search", "dse.report"))])
-def test_start_up_imports_only_what_the_command_uses(cmd, banned, tmp_path):
-    """Issue 10, start-up: `dse eval` and `dse sweep` import nothing they do not use."""
+    ("sweep", ("pandas", "optuna", "matplotlib", "dask", "scipy", "sklearn", "dse.search", "dse.report")),
+    # the text front reads the sweep's front file with pyarrow alone (pyarrow.dataset costs 0.2 s)
+    ("pareto", ("pandas", "pyarrow.dataset", "optuna", "matplotlib", "yaml", "dse.model", "dse.catalog"))])
+def test_start_up_imports_only_what_the_command_uses(cmd, banned, swept, tmp_path):
+    """Issue 10, start-up: `dse eval`, `dse sweep` and `dse pareto` import nothing they do not use."""
     import subprocess
     import sys
     args = {"sweep": ["sweep", str(QUICK), "--points", "2", "--out", str(tmp_path / "d"), "--quiet"],
-            "eval": ["eval", "--hw", "h200", "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b", "--alpha", "0.8"]}
+            "eval": ["eval", "--hw", "h200", "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b", "--alpha", "0.8"],
+            "pareto": ["pareto", str(swept), "--top", "3"]}
     code = ("import sys; from dse.cli import main; sys.argv = ['dse'] + sys.argv[1:]\n"
             "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
             f"print(sorted(m for m in {banned!r} if m in sys.modules))\n")

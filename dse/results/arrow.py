@@ -51,3 +51,55 @@ def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(a.size, dtype=np.int64), np.array([str(a[0])])
     distinct, idx = np.unique(np.asarray(values).astype(str), return_inverse=True)
     return idx.reshape(-1), distinct
+
+
+def to_numpy(column) -> np.ndarray:
+    """A boolean or fixed-width numeric (Chunked)Array as numpy, read from its buffers; nulls
+    become NaN (an integer column with nulls comes back as float64) and False. pyarrow's own
+    ``to_numpy`` imports pandas on first use (~0.3 s), which ``dse pareto`` must not pay."""
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    arrays = [_chunk_numpy(c) for c in chunks]
+    if len(arrays) == 1:
+        return arrays[0]
+    return np.concatenate(arrays) if arrays else np.empty(0, dtype=_numpy_dtype(column.type))
+
+
+def _numpy_dtype(typ: pa.DataType) -> np.dtype:
+    if pa.types.is_boolean(typ):
+        return np.dtype(bool)
+    if pa.types.is_floating(typ) or pa.types.is_integer(typ):
+        kind = "f" if pa.types.is_floating(typ) else "i" if pa.types.is_signed_integer(typ) else "u"
+        return np.dtype(f"{kind}{typ.bit_width // 8}")
+    raise TypeError(f"{typ} is not a boolean or fixed-width numeric type")
+
+
+def _chunk_numpy(a: pa.Array) -> np.ndarray:
+    n, off = len(a), a.offset
+    validity, data = a.buffers()[:2]
+    if pa.types.is_boolean(a.type):
+        out = np.unpackbits(np.frombuffer(data, np.uint8), count=off + n, bitorder="little")[off:].astype(bool)
+    else:
+        dt = _numpy_dtype(a.type)
+        out = np.frombuffer(data, dt, count=n, offset=off * dt.itemsize)
+    if validity is None or a.null_count == 0:
+        return out
+    valid = np.unpackbits(np.frombuffer(validity, np.uint8), count=off + n, bitorder="little")[off:].astype(bool)
+    if out.dtype == bool:
+        return out & valid
+    out = out.astype(np.float64)
+    out[~valid] = np.nan
+    return out
+
+
+def usable_rows(table: pa.Table, objectives) -> tuple[np.ndarray, np.ndarray]:
+    """(objective values (n, m) as float64, mask of the usable rows) of a results table: a row is
+    usable when it is feasible (column ``feasible``, else ``fits``, else every row; null counts as
+    False) and every objective is finite, as dse.analysis.usable_values."""
+    v = np.empty((table.num_rows, len(objectives)))
+    for j, (m, _) in enumerate(objectives):
+        v[:, j] = to_numpy(table[m])
+    ok = np.isfinite(v).all(axis=1)
+    col = next((c for c in ("feasible", "fits") if c in table.schema.names), None)
+    if col is not None:
+        ok &= to_numpy(table[col])            # null -> False
+    return v, ok

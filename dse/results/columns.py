@@ -1,4 +1,5 @@
-"""The results vocabulary: every column name with its unit and the schema version.
+"""The results vocabulary: every column name with its unit (the schema version is
+dse.results.store.SCHEMA_VERSION).
 
 A leaf of the results package: readers and writers, the study parser (which metrics may be
 optimised) and the report all take column names from here.
@@ -7,9 +8,6 @@ optimised) and the report all take column names from here.
 from __future__ import annotations
 
 from ..model.evaluate import METRIC_COLUMNS
-
-#: version of the Parquet results schema; readers refuse newer files
-SCHEMA_VERSION = 3
 
 #: hardware columns (display units): per chip, except cost_usd, power_w and total_die_area_mm2, which
 #: are whole-system (target chips + draft chips). The group totals of capacity are the model's

@@ -30,13 +30,17 @@ import pyarrow.parquet as pq
 
 from .. import __version__
 from ..errors import DseError
-from .columns import SCHEMA_VERSION
+from .arrow import usable_rows
 
 if TYPE_CHECKING:
     import pandas as pd
 
 #: the Parquet schema-metadata key that holds the study and provenance as JSON
 META_KEY = b"dse"
+
+#: version of the Parquet results schema (dse.results.columns names the columns); readers refuse
+#: newer files
+SCHEMA_VERSION = 3
 
 
 def database_fingerprint(db, tech) -> str:
@@ -315,6 +319,11 @@ def load_results(path, columns: Sequence[str] | None = None) -> pd.DataFrame:
 #: is_pareto / pareto_rank are null
 PARETO_FILE = "_pareto.parquet"
 _PARETO_KEY = b"dse_pareto"
+#: a sweep's side file of its front: the full rows of every non-dominated feasible row (ties
+#: included; pareto_rank 0 in PARETO_FILE) under the study's objectives, in row order, with their
+#: row numbers in the dataset in column ``_row``; what ``dse pareto`` reads instead of the parts
+FRONT_FILE = "_front.parquet"
+_FRONT_KEY = b"dse_front"
 
 
 def _warn_old_schema(root: Path, metas) -> None:
@@ -371,9 +380,7 @@ class Dataset:
         files = files or self.files
         try:
             if len(files) == 1:             # one part: straight from the file, no dataset discovery
-                t = pq.read_table(files[0], columns=columns)
-                want = pa.schema([self.schema.field(c) for c in t.schema.names], metadata=self.schema.metadata)
-                return t if t.schema.equals(want) else t.cast(want)
+                return self._as_unified(pq.ParquetFile(files[0]).read(columns=columns))   # no pyarrow.dataset
             import pyarrow.dataset as pads
             return pads.dataset([str(f) for f in files], schema=self.schema,
                                 format="parquet").to_table(columns=columns)
@@ -390,8 +397,7 @@ class Dataset:
         read part by part, objective and feasible columns only."""
         rows, vals, offset = [], [], 0
         for (_, t), n in zip(self.parts([m for m, _ in objs] + ["feasible"]), self.counts, strict=True):
-            v = np.column_stack([t[m].to_numpy(zero_copy_only=False).astype(np.float64) for m, _ in objs])
-            ok = t["feasible"].fill_null(False).to_numpy(zero_copy_only=False).astype(bool) & np.isfinite(v).all(axis=1)
+            v, ok = usable_rows(t, objs)
             rows.append(offset + np.flatnonzero(ok))
             vals.append(v[ok])
             offset += n
@@ -420,8 +426,7 @@ class Dataset:
             before = np.cumsum([0] + [sizes[g] for g in groups])       # where each group read starts in t
             at = before[np.searchsorted(groups, group)] + (local - first[group])
             t = t.take(pa.Array.from_buffers(pa.int64(), at.size, [None, pa.py_buffer(at.astype(np.int64))]))
-            want = pa.schema([self.schema.field(c) for c in t.schema.names], metadata=self.schema.metadata)
-            out.append((mine, t if t.schema.equals(want) else t.cast(want)))
+            out.append((mine, self._as_unified(t)))
         return out
 
     def front_rows(self, objs) -> tuple[np.ndarray, int, int]:
@@ -436,10 +441,7 @@ class Dataset:
         cols = list(dict.fromkeys([m for m, _ in objs] + [c for c in (ok_col, "duplicate_of") if c in names]))
         rows, vals, designs, offset = [], [], 0, 0
         for (_, t), n in zip(self.parts(cols), self.counts, strict=True):
-            v = np.column_stack([t[m].to_numpy(zero_copy_only=False).astype(np.float64) for m, _ in objs])
-            ok = np.isfinite(v).all(axis=1)
-            if ok_col:
-                ok &= t[ok_col].fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+            v, ok = usable_rows(t, objs)
             designs += t["duplicate_of"].null_count if "duplicate_of" in cols else n
             mask = pareto_mask(v, dirs, feasible=ok)
             rows.append(offset + np.flatnonzero(mask))
@@ -449,6 +451,25 @@ class Dataset:
             return np.empty(0, np.int64), 0, 0
         rows, vals = np.concatenate(rows), np.concatenate(vals)
         return rows[pareto_mask(vals, dirs)], offset, designs
+
+    def front_table(self, objs, columns) -> tuple[np.ndarray, pa.Table, int, int]:
+        """(row numbers, table of ``columns``, rows, distinct designs) of every non-dominated
+        feasible row (ties included) under ``objs``, in row order: from :data:`FRONT_FILE` when it
+        was written for exactly these parts and objectives, else :meth:`front_rows` and
+        :meth:`take`. ``columns`` must hold the objectives (and feasible, trial) the caller needs."""
+        got = read_front_file(self.root, self.files, self.counts, objs, columns)
+        if got is not None:
+            rows, table, designs = got
+            return rows, self._as_unified(table), sum(self.counts), designs
+        rows, n_rows, designs = self.front_rows(objs)
+        tables = [t for _, t in self.take(rows, columns)]
+        table = pa.concat_tables(tables) if tables else self._as_unified(self.schema.empty_table().select(columns))
+        return rows, table, n_rows, designs
+
+    def _as_unified(self, t: pa.Table) -> pa.Table:
+        """``t`` with each column's type (and the metadata) of the unified schema."""
+        want = pa.schema([self.schema.field(c) for c in t.schema.names], metadata=self.schema.metadata)
+        return t if t.schema.equals(want) else t.cast(want)
 
     def global_flags(self) -> tuple[np.ndarray, np.ndarray]:
         """(is_pareto, pareto_rank) over every row of the dataset (rank -1 where not usable): from
@@ -504,7 +525,7 @@ def write_pareto_file(root: Path, files: list[Path], counts: list[int], rows: np
     starts = np.cumsum([0] + list(counts))
     part = np.searchsorted(starts, rows, side="right") - 1
     from .arrow import bool_array, num_array, string_array  # no pandas (pyarrow.array would import it)
-    meta = {"parts": [[f.name, int(c)] for f, c in zip(files, counts, strict=True)], "objectives": [list(o) for o in objs]}
+    meta = {"parts": _parts_meta(files, counts), "objectives": [list(o) for o in objs]}
     names = string_array([f.name for f in files])
     table = pa.Table.from_arrays([pa.DictionaryArray.from_arrays(num_array(part, pa.int32()), names),
                                   num_array(rows - starts[part], pa.int64()), bool_array(mask[rows]),
@@ -524,7 +545,7 @@ def read_pareto_file(root: Path, files: list[Path], counts: list[int], objs) -> 
         meta = json.loads((t.schema.metadata or {})[_PARETO_KEY])
     except (pa.ArrowException, OSError, KeyError, ValueError):
         return None
-    if (meta.get("parts") != [[f.name, int(c)] for f, c in zip(files, counts, strict=True)]
+    if (meta.get("parts") != _parts_meta(files, counts)
             or meta.get("objectives") != [list(o) for o in objs]):
         return None
     starts = np.cumsum([0] + list(counts))
@@ -542,3 +563,40 @@ def read_pareto_file(root: Path, files: list[Path], counts: list[int], objs) -> 
     mask[rows] = t["is_pareto"].to_numpy(zero_copy_only=False)
     ranks[rows] = t["pareto_rank"].to_numpy()
     return mask, ranks
+
+
+def _parts_meta(files: list[Path], counts: list[int]) -> list[list]:
+    return [[f.name, int(c)] for f, c in zip(files, counts, strict=True)]
+
+
+def write_front_file(root: Path, files: list[Path], counts: list[int], rows: np.ndarray, table: pa.Table,
+                     objs, designs: int) -> Path:
+    """Write :data:`FRONT_FILE`: ``table``, the full rows of the non-dominated feasible rows of
+    parts ``files`` (``counts`` rows each, ``designs`` distinct designs) at row numbers ``rows``
+    (ascending), under ``objs``."""
+    from .arrow import num_array  # no pandas (pyarrow.array would import it)
+    meta = {"parts": _parts_meta(files, counts), "objectives": [list(o) for o in objs], "designs": int(designs)}
+    table = table.append_column("_row", num_array(rows, pa.int64()))
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), _FRONT_KEY: json.dumps(meta).encode()})
+    return write_table(table, Path(root) / FRONT_FILE)
+
+
+def read_front_file(root: Path, files: list[Path], counts: list[int], objs,
+                    columns) -> tuple[np.ndarray, pa.Table, int] | None:
+    """(row numbers, table of ``columns``, distinct designs) from :data:`FRONT_FILE`, or None when
+    it is absent, unreadable, lacks a column or was written for other parts, counts or objectives."""
+    path = Path(root) / FRONT_FILE
+    if not path.is_file() or not objs:
+        return None
+    try:
+        pf = pq.ParquetFile(path)
+        meta = json.loads((pf.schema_arrow.metadata or {})[_FRONT_KEY])
+        if (meta.get("parts") != _parts_meta(files, counts) or meta.get("objectives") != [list(o) for o in objs]
+                or not set(columns) <= set(pf.schema_arrow.names)):
+            return None
+        t = pf.read(columns=[*columns, "_row"])
+    except (pa.ArrowException, OSError, KeyError, ValueError, TypeError):
+        return None
+    from .arrow import to_numpy
+    rows = to_numpy(t["_row"]).astype(np.int64)
+    return rows, t.drop_columns(["_row"]), int(meta["designs"])

@@ -30,8 +30,7 @@ def results_table(study, designs: Designs, metrics: Metrics, params: dict[str, n
     state COMPLETE, one timestamp ``now`` (UTC) for every row. ``codes`` maps a categorical knob to
     (indices, values) so its strings are gathered, not converted one by one. ``schema`` None: the
     schema of these arrays, with the ``pandas`` metadata results_frame's columns would carry
-    (:func:`pandas_metadata`) and the ``dse`` ``metadata``. Returns (table, feasible, the
-    metric_table columns by name)."""
+    (:func:`pandas_metadata`) and the ``dse`` ``metadata``."""
     n = designs.batch.n
     cols = metric_table(designs, metrics, bounds=False)     # the bound columns come from their codes
     cons = constraint_values(cols, study)
@@ -94,7 +93,7 @@ def results_table(study, designs: Designs, metrics: Metrics, params: dict[str, n
                                        META_KEY: json.dumps(metadata or {}, default=str).encode()})
     if list(data) != schema.names:
         raise AssertionError(f"results_table columns differ from the schema: {sorted(set(data) ^ set(schema.names))}")
-    return pa.Table.from_arrays(list(data.values()), schema=schema), feasible, cols
+    return pa.Table.from_arrays(list(data.values()), schema=schema)
 
 
 def pandas_metadata(schema: pa.Schema, nullable: set[str]) -> dict:
