@@ -247,7 +247,15 @@ class TechConstants:
 
     # -- lookup tables ---------------------------------------------------------------------
     def memory_table(self) -> MemoryTable:
-        """Struct of float64 / bool arrays, one element per memory code."""
+        """Struct of float64 / bool arrays, one element per memory code (built once per object:
+        the arrays are read-only)."""
+        return _tables(self)[1]
+
+    def node_table(self) -> NodeTable:
+        """Struct of float64 arrays, one element per node code (built once per object)."""
+        return _tables(self)[2]
+
+    def _build_memory_table(self) -> MemoryTable:
         def col(attr):
             return _frozen_array([getattr(m, attr) for m in self.memory], np.float64)
 
@@ -272,8 +280,7 @@ class TechConstants:
             height_allowed=allowed,
         )
 
-    def node_table(self) -> NodeTable:
-        """Struct of float64 arrays, one element per node code."""
+    def _build_node_table(self) -> NodeTable:
         def col(attr):
             return _frozen_array([getattr(n, attr) for n in self.nodes], np.float64)
 
@@ -621,6 +628,20 @@ def _unknown(path: str | None, fpath: str, allowed: list[str], key: str | None =
 def _plain(obj) -> dict[str, Any]:
     return {k: (list(v) if isinstance(v, tuple) else v)
             for k, v in ((f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj))}
+
+
+#: id(TechConstants) -> (that object, its MemoryTable, its NodeTable); the object is held, so its
+#: id is not reused while the entry lives; a few objects exist per process (one per override set)
+_TABLES: dict[int, tuple[TechConstants, MemoryTable, NodeTable]] = {}
+
+
+def _tables(tech: TechConstants) -> tuple[TechConstants, MemoryTable, NodeTable]:
+    hit = _TABLES.get(id(tech))
+    if hit is None or hit[0] is not tech:
+        if len(_TABLES) >= 64:
+            _TABLES.clear()
+        hit = _TABLES[id(tech)] = (tech, tech._build_memory_table(), tech._build_node_table())
+    return hit
 
 
 def _frozen_array(values, dtype) -> np.ndarray:

@@ -10,17 +10,30 @@ import numpy as np
 
 def _as_arrays(obj, int_fields=(), bool_fields=(), n: int = 1) -> int:
     """Broadcast every array field of a frozen dataclass to one length n; return n."""
-    values = {f.name: np.asarray(getattr(obj, f.name)) for f in dataclasses.fields(obj)
-              if not isinstance(getattr(obj, f.name), HardwareArrays)}
+    values = {}
+    for name in _field_names(type(obj)):
+        v = getattr(obj, name)
+        if not isinstance(v, HardwareArrays):
+            values[name] = np.asarray(v)
     n = max([n] + [v.size for v in values.values() if v.ndim])
     for name, v in values.items():
         dtype = np.bool_ if name in bool_fields else np.int64 if name in int_fields else np.float64
         if v.ndim == 0:         # a read-only view of one value: no n-long copy of a constant
-            v = np.broadcast_to(v.astype(dtype), (n,))
+            v = v.astype(dtype).reshape(1) if n == 1 else np.broadcast_to(v.astype(dtype), (n,))
         elif v.ndim != 1 or v.size != n:
             raise ValueError(f"{type(obj).__name__}.{name}: expected shape ({n},), got {v.shape}")
         object.__setattr__(obj, name, v.astype(dtype, copy=False))
     return n
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
 
 
 @dataclass(frozen=True, slots=True)
