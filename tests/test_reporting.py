@@ -251,6 +251,34 @@ def test_report_of_a_sweep_skips_importances(run, tmp_path):
     assert "front.png" in names and "importance.png" not in names and "hypervolume.png" not in names
 
 
+def test_report_of_a_sweep_reads_the_front_rows_only_and_draws_the_same(tmp_path, monkeypatch):
+    """A sweep's report reads 6 columns and the objectives of every row and the table's columns of
+    the front only; figures and page are byte for byte those drawn from every report column of
+    every row (draft-chip study: 3 objectives, both draft-chip groups)."""
+    from dse.grid import sweep
+    from dse.report.figures import write_report
+    res = sweep(QUICK.parent / "draft-chip.yaml", points=2, out=tmp_path / "grid", progress=False)
+    read = []
+    load = da.load_results
+    monkeypatch.setattr(da, "load_results", lambda path, columns=None: read.append(columns) or load(path, columns))
+    rep = reporting.build_report(res.out_dir, out=tmp_path / "slim", progress=False)
+    objs = ["spec_ms_per_token", "cost_usd", "power_w"]
+    assert sorted(read[0]) == sorted(objs + ["feasible", "fits", "alpha", "tau", "k", "params_draft_chip_enabled"])
+    monkeypatch.setattr(da, "load_results", load)
+    full = da.load_results(res.out_dir, columns=reporting._report_columns(da.open_results(res.out_dir)))
+    assert full.shape == (912, 34)           # 2,048 grid points, 912 distinct designs; 34 report columns
+    study = reporting.study_from_results(full)
+    o = [(x.metric, x.direction) for x in study.objectives]
+    assert [m for m, _ in o] == objs
+    ref = write_report(full, tmp_path / "full", known_parts=reporting.known_parts(study),
+                       speedup_vs_batch=reporting.speedup_vs_batch(study, da.front(full, o)), importances={},
+                       objectives=o)
+    names = sorted(Path(f).name for f in rep["figures"])
+    assert names == sorted(Path(f).name for f in ref["figures"]) and "draft_chip.png" in names
+    for name in names + ["index.html"]:
+        assert (tmp_path / "slim" / name).read_bytes() == (tmp_path / "full" / name).read_bytes(), name
+
+
 @pytest.mark.parametrize("col, unit", [
     ("tokens_per_s_per_kusd", "tokens/s/kUSD"), ("tokens_per_s_per_w", "tokens/s/W"),
     ("tokens_per_s_per_cm2", "tokens/s/cm²"), ("baseline_tokens_per_s", "tokens/s"),

@@ -200,6 +200,23 @@ def test_dataset_front_the_same_with_or_without_the_front_file(swept, tmp_path):
     assert got.table["trial"].to_pylist() == da.front(whole)["trial"].tolist()
 
 
+def test_a_part_without_a_column_reads_as_nulls(swept, tmp_path):
+    """Parts of an older schema may lack a column: those rows read as null (and the others as
+    written); a column no part has is an error naming it."""
+    from dse.errors import DseError
+    old = _copy(swept, tmp_path / "old")
+    first = sorted(old.glob("part-*.parquet"))[0]
+    pq.write_table(pq.read_table(first).drop_columns(["alpha"]), first)
+    whole = da.load_results(swept, columns=["trial", "alpha"])
+    got = da.load_results(old, columns=["trial", "alpha"])
+    n = pq.read_metadata(first).num_rows
+    assert got["alpha"].iloc[:n].isna().all() and n == 416
+    np.testing.assert_array_equal(got["alpha"].iloc[n:].to_numpy(), whole["alpha"].iloc[n:].to_numpy())
+    assert got["trial"].tolist() == whole["trial"].tolist()
+    with pytest.raises(DseError, match="no column"):
+        da.open_results(old).read(["no_such_column"])
+
+
 def test_cli_pareto_text_without_pandas_is_the_pandas_table(swept):
     """`dse pareto DIR` (no pandas, the front file) prints what the pandas path (--where) prints for
     the same rows: header and table, character for character."""

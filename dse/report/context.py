@@ -376,30 +376,50 @@ REPORT_COLUMNS = ["study", "trial", "state", "sampler", "seed", "params_*", "chi
                   "is_pareto", "pareto_rank", "duplicate_of"]
 
 
-def _report_columns(path) -> list[str]:
-    """:data:`REPORT_COLUMNS` and the stored objective and constraint metrics, those the results have."""
+def _report_columns(ds) -> list[str]:
+    """:data:`REPORT_COLUMNS` and the stored objective and constraint metrics, those the results
+    (a dse.results.store.Dataset) have."""
     import fnmatch
-
-    from ..results.store import open_results
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")      # load_results warns about missing parts, once
-        ds = open_results(path)
     extra = [o.get("metric") for o in list(ds.meta.get("objectives") or []) + list(ds.meta.get("constraints") or [])
              if isinstance(o, dict)]
     return [n for n in ds.schema.names if any(fnmatch.fnmatch(n, c) for c in REPORT_COLUMNS) or n in extra]
 
 
+#: what a sweep's report reads of every row besides the objectives: what its figures use (the
+#: fronts, the draft-chip groups, the alpha / tau / k ranges in titles; a sweep has no trial order,
+#: so no hypervolume history, and no importances); the front table's columns are read for the
+#: front's rows only (dse.analysis.front_of)
+SWEEP_ROW_COLUMNS = ["feasible", "fits", "alpha", "tau", "k", "params_draft_chip_enabled"]
+
+
 def build_report(path, out=None, progress: bool = True) -> dict:
     """Load results, rebuild the study, compute known parts, speedup vs batch and importances,
-    and write the figures and ``index.html``; returns ``{"html": str, "figures": [str]}``."""
+    and write the figures and ``index.html``; returns ``{"html": str, "figures": [str]}``. A
+    sweep (no importances, no trial order) is read as :data:`SWEEP_ROW_COLUMNS` and the objectives
+    for every row and the report's columns for its front only."""
     from .figures import write_report
     say = _say(progress)
     say(f"loading {path}")
-    df = da.load_results(path, columns=_report_columns(path))
+    from ..results.store import open_results
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")      # load_results warns about missing parts, once
+        ds = open_results(path)
+    columns = _report_columns(ds)
+    sweep = ds.meta.get("sampler") == "grid"        # no trial order and no importances
+    if sweep:
+        objectives = {o.get("metric") for o in ds.meta.get("objectives") or [] if isinstance(o, dict)}
+        rows = [c for c in columns if c in SWEEP_ROW_COLUMNS or c in objectives]
+    df = da.load_results(path, columns=rows if sweep else columns)
     if not len(df):
         raise DseError(f"{path}: no rows to report")
     study = study_from_results(df)
     objs = [(o.metric, o.direction) for o in study.objectives]
+    front = None
+    if sweep:
+        say("the front's rows")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")      # load_results has warned about missing parts
+            front = da.front_of(path, objs, columns=columns)
     if not da.feasible_mask(df).any():
         say("no feasible design: the front figure shows infeasible designs only")
     say("evaluating known parts")
@@ -407,10 +427,9 @@ def build_report(path, out=None, progress: bool = True) -> dict:
     svb = None
     if study.drafter.kind != "none":
         say("speedup against batch size for the front")
-        svb = speedup_vs_batch(study, da.front(df, objs))
-    grid = (df.attrs.get("dse") or {}).get("sampler") == "grid"
-    if not grid:
+        svb = speedup_vs_batch(study, da.front(df, objs) if front is None else front)
+    if not sweep:
         say("parameter importances")
-    imps = {} if grid else importances(df, study)
+    imps = {} if sweep else importances(df, study)
     return write_report(df, out or default_out(path), known_parts=known, speedup_vs_batch=svb,
-                        importances=imps, progress=say, objectives=objs)
+                        importances=imps, progress=say, objectives=objs, front=front)

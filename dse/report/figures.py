@@ -524,7 +524,7 @@ def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None 
                  speedup_vs_batch: pd.DataFrame | None = None,
                  importances: dict[str, dict[str, float]] | None = None,
                  progress: Callable[[str], None] | None = None, objectives=None,
-                 table_rows: int = 100) -> dict:
+                 table_rows: int = 100, front: pd.DataFrame | None = None) -> dict:
     """Write PNG figures and a self-contained ``index.html`` into ``out_dir``.
 
     Figures: ``front.png`` (one panel per objective pair; feasible points, infeasible in
@@ -543,6 +543,9 @@ def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None 
         progress: called with a short message before each figure.
         objectives: override the study objectives (see :func:`dse.analysis.objectives_of`).
         table_rows: rows of the front table shown in the HTML.
+        front: the front's rows with the table's columns (:func:`dse.analysis.front_of`), when
+            ``df`` holds only what the figures need of every row (a sweep); default
+            ``dse.analysis.front(df)``.
 
     Returns:
         ``{"html": str path, "figures": [str paths]}``.
@@ -603,7 +606,7 @@ def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None 
                  "(worst feasible value per objective pushed out by 10% of its range).")
 
     say("writing index.html")
-    table = da.front_table(df, objs)
+    table = da.front_table(df if front is None else front, objs)
     html_path = out / "index.html"
     html_path.write_text(_html(df, objs, title, made, table, table_rows, n_front, int(ok.sum())),
                          encoding="utf-8")
