@@ -273,7 +273,6 @@ def resolve_storage(study, storage: str | None, out: Path):
     """None/null: a journal file beside the output; ':memory:'; a database URL; or a file path
     (``journal:PATH`` too). Returns (storage, the URL as shown: password redacted)."""
     import optuna
-    from optuna.storages.journal import JournalFileBackend
     url = storage if storage is not None else study.storage
     if url is None:
         url = str(out.with_suffix(".journal"))
@@ -300,4 +299,65 @@ def resolve_storage(study, storage: str | None, out: Path):
             raise RuntimeFailure(f"--storage {shown}: cannot open this database: {first}") from None
     Path(url).parent.mkdir(parents=True, exist_ok=True)
     clear_stale_lock(url)
-    return optuna.storages.JournalStorage(JournalFileBackend(url)), url
+    return optuna.storages.JournalStorage(journal_file(url)), url
+
+
+def cut_torn_tail(path: str | Path, out=None) -> int:
+    """Truncate the journal file ``path`` after its last newline; returns the bytes cut.
+
+    A process killed inside ``write`` (SIGKILL, the OOM killer, a pre-empted job) can leave a
+    record cut short: Linux stops a write to a regular file between pages when a fatal signal
+    is pending. Optuna's reader skips an unterminated last line, but the next append would glue
+    its first record to it, and a broken line in the middle makes every reader of the journal
+    fail with a JSON error. The cut record was never acknowledged to anyone (its writer died),
+    so it is dropped. Call with the journal's lock held."""
+    with open(path, "rb+") as f:
+        end = f.seek(0, os.SEEK_END)
+        if end == 0:
+            return 0
+        f.seek(end - 1)
+        if f.read(1) == b"\n":
+            return 0
+        cut, pos = 0, end
+        while pos > 0:
+            start = max(0, pos - 65536)
+            f.seek(start)
+            i = f.read(pos - start).rfind(b"\n")
+            if i >= 0:
+                cut = start + i + 1
+                break
+            pos = start
+        f.truncate(cut)
+        f.flush()
+        os.fsync(f.fileno())
+    (out or sys.stderr).write(f"note: cut {end - cut} bytes of a journal record left unfinished in {path} "
+                              f"(a worker killed while writing it)\n")
+    return end - cut
+
+
+def journal_file(path: str):
+    """Optuna's JournalFileBackend on ``path`` whose appends first :func:`cut_torn_tail` (under the
+    journal's symlink lock, the same lock and record format as Optuna's own append)."""
+    import json
+
+    from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
+
+    class TornTailSafeJournal(JournalFileBackend):
+        def __init__(self, file_path: str):
+            self.lock = JournalFileSymlinkLock(file_path)
+            super().__init__(file_path, lock_obj=self.lock)
+            self.path = file_path
+
+        def append_logs(self, logs) -> None:
+            data = ("\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n").encode("utf-8")
+            self.lock.acquire()
+            try:
+                cut_torn_tail(self.path)
+                with open(self.path, "ab") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+            finally:
+                self.lock.release()
+
+    return TornTailSafeJournal(path)

@@ -181,6 +181,33 @@ def _dropping(monkeypatch, method: str, fail_calls):
     return calls
 
 
+def test_a_record_torn_by_a_killed_writer_is_cut_before_the_next_append(tmp_path, shm, capsys):
+    """A worker SIGKILLed inside write() can leave a journal record without its newline (Linux
+    stops a regular-file write between pages on a fatal signal). The next append would glue its
+    record to it and every reader would fail on the broken line; dse's journal cuts it first."""
+    s = small_study(tmp_path, n_trials=32, batch_size=16)
+    journal = shm / "torn.journal"
+    run_study(s, storage=str(journal), progress=False)
+    whole = journal.read_bytes()
+    torn = b'{"op_code":5,"worker_id":"killed","trial_id":31,"param_name":"target_chip.memo'
+    journal.write_bytes(whole + torn)
+    capsys.readouterr()
+    res = run_study(s, n_trials=64, storage=str(journal), progress=False)
+    assert len(res.frame) == 64 and res.n_new == 32
+    assert journal.read_bytes().startswith(whole) and torn not in journal.read_bytes()
+    assert f"cut {len(torn)} bytes of a journal record" in capsys.readouterr().err
+    # Optuna's own append would have glued the next record to the torn one: unreadable
+    import optuna
+    from optuna.storages.journal import JournalFileBackend
+    bad = shm / "bad.journal"
+    bad.write_bytes(whole + torn)
+    for _ in range(2):      # the glued line is no longer the last: readers raise on it
+        JournalFileBackend(str(bad)).append_logs([{"op_code": 0, "worker_id": "w", "study_name": "x",
+                                                   "directions": [1]}])
+    with pytest.raises(ValueError):
+        optuna.load_study(study_name=s.name, storage=optuna.storages.JournalStorage(JournalFileBackend(str(bad))))
+
+
 def test_transient_drops_in_tell_are_retried_and_no_trial_is_lost(tmp_path, capsys, monkeypatch):
     s = small_study(tmp_path, n_trials=32, batch_size=16, sampler="random")
     calls = _dropping(monkeypatch, "set_trial_state_values", lambda n: n in (1, 2))   # the first 2 tells
