@@ -23,6 +23,7 @@ import functools
 import hashlib
 import json
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -355,9 +356,21 @@ def load_technology(root: str | Path) -> TechConstants:
     """The technology constants of ``root`` (see :func:`read_technology`), cached per directory
     and the files' modification times: a single `dse eval` would otherwise parse both YAML
     files on every call."""
-    tdir = Path(root).resolve() / "technology"
-    stamp = tuple(f.stat().st_mtime_ns if f.is_file() else None for f in (tdir / "memory.yaml", tdir / "nodes.yaml"))
+    tdir = _technology_dir(str(root))
+    stamp = tuple(_mtime(tdir / name) for name in ("memory.yaml", "nodes.yaml"))
     return _cached_technology(str(tdir.parent), stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _technology_dir(root: str) -> Path:
+    return Path(root).resolve() / "technology"
+
+
+def _mtime(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
 
 
 @functools.lru_cache(maxsize=8)

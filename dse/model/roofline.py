@@ -46,6 +46,8 @@ def allreduce_time_s(nbytes, chips, link_bw_bytes_s, link_latency_s, link_effici
     eta_link = 1). Small messages are latency-bound through the 2(t-1) steps. Zero for t = 1.
     """
     t = np.asarray(chips, dtype=np.float64)
+    if not (t > 1).any():               # lone chips (a draft chip, most single-device designs)
+        return np.zeros(np.broadcast(t, nbytes, link_bw_bytes_s, link_latency_s).shape)
     bw = 0.5 * link_bw_bytes_s * link_efficiency
     with np.errstate(divide="ignore", invalid="ignore"):
         ring = 2.0 * (t - 1.0) / t * nbytes / bw + 2.0 * (t - 1.0) * link_latency_s
@@ -116,10 +118,14 @@ def smooth_roofline(t_compute, t_memory, p):
     term when one is zero, for any p (MODEL.md section 2). Written as
     hi * (1 + (lo/hi)^p)^(1/p) so that no power overflows."""
     t_c, t_m = np.asarray(t_compute, dtype=np.float64), np.asarray(t_memory, dtype=np.float64)
+    p = np.asarray(p, dtype=np.float64)
+    if p.size and bool((p == 2.0).all()):
+        # the fitted default: sqrt(t_c^2 + t_m^2) in three passes, no power (times in seconds do not
+        # overflow when squared, and sqrt(x*x) == x exactly in binary floating point)
+        return np.sqrt(t_c * t_c + t_m * t_m)
     hi, lo = np.maximum(t_c, t_m), np.minimum(t_c, t_m)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         r = np.where(hi > 0, lo / hi, 0.0)
-        p = np.asarray(p, dtype=np.float64)
         finite = np.isfinite(p)
         blend = np.where(finite, (1.0 + r ** np.where(finite, p, 1.0)) ** (1.0 / np.where(finite, p, 1.0)), 1.0)
     return np.where(hi > 0, hi * blend, 0.0)

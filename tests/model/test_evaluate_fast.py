@@ -85,6 +85,25 @@ def test_rows_differing_only_in_capacity_share_their_latency_row(db):
     _assert_same(fast, plain)
 
 
+def test_a_large_batch_in_blocks_gives_the_bits_of_one_pass(db):
+    """More than 2 x block_rows rows are evaluated block_rows at a time (the last block short):
+    every metric the same bits as one pass, with a draft chip, auto and fixed k, and rows that
+    do not fit or have no bandwidth; a shared target/draft group stays shared in each block."""
+    rng = np.random.default_rng(8)
+    batch = _designs(db, 2600, rng, draft_chip=True, pathological=True, k_choices=(0, 3, 6))
+    small = type(batch.target)(**{**{f: getattr(batch.target, f) for f in batch.target.__slots__},
+                                  "capacity_bytes": rng.uniform(5e9, 2e11, batch.n)})   # some do not fit
+    batch = DesignBatch(**{**{f: getattr(batch, f) for f in batch.__slots__}, "target": small})
+    w = _workload(db, overlap=True)
+    one = evaluate(batch, w, block_rows=None)
+    blocks = evaluate(batch, w, block_rows=1000)            # 1000 + 1000 + 600
+    assert 0 < one.fits.sum() < batch.n and np.isnan(one.spec_s_per_token).any() and len(set(one.k)) >= 3
+    _assert_same(blocks, one)
+    plain = _designs(db, 2100, rng)
+    _assert_same(evaluate(plain, w, block_rows=700), evaluate(plain, w, block_rows=None))
+    assert E.BLOCK_ROWS == 131_072 and evaluate(plain, w, block_rows=1100).fits.shape == (2100,)
+
+
 def test_dedupe_is_skipped_when_it_does_not_pay(db):
     """Random continuous designs are all distinct: no dedupe (None), the plain path."""
     batch = _designs(db, 2000, np.random.default_rng(4))

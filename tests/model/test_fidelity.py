@@ -183,6 +183,21 @@ def test_smooth_roofline_equals_hard_max_when_one_term_is_zero():
     assert smooth_roofline(3e-3, 4e-3, 500.0) == pytest.approx(4e-3, rel=1e-6)
 
 
+def test_smooth_roofline_p2_shortcut_equals_the_general_form():
+    """p = 2 everywhere (the fitted default) takes sqrt(t_c^2 + t_m^2); rows of mixed p take the
+    general form hi * (1 + (lo/hi)^p)^(1/p): the two agree to rounding on the same rows."""
+    rng = np.random.default_rng(3)
+    t_c, t_m = rng.uniform(0, 2e-2, 1000), rng.uniform(0, 2e-2, 1000)
+    t_c[:10] = 0.0
+    fast = smooth_roofline(t_c, t_m, np.full(1000, 2.0))
+    p = np.full(1000, 2.0)
+    p[-1] = np.inf                      # one hard-max row sends every row down the general form
+    general = smooth_roofline(t_c, t_m, p)
+    np.testing.assert_allclose(fast[:-1], general[:-1], rtol=4e-16, atol=0)
+    assert general[-1] == max(t_c[-1], t_m[-1]) and (fast[:10] == t_m[:10]).all()
+    assert fast[10] == pytest.approx(np.hypot(t_c[10], t_m[10]), rel=1e-15)
+
+
 # ---- (f) weight formats carry their bytes per weight --------------------------------------
 
 def _unit_hw():
