@@ -6,6 +6,7 @@ Specs in, the vector model on length-1 arrays, a dict of display-unit values out
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -178,14 +179,21 @@ def _cost_and_price(dev: DeviceSpec, chips: int, db: Database) -> dict[str, Any]
     model cannot run, ``power_basis`` says which) and the vendor TDP; all x chips (None when
     unknown)."""
     from .catalog.technology import load_technology
-    from .model.technology import known_part_estimate, known_part_power_w
-    tech = load_technology(db.root)
-    cost = known_part_estimate(tech, dev)[0] * chips
-    power, basis = known_part_power_w(tech, dev)
+    cost, power, basis = _part_cost_power(load_technology(db.root), dev)
+    cost, power = cost * chips, power * chips
     return {"cost_usd": cost if math.isfinite(cost) else None,
             "price_usd": dev.price_usd * chips if dev.price_usd else None,
-            "power_w": power * chips if math.isfinite(power) else None, "power_basis": basis or None,
+            "power_w": power if math.isfinite(power) else None, "power_basis": basis or None,
             "tdp_w": dev.tdp_w * chips if dev.tdp_w else None}
+
+
+@functools.lru_cache(maxsize=64)
+def _part_cost_power(tech, dev: DeviceSpec) -> tuple[float, float, str]:
+    """(cost, power, power basis) of one chip of a known part: a pure function of the (frozen)
+    technology constants and device spec, so computed once per pair."""
+    from .model.technology import known_part_estimate, known_part_power_w
+    power, basis = known_part_power_w(tech, dev)
+    return float(known_part_estimate(tech, dev)[0]), float(power), basis
 
 
 def to_record(m: Metrics, i: int) -> dict[str, Any]:

@@ -74,6 +74,18 @@ def test_memory_bandwidth_override_scales_the_memory_bound_baseline():
     assert (b["baseline_ms_per_token"] - fixed) == pytest.approx((a["baseline_ms_per_token"] - fixed) / 2, rel=0.02)
 
 
+def test_cost_and_power_follow_overrides_though_computed_once_per_part():
+    """A known part's cost and power are cached per (technology, device spec): an override is
+    another spec, so it gets its own numbers, and the plain part gets its own back."""
+    kw = dict(hw="h100-sxm", target="llama-3.1-8b", runtime="graphs")
+    a = evaluate_design(**kw)
+    b = evaluate_design(**kw, set_fields={"mem_bw_tb_s": 6.7})
+    c = evaluate_design(**kw, chips=2)
+    assert b["power_w"] > a["power_w"] and b["cost_usd"] == a["cost_usd"]      # memory energy per bit
+    assert (c["cost_usd"], c["power_w"]) == pytest.approx((2 * a["cost_usd"], 2 * a["power_w"]), rel=1e-12)
+    assert evaluate_design(**kw)["power_w"] == a["power_w"] == pytest.approx(586.67, abs=0.01)
+
+
 def test_record_describes_the_run_and_nulls_what_is_undefined():
     r = evaluate_design(hw="l4", target="llama-3.1-70b", draft="llama-3.2-1b", alpha=0.8, k=4, batch=2,
                         prompt=100, output=50, temperature=0.5)

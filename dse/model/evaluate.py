@@ -583,9 +583,11 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
         idx = np.where(fixed, batch.k - 1, np.argmin(t.t_iter / t.tau, axis=1))
 
     def pick(a):
-        a = np.broadcast_to(a, np.broadcast_shapes(np.shape(a), (n, kc.shape[1])))
         if kc.shape[1] == 1:            # one k per row: its column, no gather
-            return np.ascontiguousarray(a[:, 0])
+            a = np.asarray(a)
+            col = a[:, 0] if a.ndim == 2 else a
+            return col.copy() if col.shape == (n,) else np.broadcast_to(col, (n,)).copy()
+        a = np.broadcast_to(a, np.broadcast_shapes(np.shape(a), (n, kc.shape[1])))
         return np.take_along_axis(a, idx[:, None], axis=1)[:, 0]
 
     k = pick(np.broadcast_to(kc, (n, kc.shape[1])))
