@@ -60,6 +60,8 @@ def hardware_arrays(dev: DeviceSpec, rt: RuntimeSpec, chips, dtype: str,
 
 def apply_overrides(dev: DeviceSpec, rt: RuntimeSpec, assignments: dict[str, Any]):
     """`--set FIELD=VALUE`: device fields, then runtime fields; unknown names list the allowed."""
+    if not assignments:
+        return dev, rt
     dev_fields, rt_fields = spec_fields(DeviceSpec), spec_fields(RuntimeSpec)
     numeric = sorted(k for k, (_, i) in dev_fields.items() if i.kind in ("float", "int"))
     numeric += [k for k in RUNTIME_FIELDS]
