@@ -137,7 +137,11 @@ def _cols(hw: HardwareArrays) -> SimpleNamespace:
 
 
 def _select(mask, a: HardwareArrays, b: HardwareArrays) -> HardwareArrays:
-    """Row-wise where(mask, a, b) over every field."""
+    """Row-wise where(mask, a, b) over every field (``a`` or ``b`` itself when the mask is uniform)."""
+    if not mask.any():
+        return b
+    if mask.all():
+        return a
     return HardwareArrays(**{f.name: np.where(mask, getattr(a, f.name), getattr(b, f.name))
                              for f in dataclasses.fields(a)})
 
@@ -711,6 +715,7 @@ def _finish(metrics, fits, req_t, cap_t, short, req_d, cap_d, short_d, store, bl
     """Attach capacity results and blank every latency of a design that does not fit (unless
     done already: ``blank=False``)."""
     out = {}
+    blank = blank and not bool(np.all(fits))         # nothing to blank where every design fits
     for name, attr, _ in METRIC_COLUMNS:
         if attr in metrics:
             v = np.asarray(metrics[attr])

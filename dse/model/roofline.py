@@ -207,8 +207,9 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
         fixed = fixed + hw.step_overhead_s + B * hw.sequence_overhead_s
     comm = communication_time_s(m, hw, T, act_bytes, L, ep)
     # split each part's time to the side that bounds it (for ``bound`` and the report)
-    t_mem = np.where(lin_m >= lin_c, lin, 0.0) + np.where(att_m >= att_c, att, 0.0)
-    t_cmp = np.where(lin_m >= lin_c, 0.0, lin) + np.where(att_m >= att_c, 0.0, att)
+    lin_mem, att_mem = lin_m >= lin_c, att_m >= att_c
+    t_mem = np.where(lin_mem, lin, 0.0) + np.where(att_mem, att, 0.0)
+    t_cmp = np.where(lin_mem, 0.0, lin) + np.where(att_mem, 0.0, att)
     t_ovh = fixed + comm
     return StepCost(t_mem + t_cmp + t_ovh, flops_lin + flops_att, bytes_lin + bytes_att,
                     t_mem, t_cmp, t_ovh)
