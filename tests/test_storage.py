@@ -243,7 +243,9 @@ def test_database_that_stays_down_is_one_line_exit_1_and_keeps_finished_trials(t
 
 
 def test_postgresql_restart_mid_run_and_the_run_finishes(tmp_path):
-    """A real drop: `pg_ctl restart -m fast` (every session killed) while `dse run` works."""
+    """A real drop: `pg_ctl restart -m fast` (every session killed) while `dse run` works. A
+    statement in flight fails and is retried with a one-line note; a drop between statements is
+    absorbed by the pool's pre-ping without one, so a note is allowed, not required (CI saw both)."""
     import subprocess
     import sys
     import time
@@ -275,11 +277,12 @@ def test_postgresql_restart_mid_run_and_the_run_finishes(tmp_path):
     subprocess.run(["su", "postgres", "-s", "/bin/sh", "-c",
                     f"{pg_bin}/pg_ctl -D {pg_dir}/data -l {pg_dir}/log -m fast -w restart"],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+    assert p.poll() is None, "the run ended before the restart: the drop did not happen mid-run"
     out, err = p.communicate(timeout=600)
     assert p.returncode == 0, err[-2000:]
     assert "Traceback" not in err
     notes = [x for x in err.splitlines() if x.strip()]
-    assert notes and all("lost the database connection" in x and "***@" in x for x in notes)   # retried, said so
+    assert all("lost the database connection" in x and "***@" in x for x in notes), notes   # retried, said so
     store, _ = resolve_storage(None, url, tmp_path / "y")          # the old pool's connections died with the server
     assert complete() == 300 and len(pd.read_parquet(tmp_path / "q.parquet")) == 300
 
