@@ -335,10 +335,21 @@ def cut_torn_tail(path: str | Path, out=None) -> int:
     return end - cut
 
 
+#: a journal file is fsynced at most this often (and at exit): each append still reaches the file
+#: (and other processes) at once; only an operating-system crash or power loss can lose the
+#: appends of the last second, whose torn tail the next append cuts (:func:`cut_torn_tail`)
+JOURNAL_SYNC_S = 1.0
+
+
 def journal_file(path: str):
-    """Optuna's JournalFileBackend on ``path`` whose appends first :func:`cut_torn_tail` (under the
-    journal's symlink lock, the same lock and record format as Optuna's own append)."""
+    """Optuna's JournalFileBackend on ``path`` with two changes: each append first
+    :func:`cut_torn_tail` (under the journal's symlink lock, with the same lock and record format
+    as Optuna's own append), and the file is fsynced at most every :data:`JOURNAL_SYNC_S` seconds
+    and when the backend is collected or the process exits, instead of after every append (about
+    13 a trial: the fsyncs made a 2,000-trial `dse run` about three times slower than the search)."""
     import json
+    import time
+    import weakref
 
     from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 
@@ -347,6 +358,8 @@ def journal_file(path: str):
             self.lock = JournalFileSymlinkLock(file_path)
             super().__init__(file_path, lock_obj=self.lock)
             self.path = file_path
+            self.state = {"synced": time.monotonic(), "dirty": False}
+            weakref.finalize(self, _fsync_if_dirty, file_path, self.state)     # at collection or exit
 
         def append_logs(self, logs) -> None:
             data = ("\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n").encode("utf-8")
@@ -356,8 +369,30 @@ def journal_file(path: str):
                 with open(self.path, "ab") as f:
                     f.write(data)
                     f.flush()
-                    os.fsync(f.fileno())
+                    if time.monotonic() - self.state["synced"] >= JOURNAL_SYNC_S:
+                        os.fsync(f.fileno())
+                        self.state.update(synced=time.monotonic(), dirty=False)
+                    else:
+                        self.state["dirty"] = True
             finally:
                 self.lock.release()
 
+        def sync(self) -> None:
+            """fsync the journal if an append since the last fsync has not been."""
+            _fsync_if_dirty(self.path, self.state)
+
     return TornTailSafeJournal(path)
+
+
+def _fsync_if_dirty(path: str, state: dict) -> None:
+    if not state["dirty"]:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:             # the file is gone: nothing left to make durable
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    state["dirty"] = False

@@ -208,6 +208,31 @@ def test_a_record_torn_by_a_killed_writer_is_cut_before_the_next_append(tmp_path
         optuna.load_study(study_name=s.name, storage=optuna.storages.JournalStorage(JournalFileBackend(str(bad))))
 
 
+def test_the_journal_is_fsynced_at_most_once_a_second_and_at_exit(shm, monkeypatch):
+    """Appends reach the file at once (another reader sees them) but fsync only when
+    JOURNAL_SYNC_S has passed since the last one; sync() (registered for exit) fsyncs what is
+    left, once."""
+    import dse.storage as st
+    calls = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append(fd) or real(fd))
+    log = {"op_code": 0, "worker_id": "w", "study_name": "s", "directions": [1]}
+    monkeypatch.setattr(st, "JOURNAL_SYNC_S", 3600.0)
+    b = st.journal_file(str(shm / "sync.journal"))
+    for _ in range(50):
+        b.append_logs([log])
+    assert calls == [] and len(list(st.journal_file(str(shm / "sync.journal")).read_logs(0))) == 50
+    b.sync()
+    b.sync()                        # nothing new: no second fsync
+    assert len(calls) == 1
+    monkeypatch.setattr(st, "JOURNAL_SYNC_S", 0.0)
+    for _ in range(3):
+        b.append_logs([log])
+    assert len(calls) == 4          # every append once the interval is 0
+    b.sync()
+    assert len(calls) == 4
+
+
 def test_transient_drops_in_tell_are_retried_and_no_trial_is_lost(tmp_path, capsys, monkeypatch):
     s = small_study(tmp_path, n_trials=32, batch_size=16, sampler="random")
     calls = _dropping(monkeypatch, "set_trial_state_values", lambda n: n in (1, 2))   # the first 2 tells
