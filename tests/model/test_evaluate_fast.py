@@ -88,7 +88,7 @@ def test_rows_differing_only_in_capacity_share_their_latency_row(db):
 def test_a_large_batch_in_blocks_gives_the_bits_of_one_pass(db):
     """More than 2 x block_rows rows are evaluated block_rows at a time (the last block short):
     every metric the same bits as one pass, with a draft chip, auto and fixed k, and rows that
-    do not fit or have no bandwidth; a shared target/draft group stays shared in each block."""
+    do not fit or have no bandwidth; and a batch whose drafter shares the target's group."""
     rng = np.random.default_rng(8)
     batch = _designs(db, 2600, rng, draft_chip=True, pathological=True, k_choices=(0, 3, 6))
     small = type(batch.target)(**{**{f: getattr(batch.target, f) for f in batch.target.__slots__},
@@ -100,6 +100,8 @@ def test_a_large_batch_in_blocks_gives_the_bits_of_one_pass(db):
     assert 0 < one.fits.sum() < batch.n and np.isnan(one.spec_s_per_token).any() and len(set(one.k)) >= 3
     _assert_same(blocks, one)
     plain = _designs(db, 2100, rng)
+    block = plain.take(slice(0, 700))
+    assert plain.draft is plain.target and block.draft is block.target and block.n == 700
     _assert_same(evaluate(plain, w, block_rows=700), evaluate(plain, w, block_rows=None))
     assert E.BLOCK_ROWS == 131_072 and evaluate(plain, w, block_rows=1100).fits.shape == (2100,)
 
