@@ -119,18 +119,24 @@ def _rows(df):
     return df.drop(columns=["datetime_start", "datetime_complete"]).sort_values("trial").reset_index(drop=True)
 
 
+def _uninterrupted_cut_resumed(tmp_path, shm, monkeypatch, sampler: str, batches: int):
+    """A 160-trial study (batches of 32) run whole; the same study stopped by SIGTERM after
+    ``batches`` batches; and that run resumed: (uninterrupted, cut, resumed) RunResults."""
+    s = small_study(tmp_path / "a", n_trials=160, batch_size=32, sampler=sampler, name="resume")
+    ref = run_study(s, storage=str(shm / "ref.journal"), progress=False)
+    s2 = small_study(tmp_path / "b", n_trials=160, batch_size=32, sampler=sampler, name="resume")
+    with monkeypatch.context() as m:
+        _interrupt_after(m, batches)
+        cut = run_study(s2, storage=str(shm / "cut.journal"), progress=False)
+    return ref, cut, run_study(s2, storage=str(shm / "cut.journal"), progress=False)
+
+
 def test_resumed_qmc_run_gives_the_rows_of_an_uninterrupted_run(tmp_path, shm, monkeypatch):
     """QMC draws point i of the scrambled Sobol sequence for the study's i-th sample, and the
     counter lives in the storage (a study system attribute), so a resumed run proposes exactly
     what the uninterrupted process would have: every row (params and metrics) is equal."""
-    s = small_study(tmp_path / "a", n_trials=160, batch_size=32, sampler="qmc", name="resume")
-    ref = run_study(s, storage=str(shm / "ref.journal"), progress=False)
-    s2 = small_study(tmp_path / "b", n_trials=160, batch_size=32, sampler="qmc", name="resume")
-    with monkeypatch.context() as m:
-        _interrupt_after(m, 2)
-        cut = run_study(s2, storage=str(shm / "cut.journal"), progress=False)
+    ref, cut, res = _uninterrupted_cut_resumed(tmp_path, shm, monkeypatch, "qmc", batches=2)
     assert cut.interrupted == signal.SIGTERM and len(cut.frame) == 64     # 2 whole batches of 32
-    res = run_study(s2, storage=str(shm / "cut.journal"), progress=False)
     assert res.n_new == 96 and len(res.frame) == 160
     pd.testing.assert_frame_equal(_rows(res.frame), _rows(ref.frame))
 
@@ -141,14 +147,8 @@ def test_resumed_nsga2_run_loses_and_duplicates_no_trial(tmp_path, shm, monkeypa
     resumed process starts the stream afresh, so the proposals after the cut differ (by design of
     Optuna's samplers, not a loss). What holds: trials 0..k-1 are unchanged, the study has exactly
     n_trials distinct trials, none lost or repeated."""
-    s = small_study(tmp_path / "a", n_trials=160, batch_size=32, sampler="nsga2", name="resume")
-    ref = run_study(s, storage=str(shm / "ref.journal"), progress=False)
-    s2 = small_study(tmp_path / "b", n_trials=160, batch_size=32, sampler="nsga2", name="resume")
-    with monkeypatch.context() as m:
-        _interrupt_after(m, 3)
-        cut = run_study(s2, storage=str(shm / "cut.journal"), progress=False)
+    ref, cut, res = _uninterrupted_cut_resumed(tmp_path, shm, monkeypatch, "nsga2", batches=3)
     assert cut.interrupted == signal.SIGTERM and len(cut.frame) == 96
-    res = run_study(s2, storage=str(shm / "cut.journal"), progress=False)
     got = _rows(res.frame)
     assert res.n_new == 64 and len(got) == 160 and list(got["trial"]) == list(range(160))          # none lost, none twice
     # the first 96 rows: what the interrupted run wrote, and what the uninterrupted run has (params and

@@ -268,8 +268,8 @@ _BOUND_MARGIN = 1e-9
 
 
 #: a batch of more rows is evaluated BLOCK_ROWS at a time (the sweep's chunk): temporaries of a
-#: few MB instead of one per column of the whole batch, which on this machine ran 1M random
-#: designs at ~855k/s in one pass against ~1M/s in blocks (docs/benchmarks.md)
+#: few MB instead of one per column of the whole batch (before this, benchmarks/bench_eval.py (b)
+#: ran 1M random designs at 573k/s in one call against 840k/s as 8 calls of 131,072 rows)
 BLOCK_ROWS = 131_072
 
 

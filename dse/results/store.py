@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from .. import __version__
 from ..errors import DseError
-from .arrow import usable_rows
+from .arrow import bool_array, num_array, string_array, to_numpy, usable_rows
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -437,7 +437,7 @@ class Dataset:
                 raise DseError(f"{self.root}: cannot read the results ({e})") from e
             before = np.cumsum([0] + [sizes[g] for g in groups])       # where each group read starts in t
             at = before[np.searchsorted(groups, group)] + (local - first[group])
-            t = t.take(pa.Array.from_buffers(pa.int64(), at.size, [None, pa.py_buffer(at.astype(np.int64))]))
+            t = t.take(num_array(at, pa.int64()))
             out.append((mine, self._as_unified(t)))
         return out
 
@@ -536,7 +536,6 @@ def write_pareto_file(root: Path, files: list[Path], counts: list[int], rows: np
     mask, ranks = expand_flags(sum(counts), rows, values, [d for _, d in objs])
     starts = np.cumsum([0] + list(counts))
     part = np.searchsorted(starts, rows, side="right") - 1
-    from .arrow import bool_array, num_array, string_array  # no pandas (pyarrow.array would import it)
     meta = {"parts": _parts_meta(files, counts), "objectives": [list(o) for o in objs]}
     names = string_array([f.name for f in files])
     table = pa.Table.from_arrays([pa.DictionaryArray.from_arrays(num_array(part, pa.int32()), names),
@@ -557,8 +556,7 @@ def read_pareto_file(root: Path, files: list[Path], counts: list[int], objs) -> 
         meta = json.loads((t.schema.metadata or {})[_PARETO_KEY])
     except (pa.ArrowException, OSError, KeyError, ValueError):
         return None
-    if (meta.get("parts") != _parts_meta(files, counts)
-            or meta.get("objectives") != [list(o) for o in objs]):
+    if not _same_dataset(meta, files, counts, objs):
         return None
     starts = np.cumsum([0] + list(counts))
     position = {f.name: i for i, f in enumerate(files)}
@@ -581,12 +579,16 @@ def _parts_meta(files: list[Path], counts: list[int]) -> list[list]:
     return [[f.name, int(c)] for f, c in zip(files, counts, strict=True)]
 
 
+def _same_dataset(meta: dict, files: list[Path], counts: list[int], objs) -> bool:
+    """A side file's metadata names exactly these parts, row counts and objectives."""
+    return meta.get("parts") == _parts_meta(files, counts) and meta.get("objectives") == [list(o) for o in objs]
+
+
 def write_front_file(root: Path, files: list[Path], counts: list[int], rows: np.ndarray, table: pa.Table,
                      objs, designs: int) -> Path:
     """Write :data:`FRONT_FILE`: ``table``, the full rows of the non-dominated feasible rows of
     parts ``files`` (``counts`` rows each, ``designs`` distinct designs) at row numbers ``rows``
     (ascending), under ``objs``."""
-    from .arrow import num_array  # no pandas (pyarrow.array would import it)
     meta = {"parts": _parts_meta(files, counts), "objectives": [list(o) for o in objs], "designs": int(designs)}
     table = table.append_column("_row", num_array(rows, pa.int64()))
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), _FRONT_KEY: json.dumps(meta).encode()})
@@ -603,12 +605,10 @@ def read_front_file(root: Path, files: list[Path], counts: list[int], objs,
     try:
         pf = pq.ParquetFile(path)
         meta = json.loads((pf.schema_arrow.metadata or {})[_FRONT_KEY])
-        if (meta.get("parts") != _parts_meta(files, counts) or meta.get("objectives") != [list(o) for o in objs]
-                or not set(columns) <= set(pf.schema_arrow.names)):
+        if not _same_dataset(meta, files, counts, objs) or not set(columns) <= set(pf.schema_arrow.names):
             return None
         t = pf.read(columns=[*columns, "_row"])
     except (pa.ArrowException, OSError, KeyError, ValueError, TypeError):
         return None
-    from .arrow import to_numpy
     rows = to_numpy(t["_row"]).astype(np.int64)
     return rows, t.drop_columns(["_row"]), int(meta["designs"])
