@@ -26,6 +26,7 @@ from .workload import (
     AcceptanceSpec,
     Workload,
     check_ep,
+    check_tensor_parallel,
     check_workload,
     make_acceptance,
     parse_drafter,
@@ -33,7 +34,8 @@ from .workload import (
 )
 
 #: `--set` fields that belong to the runtime rather than the device
-RUNTIME_FIELDS = ("kernels_per_layer", "spec_overhead_us", "ngram_draft_us", "memory_reserve_fraction",
+RUNTIME_FIELDS = ("kernels_per_layer", "mla_extra_kernels", "moe_extra_kernels", "shared_expert_kernels",
+                  "spec_overhead_us", "ngram_draft_us", "memory_reserve_fraction",
                   "sequence_overhead_us", "request_overhead_us", "roofline_p", "int8_stream_factor",
                   "int4_stream_factor")
 
@@ -42,7 +44,10 @@ def hardware_arrays(dev: DeviceSpec, rt: RuntimeSpec, chips, dtype: str,
                     kv_dtype: str | None = None) -> HardwareArrays:
     """A device and runtime as length-1 (or broadcast) arrays; a device's own fixed costs
     (kernel_launch_us, step_overhead_us) override the runtime's. Attention runs at the
-    KV dtype's rate (16-bit unless given)."""
+    KV dtype's rate (16-bit unless given); a format whose math the part lacks (fp8 on an
+    A100) runs weight-only (DeviceSpec.native_math)."""
+    kv_dtype = kv_dtype or default_kv_dtype(dtype)
+    compute = WEIGHT_FORMATS[dtype].compute_dtype
     return HardwareArrays(
         chips=np.atleast_1d(chips), capacity_bytes=dev.memory_bytes, mem_bw_bytes_s=dev.mem_bw_bytes_s,
         peak_flop_s=dev.peak_flop_s(WEIGHT_FORMATS[dtype].compute_dtype), mem_efficiency=dev.mem_efficiency,
@@ -54,8 +59,32 @@ def hardware_arrays(dev: DeviceSpec, rt: RuntimeSpec, chips, dtype: str,
         spec_overhead_s=rt.spec_overhead_s, ngram_draft_s=rt.ngram_draft_s,
         memory_reserve_fraction=rt.memory_reserve_fraction, link_efficiency=dev.link_efficiency,
         sequence_overhead_s=rt.sequence_overhead_s, request_overhead_s=rt.request_overhead_s,
-        roofline_p=rt.roofline_p, peak_attention_flop_s=dev.peak_flop_s(kv_dtype or default_kv_dtype(dtype)),
-        int8_stream_factor=rt.int8_stream_factor, int4_stream_factor=rt.int4_stream_factor)
+        roofline_p=rt.roofline_p, peak_attention_flop_s=dev.peak_flop_s(kv_dtype),
+        int8_stream_factor=rt.int8_stream_factor, int4_stream_factor=rt.int4_stream_factor,
+        mla_extra_kernels=rt.mla_extra_kernels, moe_extra_kernels=rt.moe_extra_kernels,
+        shared_expert_kernels=rt.shared_expert_kernels, weight_math_native=dev.native_math(compute),
+        attention_math_native=dev.native_math(kv_dtype),
+        scale_up_domain=np.inf if dev.scale_up_domain is None else dev.scale_up_domain,
+        scale_out_bw_bytes_s=dev.scale_out_bw_bytes_s,
+        scale_out_latency_s=0.0 if dev.scale_out_latency_s is None else dev.scale_out_latency_s,
+        scale_out_efficiency=1.0 if dev.scale_out_efficiency is None else dev.scale_out_efficiency)
+
+
+def check_group(dev: DeviceSpec, chips: int, where: str = "--chips") -> None:
+    """A group of ``chips`` chips of ``dev`` must be joined by a link, and past the part's
+    scale-up domain (MODEL.md section 2) be whole domains on a scale-out network; else one
+    SpecError naming the flag and what is allowed."""
+    if chips > 1 and dev.link_bw_bytes_s <= 0:
+        raise SpecError(None, where, chips, f"{dev.name} has no scale-up link (link_bw_gb_s = 0); use 1")
+    dom = dev.scale_up_domain
+    if dom is None or chips <= dom:
+        return
+    if chips % dom:
+        raise SpecError(None, where, chips, f"{dev.name}'s scale-up domain is {dom} chips: a group beyond it "
+                        f"is whole domains on the scale-out network, so use at most {dom} or a multiple of {dom}")
+    if dev.scale_out_bw_bytes_s <= 0:
+        raise SpecError(None, where, chips, f"{dev.name}'s scale-up domain is {dom} chips and it has no scale-out "
+                        f"network (scale_out_bw_gb_s = 0): use at most {dom}, or --set scale_out_bw_gb_s=...")
 
 
 def apply_overrides(dev: DeviceSpec, rt: RuntimeSpec, assignments: dict[str, Any]):
@@ -130,11 +159,16 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                                    acceptance_given=given))
     if datastore_gb and drafter.kind != "ngram":
         raise SpecError(None, "--datastore-gb", datastore_gb, "a datastore belongs to a retrieval draft (--draft ngram)")
-    if chips > 1 and dev.link_bw_bytes_s <= 0:
-        raise SpecError(None, "--chips", chips, f"{dev.name} has no scale-up link (link_bw_gb_s = 0); use 1")
+    check_group(dev, chips)
+    raise_collected(check_tensor_parallel(tgt, (chips,)))
+    if drafter.kind == "model" and not on_chip:        # a draft model on the target chips shards like it
+        raise_collected(check_tensor_parallel(drafter.model, (chips,), role="the draft "))
     target_hw = hardware_arrays(dev, rt, chips, dtype, kv_dtype)
     if on_chip:
         ddev = db.device(draft_hw, where="--draft-hw: ")
+        check_group(ddev, draft_chips, "--draft-chips")
+        if drafter.kind == "model":
+            raise_collected(check_tensor_parallel(drafter.model, (draft_chips,), "--draft-chips", role="the draft "))
         for end in (ddev, dev):      # both ends need a link, as in studies (evaluation.build_designs)
             if end.link_bw_bytes_s <= 0:
                 raise SpecError(None, "--draft-hw", draft_hw, f"{end.name} has no link (link_bw_gb_s = 0) between "
@@ -159,6 +193,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     out.update(hw=dev.name, chips=chips, ep=ep, target=tgt.name, draft=drafter.label,
                draft_hw=ddev.name if ddev else None, draft_chips=draft_chips if ddev else None,
                runtime=rt.name, dtype=dtype, kv_dtype=kv_dtype, weight_format=WEIGHT_FORMATS[dtype].desc,
+               weight_math=_weight_math(dev, dtype), scale_up_domain=dev.scale_up_domain,
                **_cost_and_price(dev, chips, db), batch=batch,
                prompt_tokens=prompt, output_tokens=output, temperature=float(temperature), overlap=overlap,
                batching="continuous" if continuous else "static",
@@ -172,6 +207,15 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                if drafter.kind != "none" else None,
                k_mode="auto" if k_val == 0 else "fixed", anchor=anchor)
     return out
+
+
+def _weight_math(dev: DeviceSpec, dtype: str) -> str:
+    """How the weight format's math runs on the part: 'native', or 'weight-only' with the reason
+    (fp8 on a part without fp8 units: 1-byte weights widened to 16 bits, 16-bit math)."""
+    compute = WEIGHT_FORMATS[dtype].compute_dtype
+    if dev.native_math(compute):
+        return "native"
+    return f"weight-only: {dev.name} has no {compute} units, so 16-bit math on {compute} weights"
 
 
 def _cost_and_price(dev: DeviceSpec, chips: int, db: Database) -> dict[str, Any]:

@@ -433,13 +433,15 @@ def _show(kind: str, name: str, as_json: bool):
     sources, estimates = raw.get("sources") or {}, set(raw.get("estimates") or [])
     if kind == "device":      # link numbers the device takes from its class (technology/links.yaml)
         from .catalog.yamlio import load_yaml
-        cls = load_yaml(db.root / "technology" / "links.yaml")["classes"][spec.link_class]
-        for key, entry in (("link_latency_us", cls["latency_us"]), ("link_efficiency", cls["efficiency"])):
-            if key not in raw:
-                sources[key] = (f"link class {spec.link_class}, hardware_db/technology/links.yaml: "
-                                f"{entry.get('source') or entry.get('reason')}")
-                if entry.get("estimate"):
-                    estimates.add(key)
+        classes = load_yaml(db.root / "technology" / "links.yaml")["classes"]
+        for prefix, name in (("link", spec.link_class), ("scale_out", "scale-out")):
+            cls = classes[name]
+            for key, entry in ((f"{prefix}_latency_us", cls["latency_us"]), (f"{prefix}_efficiency", cls["efficiency"])):
+                if key not in raw:
+                    sources[key] = (f"link class {name}, hardware_db/technology/links.yaml: "
+                                    f"{entry.get('source') or entry.get('reason')}")
+                    if entry.get("estimate"):
+                        estimates.add(key)
     if kind == "model":
         from .model.transformer import total_params
         fields["params_computed_b"] = round(total_params(spec) / 1e9, 3)

@@ -63,6 +63,12 @@ def eval_table(r: dict) -> str:
     ep = f", experts over {r['ep']} EP ranks" if r.get("ep", 1) > 1 else ""
     out = [f"{r['target']} on {r['chips']}x {r['hw']}{ep}  ({r['runtime']} runtime, {r['dtype']} weights, "
            f"{r['kv_dtype']} KV; batch {r['batch']}, prompt {r['prompt_tokens']}, output {r['output_tokens']})"]
+    if str(r.get("weight_math", "native")).startswith("weight-only"):
+        out.append(f"note: {r['weight_math']}")
+    dom = r.get("scale_up_domain")
+    if dom and r["chips"] > dom:
+        out.append(f"note: {r['chips']} chips are {r['chips'] // dom} scale-up domains of {dom}: all-reduces cross "
+                   "the scale-out network (hierarchical)")
     if r["draft"] != "none":
         where = (f"on {r['draft_chips']}x {r['draft_hw']} (draft chip"
                  f"{', overlapped' if r['overlap'] else ''})" if r["draft_hw"] else "on the target chips")
@@ -87,10 +93,12 @@ def eval_table(r: dict) -> str:
     out.append(f"baseline     {r['baseline_ms_per_token']:.3f} ms/token  {fmt(r['baseline_tokens_per_s'])} tok/s  "
                f"AI {fmt(r['baseline_arithmetic_intensity'])} FLOP/B, {r['baseline_bound']}-bound")
     if r["draft"] == "none":
+        out.append(_overhead_line(r, r["baseline_ms_per_token"]))
         out.append(f"TTFT         {r['ttft_ms']:.2f} ms   request {r['request_latency_ms']:.1f} ms")
         return "\n".join(out)
     out.append(f"speculative  {r['spec_ms_per_token']:.3f} ms/token  {fmt(r['tokens_per_s'])} tok/s  "
                f"speedup {r['speedup']:.3f}x (bound {r['speedup_bound']:.3f}x)")
+    out.append(_overhead_line(r, r["spec_ms_per_token"]))
     out.append(f"iteration    draft {r['draft_ms_per_iter']:.3f} ms (AI {fmt(r['draft_arithmetic_intensity'])}, "
                f"{r['draft_bound']}) + verify {r['verify_ms_per_iter']:.3f} ms "
                f"(AI {fmt(r['verify_arithmetic_intensity'])}, {r['verify_bound']}) + link "
@@ -106,6 +114,15 @@ def eval_table(r: dict) -> str:
         out.append(f"anchor       baseline set to {a['baseline_ms']:.3f} ms: scaled {', '.join(a['scaled'])} "
                    f"by {a['factor']:.3f}")
     return "\n".join(out)
+
+
+def _overhead_line(r: dict, per_token_ms: float) -> str:
+    """The software stack's share of a token: fixed costs (launches, per-step, per-iteration,
+    per-sequence) over the tokens of an iteration."""
+    ovh = r["overhead_ms_per_token"]
+    share = ovh / per_token_ms if per_token_ms else 0.0
+    return (f"overhead     {ovh:.3f} ms/token ({100 * share:.0f}%) fixed costs of the {r['runtime']} runtime "
+            "(kernel launches, per step, per iteration)")
 
 
 def short_name(column: str) -> str:

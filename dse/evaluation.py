@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from .catalog.database import Database
-from .catalog.links import SYNTHESISED_LINK_CLASS
+from .catalog.links import SCALE_OUT_CLASS, SYNTHESISED_LINK_CLASS
 from .catalog.specs import DeviceSpec, RuntimeSpec
 from .catalog.technology import TechConstants
 from .model.arrays import DesignBatch, HardwareArrays
@@ -24,7 +24,7 @@ from .model.evaluate import MIN_ROWS_DEDUPE, Metrics, distinct_rows, evaluate
 from .model.technology import known_part_estimate, known_part_power_w, link_power_w, synthesize_chip
 from .model.transformer import WEIGHT_FORMATS, default_kv_dtype
 from .study.space import category_codes, fill_inactive, knob_names
-from .study.spec import StudySpec
+from .study.spec import DEFAULT_SCALE_OUT_GB_S, DEFAULT_SCALE_UP_DOMAIN, StudySpec
 from .units import FACTOR
 
 _NAN = float("nan")
@@ -70,24 +70,57 @@ def _codes(codes, names, index_of) -> np.ndarray:
 def _device_table(devs: list[DeviceSpec], dtype: str, kv_dtype: str) -> dict[str, np.ndarray]:
     def col(fn):
         return np.array([_NAN if fn(d) is None else fn(d) for d in devs], dtype=np.float64)
+    compute = WEIGHT_FORMATS[dtype].compute_dtype
     return {
         "capacity_bytes": col(lambda d: d.memory_bytes), "mem_bw_bytes_s": col(lambda d: d.mem_bw_bytes_s),
         "peak_attention_flop_s": col(lambda d: d.peak_flop_s(kv_dtype)),
         "link_efficiency": col(lambda d: d.link_efficiency),
-        "peak_flop_s": col(lambda d: d.peak_flop_s(WEIGHT_FORMATS[dtype].compute_dtype)), "peak_bf16_flop_s": col(lambda d: d.peak_bf16_flop_s),
+        "peak_flop_s": col(lambda d: d.peak_flop_s(compute)), "peak_bf16_flop_s": col(lambda d: d.peak_bf16_flop_s),
         "mem_efficiency": col(lambda d: d.mem_efficiency), "compute_efficiency": col(lambda d: d.compute_efficiency),
         "link_bw_bytes_s": col(lambda d: d.link_bw_bytes_s), "link_latency_s": col(lambda d: d.link_latency_s),
         "die_area_mm2": col(lambda d: d.die_area_mm2), "cost_usd": col(lambda d: d.price_usd),
         "tdp_w": col(lambda d: d.tdp_w),
         "kernel_launch_s": col(lambda d: d.kernel_launch_s), "step_overhead_s": col(lambda d: d.step_overhead_s),
+        "weight_math_native": col(lambda d: d.native_math(compute)),
+        "attention_math_native": col(lambda d: d.native_math(kv_dtype)),
+        "scale_up_domain": col(lambda d: np.inf if d.scale_up_domain is None else d.scale_up_domain),
+        "scale_out_bw_bytes_s": col(lambda d: d.scale_out_bw_bytes_s),
+        "scale_out_latency_s": col(lambda d: d.scale_out_latency_s),
+        "scale_out_efficiency": col(lambda d: d.scale_out_efficiency),
     }
 
 
+#: HardwareArrays fields that come from the runtime (RuntimeSpec attribute of the same name)
+RUNTIME_ARRAY_FIELDS = ("kernel_launch_s", "kernels_per_layer", "mla_extra_kernels", "moe_extra_kernels",
+                        "shared_expert_kernels", "step_overhead_s", "spec_overhead_s", "ngram_draft_s",
+                        "memory_reserve_fraction", "sequence_overhead_s", "request_overhead_s", "roofline_p",
+                        "int8_stream_factor", "int4_stream_factor")
+#: a synthesised chip's mem_efficiency when its study does not set one: the rule known parts
+#: follow (docs/calibration.md section 4): DRAM 0.83 (the A100's measured streaming fraction),
+#: on-die SRAM 0.9; and its compute_efficiency: 0.66 (TensorRT-LLM prefill MFU, every device)
+MEM_EFFICIENCY_RULE = {"dram": 0.83, "sram": 0.9}
+COMPUTE_EFFICIENCY_RULE = 0.66
+
+
+def _runtime_columns(runtimes: list[RuntimeSpec], code: np.ndarray | None) -> dict[str, np.ndarray | float]:
+    """RUNTIME_ARRAY_FIELDS per row: the runtimes' values gathered by ``code`` (an index into
+    ``runtimes`` per row), or the one runtime's scalars when there is only one."""
+    if len(runtimes) == 1 or code is None:
+        return {f: getattr(runtimes[0], f) for f in RUNTIME_ARRAY_FIELDS}
+    return {f: np.array([getattr(r, f) for r in runtimes], dtype=np.float64)[code] for f in RUNTIME_ARRAY_FIELDS}
+
+
 def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db: Database,
-               tech: TechConstants, rt: RuntimeSpec, kv_dtype: str | None = None,
+               tech: TechConstants, rt: RuntimeSpec | str | None, kv_dtype: str | None = None,
                names: dict[str, tuple] | None = None) -> tuple[HardwareArrays, dict[str, np.ndarray]]:
     """One chip group (target_chip_* or draft_chip_* knobs) -> HardwareArrays and SI columns.
-    Categorical knobs are names, or codes into ``names[knob]`` (knob_arrays_and_masks)."""
+    Categorical knobs are names, or codes into ``names[knob]`` (knob_arrays_and_masks).
+
+    The software stack: ``rt`` (a RuntimeSpec or a name: the study's workload.runtime) for every
+    chip; None lets a known part keep its own default_runtime (and a synthesised chip take
+    graphs). A synthesised chip may choose its runtime with the ``runtime`` knob and set or search
+    its fixed costs with ``kernel_launch_us``, ``step_overhead_us`` and ``spec_overhead_us``
+    (which win over the runtime's); a known part's own kernel_launch_us / step_overhead_us win."""
     kv_dtype = kv_dtype or default_kv_dtype(dtype)
     names = names or {}
 
@@ -97,6 +130,8 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
     def coded(key):
         return category_codes(get(key), names.get(prefix + key, ()))
 
+    if isinstance(rt, str):
+        rt = db.runtime(rt)
     chips = np.asarray(get("chips", np.ones(n)), dtype=np.int64)
     if prefix + "device" in knobs:
         dev_names, code = coded("device")
@@ -113,13 +148,26 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
         col = {k: v[code] for k, v in table.items()}
         link_bw = np.asarray(get("link_bw_gb_s"), dtype=np.float64) * FACTOR["gb_s"] if prefix + "link_bw_gb_s" in knobs \
             else col["link_bw_bytes_s"]
-        launch = np.where(np.isnan(col["kernel_launch_s"]), rt.kernel_launch_s, col["kernel_launch_s"])
-        step = np.where(np.isnan(col["step_overhead_s"]), rt.step_overhead_s, col["step_overhead_s"])
+        # known parts keep their runtime: the study's, or each part's default_runtime
+        if rt is None:
+            rt_names = sorted({d.default_runtime for d in devs})
+            runtimes = [db.runtime(r) for r in rt_names]
+            rcode = np.array([rt_names.index(d.default_runtime) for d in devs], dtype=np.int64)[code]
+        else:
+            runtimes, rcode = [rt], None
+        rcols = _runtime_columns(runtimes, rcode)
+        rcols["kernel_launch_s"] = np.where(np.isnan(col["kernel_launch_s"]), rcols["kernel_launch_s"],
+                                            col["kernel_launch_s"])
+        rcols["step_overhead_s"] = np.where(np.isnan(col["step_overhead_s"]), rcols["step_overhead_s"],
+                                            col["step_overhead_s"])
         cost_chip, power_chip, price_chip = col["cost_usd"], col["power_w"], col["price_usd"]
         area, peak_bf16 = col["die_area_mm2"], col["peak_bf16_flop_s"]
         cap, bw, peak = col["capacity_bytes"], col["mem_bw_bytes_s"], col["peak_flop_s"]
         eff_m, eff_c, lat = col["mem_efficiency"], col["compute_efficiency"], col["link_latency_s"]
         peak_att, eta_link = col["peak_attention_flop_s"], col["link_efficiency"]
+        native_w, native_a = col["weight_math_native"] > 0, col["attention_math_native"] > 0
+        domain, out_bw = col["scale_up_domain"], col["scale_out_bw_bytes_s"]
+        out_lat, out_eff = col["scale_out_latency_s"], col["scale_out_efficiency"]
         buildable = np.ones(n, dtype=bool)
     else:
         node_names, node_codes = coded("process_node")
@@ -135,27 +183,58 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
         peak_bf16 = chip.peak_bf16_flop_s
         peak = chip.peak_fp8_flop_s if WEIGHT_FORMATS[dtype].compute_dtype in ("fp8", "fp4") else chip.peak_bf16_flop_s
         peak_att = chip.peak_fp8_flop_s if kv_dtype == "fp8" else chip.peak_bf16_flop_s
-        eta_link = np.full(n, db.link_class(SYNTHESISED_LINK_CLASS).efficiency)
+        native_w = native_a = True          # a synthesised chip has fp8 units (FP8 = fp8_per_bf16 x BF16)
+        # the link: its class (knob link_class) gives latency and efficiency; a link_latency_us knob wins
+        if prefix + "link_class" in knobs:
+            cls_names, cls_code = coded("link_class")
+            classes = [db.link_class(str(c)) if c is not None else db.link_class(SYNTHESISED_LINK_CLASS)
+                       for c in cls_names]
+            eta_link = np.array([c.efficiency for c in classes])[cls_code]
+            lat = np.array([c.latency_s for c in classes])[cls_code]
+        else:
+            cls = db.link_class(SYNTHESISED_LINK_CLASS)
+            eta_link, lat = np.full(n, cls.efficiency), np.full(n, cls.latency_s)
+        if prefix + "link_latency_us" in knobs:
+            lat = np.asarray(get("link_latency_us"), dtype=np.float64) * 1e-6 + np.zeros(n)
         link_bw = chip.link_bw_bytes_s
-        eff_m = np.asarray(get("mem_efficiency"), dtype=np.float64)
-        eff_c = np.asarray(get("compute_efficiency"), dtype=np.float64)
-        lat = np.asarray(get("link_latency_us"), dtype=np.float64) * 1e-6
-        launch, step = np.full(n, rt.kernel_launch_s), np.full(n, rt.step_overhead_s)
+        is_sram = tech.memory_table().is_sram[mem]
+        rule_m = np.where(is_sram, MEM_EFFICIENCY_RULE["sram"], MEM_EFFICIENCY_RULE["dram"])
+        eff_m = np.asarray(get("mem_efficiency"), dtype=np.float64) if prefix + "mem_efficiency" in knobs else rule_m
+        eff_c = np.asarray(get("compute_efficiency"), dtype=np.float64) if prefix + "compute_efficiency" in knobs \
+            else np.full(n, COMPUTE_EFFICIENCY_RULE)
+        # the software stack: the runtime knob, else the study's (graphs by default)
+        if prefix + "runtime" in knobs:
+            rt_names, rcode = coded("runtime")
+            runtimes = [db.runtime(str(r)) for r in rt_names]
+        else:
+            runtimes, rcode = [rt or db.runtime("graphs")], None
+        rcols = _runtime_columns(runtimes, rcode)
+        for key, field in (("kernel_launch_us", "kernel_launch_s"), ("step_overhead_us", "step_overhead_s"),
+                           ("spec_overhead_us", "spec_overhead_s")):
+            if prefix + key in knobs:
+                rcols[field] = np.asarray(get(key), dtype=np.float64) * 1e-6
+        # the scale-up domain and the scale-out network between domains (class scale-out)
+        out_cls = db.link_class(SCALE_OUT_CLASS)
+        domain = np.asarray(get("scale_up_domain", DEFAULT_SCALE_UP_DOMAIN), dtype=np.float64)
+        out_bw = np.asarray(get("scale_out_bw_gb_s", DEFAULT_SCALE_OUT_GB_S), dtype=np.float64) * FACTOR["gb_s"]
+        out_lat, out_eff = out_cls.latency_s, out_cls.efficiency
         cost_chip, power_chip, area = chip.cost_usd, chip.power_w, chip.die_area_mm2
         price_chip = np.full(n, _NAN)           # a hypothetical chip has no street price
         buildable = chip.shoreline_ok & chip.stack_height_ok
     hw = HardwareArrays(chips=chips, capacity_bytes=cap, mem_bw_bytes_s=bw, peak_flop_s=peak,
                         mem_efficiency=eff_m, compute_efficiency=eff_c, link_bw_bytes_s=link_bw,
-                        link_latency_s=lat, kernel_launch_s=launch, kernels_per_layer=rt.kernels_per_layer,
-                        step_overhead_s=step, spec_overhead_s=rt.spec_overhead_s, ngram_draft_s=rt.ngram_draft_s,
-                        memory_reserve_fraction=rt.memory_reserve_fraction, link_efficiency=eta_link,
-                        sequence_overhead_s=rt.sequence_overhead_s, request_overhead_s=rt.request_overhead_s,
-                        roofline_p=rt.roofline_p, peak_attention_flop_s=peak_att,
-                        int8_stream_factor=rt.int8_stream_factor, int4_stream_factor=rt.int4_stream_factor)
+                        link_latency_s=lat, link_efficiency=eta_link, peak_attention_flop_s=peak_att,
+                        weight_math_native=native_w, attention_math_native=native_a, scale_up_domain=domain,
+                        scale_out_bw_bytes_s=out_bw, scale_out_latency_s=out_lat, scale_out_efficiency=out_eff,
+                        **rcols)
+    # past its scale-up domain a group must be whole domains on a scale-out network
+    dom_b = np.broadcast_to(domain, (n,))
+    beyond = chips > dom_b
+    domains_ok = ~beyond | ((np.fmod(chips, np.where(beyond, dom_b, 1.0)) == 0) & (np.broadcast_to(out_bw, (n,)) > 0))
     cols = {"capacity_bytes": cap, "mem_bw_bytes_s": bw, "peak_bf16_flop_s": peak_bf16, "die_area_mm2": area,
             "chip_cost_usd": cost_chip, "chip_power_w": power_chip, "chips": chips, "chip_price_usd": price_chip,
             # a group needs memory bandwidth, and a link when it spans chips
-            "buildable": buildable & (bw > 0) & ((chips == 1) | (link_bw > 0)),
+            "buildable": buildable & (bw > 0) & ((chips == 1) | (link_bw > 0)) & domains_ok,
             "link_bw_bytes_s": link_bw}
     return hw, cols
 
@@ -193,7 +272,7 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
     """Knob arrays -> DesignBatch and hardware result columns (display units); ``masks`` as
     knob_arrays_and_masks."""
     kn, active, names = knob_arrays_and_masks(study, params, n, masks)
-    rt = db.runtime(study.runtime)
+    rt = db.runtime(study.runtime) if study.runtime else None
     target, tc = chip_group("target_chip_", kn, n, study.dtype, db, tech, rt, study.kv_dtype, names)
     has_draft = "draft_chip_enabled" in kn
     on = np.asarray(kn["draft_chip_enabled"], dtype=bool) if has_draft else np.zeros(n, dtype=bool)

@@ -17,7 +17,7 @@ OBJECTIVES = [{"metric": "spec_ms_per_token", "direction": "minimize"},
 
 
 def meta(study="toy", **extra):
-    m = {"schema_version": 3, "dse_version": "0.0.test",
+    m = {"schema_version": 4, "dse_version": "0.0.test",
          "study": {"name": study, "workload": {"target": "llama-70b", "alpha": 0.8, "k": 4},
                    "objectives": OBJECTIVES},
          "objectives": OBJECTIVES, "constraints": [{"metric": "power_w", "max": 700.0}],
@@ -123,7 +123,7 @@ def test_load_errors(tmp_path, dataset_dir):
 
 def test_newer_schema_version_refused(tmp_path):
     path = tmp_path / "r.parquet"
-    pq.write_table(table(3, m=meta(schema_version=4)), path)
+    pq.write_table(table(3, m=meta(schema_version=5)), path)
     with pytest.raises(DseError, match="schema_version"):
         da.load_results(path)
 
@@ -215,6 +215,7 @@ def test_hypervolume_history(dataset_dir):
 @pytest.mark.parametrize("version, says", [
     (1, "schema_version 1: written before issue 9"),             # street price in cost_usd, decimal DRAM
     (2, "schema_version 2: written before power_w of known parts"),   # the vendor TDP in power_w
+    (3, "schema_version 3: written before issue 17"),     # no overhead_ms_per_token, free TP past a domain
 ])
 def test_old_schema_version_read_with_a_warning(tmp_path, version, says):
     """Results of an older schema still load, with a message that says what changed since."""

@@ -83,7 +83,7 @@ def test_unknown_runtime_points_to_a_command_that_exists():
                                    "(`dse runtimes list` shows all)")
     listed = run("runtimes", "list")
     assert listed.exit_code == 0
-    assert [ln.split()[0] for ln in listed.output.splitlines()[2:]] == ["eager", "gpt-fast", "graphs", "xla"]
+    assert [ln.split()[0] for ln in listed.output.splitlines()[2:]] == ["dataflow", "eager", "gpt-fast", "graphs", "xla"]
     shown = run("runtimes", "show", "graphs")
     assert shown.exit_code == 0 and "kernel_launch_us" in shown.output and "fitted" in shown.output
 

@@ -79,7 +79,7 @@ SEQ_S = RT["sequence_overhead_us"] * 1e-6         # 0 us per sequence per step (
 REQ_S = RT["request_overhead_us"] * 1e-6          # 2.4 ms per request, once, in TTFT
 ROOF_P = RT["roofline_p"]                         # 2.0: (t_c^p + t_m^p)^(1/p) per part
 LINKS = _y("technology/links.yaml")["classes"]    # per link class: all-reduce efficiency, latency per ring step
-LINK_EFF = LINKS["other"]["efficiency"]["value"]  # 0.8: a synthesised chip's link (class other)
+LINK_EFF = LINKS["nvlink"]["efficiency"]["value"]  # 0.82: a synthesised chip's link (class nvlink, the default)
 RESERVE = RT["memory_reserve_fraction"]           # 0.05 of capacity
 K_MAX = 8                                         # study default workload.k_max
 
@@ -131,10 +131,11 @@ def step(m: dict, hw: dict, *, B: float, q: float, S: float, prefill: bool = Fal
     if t > 1:
         ring = 2.0 * L * (2.0 * (t - 1) / t * (B * q * m["d"] * 2.0) / (hw["link_eff"] * 0.5 * hw["link"])
                           + 2.0 * (t - 1) * hw["lat"])
-    t_ovh = L * KPL * LAUNCH_S + STEP_S + B * SEQ_S + ring
+    fixed = L * KPL * LAUNCH_S + STEP_S + B * SEQ_S       # the software's share (dense GQA layers: KPL each)
+    t_ovh = fixed + ring
     bound = ("memory", "compute", "overhead")[int(np.argmax([t_mem, t_cmp, t_ovh]))]
     return dict(time=t_mem + t_cmp + t_ovh, ai=(f_lin + f_att) / (w_bytes + kv_bytes), bound=bound,
-                memory_bound=all(tm >= tc for tc, tm in parts))
+                memory_bound=all(tm >= tc for tc, tm in parts), fixed=fixed)
 
 
 #: HBM stacks of the known parts (shared/reference/accelerators.csv, column hbm_stacks: H100 SXM
@@ -261,8 +262,12 @@ def metrics(tm: dict, dm: dict, T: dict, D: dict | None, *, B: int, P: int, G: i
     # TTFT: both prefills (in parallel on a draft chip, after its link latency) + the runtime's
     # per-request cost, once (graphs.yaml request_overhead_us = 2,400)
     ttft = (max(pre_t, pre_d + D["lat"]) if on else pre_t + pre_d) + REQ_S
+    # the software's fixed costs of an iteration over its tau tokens: k draft steps', the verify
+    # pass's, the per-iteration cost (issue 17: overhead_ms_per_token)
+    overhead = (k * one_draft["fixed"] + verify["fixed"] + SPEC_S) / tau
     lat = dict(
-        baseline_ms_per_token=base["time"] * 1e3, spec_ms_per_token=spec * 1e3, speedup=base["time"] / spec,
+        baseline_ms_per_token=base["time"] * 1e3, spec_ms_per_token=spec * 1e3, overhead_ms_per_token=overhead * 1e3,
+        speedup=base["time"] / spec,
         alpha=alpha, tau=tau, p_all_accepted=alpha ** k,
         p_window=alpha ** (k + 1),          # the overlap window: all k drafts and the bonus token match
         draft_ms_per_iter=t_draft * 1e3, verify_ms_per_iter=verify["time"] * 1e3, link_ms_per_iter=t_link * 1e3,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..errors import MISSING as MISSING_VALUE
 from ..errors import SpecError, UnknownEntryError
-from .links import LinkClass, load_link_classes
+from .links import SCALE_OUT_CLASS, LinkClass, load_link_classes
 from .specs import DeviceSpec, ModelSpec, RuntimeSpec, build
 from .yamlio import load_yaml
 
@@ -79,15 +79,18 @@ class Database:
         return spec
 
     def device(self, ref: str, where: str = "") -> DeviceSpec:
-        """A device with its link latency and efficiency filled from its link class where it
-        gives none (hardware_db/technology/links.yaml)."""
+        """A device with its link latency and efficiency filled from its link class, and its
+        scale-out network's from the scale-out class, where it gives none
+        (hardware_db/technology/links.yaml)."""
         key = ("device+link", ref)
         if key not in self._cache:
             dev = self.get("device", ref, where=where)
-            cls = self.link_class(dev.link_class)
+            cls, out = self.link_class(dev.link_class), self.link_class(SCALE_OUT_CLASS)
             self._cache[key] = dataclasses.replace(
                 dev, link_latency_s=cls.latency_s if dev.link_latency_s is None else dev.link_latency_s,
-                link_efficiency=cls.efficiency if dev.link_efficiency is None else dev.link_efficiency)
+                link_efficiency=cls.efficiency if dev.link_efficiency is None else dev.link_efficiency,
+                scale_out_latency_s=out.latency_s if dev.scale_out_latency_s is None else dev.scale_out_latency_s,
+                scale_out_efficiency=out.efficiency if dev.scale_out_efficiency is None else dev.scale_out_efficiency)
         return self._cache[key]
 
     def link_class(self, name: str) -> LinkClass:

@@ -1,8 +1,10 @@
-"""Scale-up link classes (hardware_db/technology/links.yaml): the bus-bandwidth efficiency and
-the per-step small-message latency of a ring all-reduce on each kind of link (MODEL.md section 2).
+"""Link classes (hardware_db/technology/links.yaml): the bus-bandwidth efficiency and the
+per-step small-message latency of a ring all-reduce on each kind of link (MODEL.md section 2).
 
-A device names its class (``link_class``); its own ``link_latency_us`` / ``link_efficiency``
-win when given. Synthesised chips use the class ``other``.
+A device names its scale-up class (``link_class``); its own ``link_latency_us`` /
+``link_efficiency`` win when given. A synthesised chip takes the class of its ``link_class``
+knob (default SYNTHESISED_LINK_CLASS, a scale-up fabric like NVLink). The ``scale-out`` class is
+the network between scale-up domains (a device's ``scale_out_class``).
 """
 
 from __future__ import annotations
@@ -14,9 +16,14 @@ from pathlib import Path
 from ..errors import MISSING, SpecError, raise_collected
 from .fields import Range
 
-LINK_CLASSES = ("nvlink", "pcie", "ethernet", "ici", "infinity-fabric", "other")
-#: the class of a synthesised chip's link
-SYNTHESISED_LINK_CLASS = "other"
+#: scale-up classes (a device's link_class, a synthesised chip's link_class knob)
+SCALE_UP_CLASSES = ("nvlink", "pcie", "ethernet", "ici", "infinity-fabric", "other")
+#: the network between scale-up domains
+SCALE_OUT_CLASS = "scale-out"
+LINK_CLASSES = SCALE_UP_CLASSES + (SCALE_OUT_CLASS,)
+#: the default class of a synthesised chip's link: a scale-up fabric like NVLink/NVSwitch (the
+#: scale-up class with measured numbers; a study may choose another with the link_class knob)
+SYNTHESISED_LINK_CLASS = "nvlink"
 _FIELDS = {"efficiency": (Range(lo=0.0, hi=1.0, lo_open=True), 1.0),
            "latency_us": (Range(lo=0.0, hi=1e4, unit="us"), 1e-6)}
 

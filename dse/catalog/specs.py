@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from ..errors import MISSING, SpecError, raise_collected
 from ..units import FACTOR
 from .fields import Range, unknown_key
-from .links import LINK_CLASSES
+from .links import SCALE_UP_CLASSES
 
 REQUIRED = object()
 #: keys every database file may carry besides its fields
@@ -176,13 +176,26 @@ class DeviceSpec:
     sram_bytes: float = num("sram_mb", "mb", 0, 1e8, default=0.0, desc="on-chip SRAM (L2/cache/scratch)")
     link_bw_bytes_s: float = num("link_bw_gb_s", "gb_s", 0, 1e6, default=0.0,
                                  desc="scale-up link bandwidth per chip, both directions added")
-    link_class: str = text("link_class", default="other", choices=LINK_CLASSES,
+    link_class: str = text("link_class", default="other", choices=SCALE_UP_CLASSES,
                            desc="kind of scale-up link: its latency and efficiency (hardware_db/technology/links.yaml)")
     link_latency_s: float | None = num("link_latency_us", "us", 0, 1e4, default=None,
                                        desc="per-step latency of a collective; absent = the link class's")
     link_efficiency: float | None = num("link_efficiency", "", 0, 1, lo_open=True, default=None,
                                         desc="all-reduce bus bandwidth / one-way link rate (eta_link); "
                                              "absent = the link class's")
+    scale_up_domain: int | None = num("scale_up_domain", "", 1, 1e6, integer=True, default=None,
+                                      desc="chips the scale-up link joins (an HGX board 8, an NVL72 rack 72, a "
+                                           "TPU pod); tensor parallel beyond it crosses the scale-out network; "
+                                           "absent = no limit")
+    scale_out_bw_bytes_s: float = num("scale_out_bw_gb_s", "gb_s", 0, 1e6, default=0.0,
+                                      desc="network bandwidth per chip between scale-up domains (its NICs), "
+                                           "both directions added; 0 = none")
+    scale_out_latency_s: float | None = num("scale_out_latency_us", "us", 0, 1e4, default=None,
+                                            desc="per-step latency of a collective over the scale-out network; "
+                                                 "absent = the scale-out link class's")
+    scale_out_efficiency: float | None = num("scale_out_efficiency", "", 0, 1, lo_open=True, default=None,
+                                             desc="all-reduce bus bandwidth / one-way NIC rate over the scale-out "
+                                                  "network; absent = the scale-out link class's")
     tdp_w: float | None = num("tdp_w", "w", 0, 1e6, lo_open=True, default=None)
     die_area_mm2: float | None = num("die_area_mm2", "mm2", 0, 1e6, lo_open=True, default=None)
     price_usd: float | None = num("price_usd", "usd", 0, 1e8, lo_open=True, default=None)
@@ -214,6 +227,15 @@ class DeviceSpec:
         if dtype == "fp4":      # NVFP4 W4A4 where the part has FP4 tensor cores, else dequantised
             return self.peak_fp4_flop_s or bf16
         return bf16
+
+    def native_math(self, dtype: str) -> bool:
+        """Has the part units for this compute dtype? fp8 and fp4 need their own peak rate;
+        without it the format runs weight-only at the 16-bit rate (roofline.step_cost)."""
+        if dtype == "fp8":
+            return self.peak_fp8_flop_s is not None
+        if dtype == "fp4":
+            return self.peak_fp4_flop_s is not None
+        return True
 
 
 @dataclass(**_FROZEN)
@@ -277,7 +299,15 @@ class RuntimeSpec:
     kernel_launch_s: float = num("kernel_launch_us", "us", 0, 1e5,
                                  desc="fixed cost per kernel (launch, tail, sync)")
     kernels_per_layer: float = num("kernels_per_layer", "", 0, 1e4,
-                                   desc="kernels per transformer layer per forward step")
+                                   desc="kernels per dense GQA/MHA transformer layer per forward step")
+    mla_extra_kernels: float = num("mla_extra_kernels", "", 0, 1e4, default=0.0,
+                                   desc="kernels an MLA attention block adds to a GQA one (down/up projections, "
+                                        "their norms, the absorbed batched GEMMs)")
+    moe_extra_kernels: float = num("moe_extra_kernels", "", 0, 1e4, default=0.0,
+                                   desc="kernels a routed-expert FFN adds to a dense one (router, top-k, "
+                                        "dispatch, grouped GEMMs, combine)")
+    shared_expert_kernels: float = num("shared_expert_kernels", "", 0, 1e4, default=0.0,
+                                       desc="kernels of the shared experts of an MoE layer")
     step_overhead_s: float = num("step_overhead_us", "us", 0, 1e6,
                                  desc="fixed cost per forward step (sampling, host sync)")
     spec_overhead_s: float = num("spec_overhead_us", "us", 0, 1e6,

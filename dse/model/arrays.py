@@ -42,8 +42,14 @@ class HardwareArrays:
 
     Per-chip quantities: capacity_bytes (bytes as vendors mean them: binary for DRAM),
     mem_bw_bytes_s, peak_flop_s (at the weight dtype), peak_attention_flop_s (at the
-    attention dtype), link_bw_bytes_s (both directions added), link_latency_s. Fixed costs come from the
-    runtime: kernel_launch_s * kernels_per_layer per layer, step_overhead_s per step,
+    attention dtype), link_bw_bytes_s (both directions added), link_latency_s; the scale-up link
+    joins scale_up_domain chips, beyond which collectives cross the scale-out network
+    (scale_out_bw_bytes_s per chip, both directions; its latency per step and efficiency).
+    weight_math_native / attention_math_native are False where the part has no units for the
+    format's compute dtype (fp8 on an A100): it then runs weight-only, 16-bit math at the 16-bit
+    efficiency. Fixed costs come from the runtime: kernel_launch_s per kernel, kernels_per_layer
+    per dense GQA layer plus mla_extra_kernels per MLA layer, moe_extra_kernels per routed-MoE
+    layer and shared_expert_kernels where it has shared experts, step_overhead_s per step,
     spec_overhead_s per speculative iteration, ngram_draft_s per n-gram / retrieval lookup on
     the host. A retrieval draft (REST, prompt lookup) copies its tree to the device each
     iteration: host_copy_s + bytes / host_link_bw_bytes_s. Defaults are ESTIMATES: 10 us for a
@@ -76,9 +82,18 @@ class HardwareArrays:
     peak_attention_flop_s: np.ndarray = 0.0    # attention matmuls at the attention dtype; 0 = peak_flop_s
     int8_stream_factor: np.ndarray = 1.0       # the runtime's weight-only int8 kernels, vs bf16 streaming
     int4_stream_factor: np.ndarray = 1.0       # the runtime's weight-only 4-bit kernels, vs bf16 streaming
+    mla_extra_kernels: np.ndarray = 0.0        # kernels by layer architecture (roofline.kernels_per_step)
+    moe_extra_kernels: np.ndarray = 0.0
+    shared_expert_kernels: np.ndarray = 0.0
+    weight_math_native: np.ndarray = True      # False: no units for the format's math (weight-only, 16-bit)
+    attention_math_native: np.ndarray = True   # the same for attention at the KV dtype
+    scale_up_domain: np.ndarray = np.inf       # chips one scale-up link joins; inf = no limit
+    scale_out_bw_bytes_s: np.ndarray = 0.0     # per chip between domains, both directions added
+    scale_out_latency_s: np.ndarray = 0.0
+    scale_out_efficiency: np.ndarray = 1.0
 
     def __post_init__(self):
-        _as_arrays(self, int_fields=("chips",))
+        _as_arrays(self, int_fields=("chips",), bool_fields=("weight_math_native", "attention_math_native"))
 
     @property
     def n(self) -> int:

@@ -41,6 +41,7 @@ class Metrics:
     datastore_bytes: np.ndarray
     baseline_s_per_token: np.ndarray
     spec_s_per_token: np.ndarray
+    overhead_s_per_token: np.ndarray
     speedup: np.ndarray
     k: np.ndarray
     alpha: np.ndarray
@@ -100,6 +101,7 @@ METRIC_COLUMNS = (
     ("datastore_gb", "datastore_bytes", FACTOR["gb"]),
     ("baseline_ms_per_token", "baseline_s_per_token", FACTOR["ms"]),
     ("spec_ms_per_token", "spec_s_per_token", FACTOR["ms"]),
+    ("overhead_ms_per_token", "overhead_s_per_token", FACTOR["ms"]),
     ("speedup", "speedup", None),
     ("k", "k", None),
     ("alpha", "alpha", None),
@@ -419,6 +421,7 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
     E = np.where(batch.ep > 0, batch.ep, w.ep)      # expert-parallel ranks per design (the target's steps)
     kw_t, kw_tc = dict(kw, ep=E), dict(kw, ep=E[:, None])      # rows, and (n, 1) columns for k sweeps
     cf = tf.COMPUTE_EFFICIENCY_FACTOR[fmt.compute_dtype]
+    emulated = tf.EMULATED_DEQUANT.get(fmt.compute_dtype, "")
     nodes = np.where(batch.tree_nodes > 0, batch.tree_nodes, w.tree_nodes) if d.kind != "none" else np.zeros(n, int)
     is_tree = nodes > 0
 
@@ -445,7 +448,8 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
         zero = np.zeros(n)
         spec = base.time_s
         return dict(
-            baseline_s_per_token=base.time_s, spec_s_per_token=spec, speedup=one,
+            baseline_s_per_token=base.time_s, spec_s_per_token=spec, overhead_s_per_token=base.t_fixed_s + zero,
+            speedup=one,
             k=np.zeros(n, dtype=np.int64), alpha=np.full(n, np.nan), tau=one, p_all_accepted=one,
             p_window=one, tree_nodes=np.zeros(n, dtype=np.int64), tree_shape=np.full(n, ""),
             draft_s_per_iter=zero, verify_s_per_iter=base.time_s, link_s_per_iter=zero,
@@ -464,6 +468,9 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
     K = max(K, int(batch.k.max()))
     Tc, Dc = _cols(T), _cols(D)
     Bc, Sc = B[:, None], S[:, None]
+    # the format's math and streaming on the target chips (weight-only where they lack its units)
+    cf_t = np.where(Tc.weight_math_native, cf, 1.0)
+    sf_t = np.where(Tc.weight_math_native, stream_factor(Tc, fmt.dequant), stream_factor(Tc, emulated))
     any_tree = bool(is_tree.any())
     # chain-only batches keep the chain's arrays (no per-row selection): the common, fast path
     tree_c = is_tree[:, None] if any_tree else False
@@ -493,10 +500,11 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
             if not eagle:
                 return c
             fc = 2.0 * tgt.hidden_size ** 2      # fc(2d -> d) on the concatenated feature and token embedding
-            f_c = 2 * fc * Bc * q / (Tc.peak_flop_s * Tc.compute_efficiency * cf) / Tc.chips
-            f_m = fc * wb / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * stream_factor(Tc, fmt.dequant)) / Tc.chips
+            f_c = 2 * fc * Bc * q / (Tc.peak_flop_s * Tc.compute_efficiency * cf_t) / Tc.chips
+            f_m = fc * wb / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * sf_t) / Tc.chips
             seq = Bc * Dc.sequence_overhead_s
-            return c._replace(time_s=c.time_s + np.maximum(f_c, f_m) + seq, t_overhead_s=c.t_overhead_s + seq)
+            return c._replace(time_s=c.time_s + np.maximum(f_c, f_m) + seq, t_overhead_s=c.t_overhead_s + seq,
+                              t_fixed_s=c.t_fixed_s + seq)
 
         one_step = draft_step(1.0)
         one_ai, one_bound = one_step.arithmetic_intensity, one_step.bound
@@ -525,15 +533,17 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
         if model_draft:
             per_k = one_step.time_s
             t_draft = kf * one_step.time_s
+            fixed_draft = kf * one_step.t_fixed_s
             draft_ai, draft_bound = np.broadcast_to(one_ai, t_draft.shape), np.broadcast_to(one_bound, t_draft.shape)
             if any_tree:
                 # a tree: one step per depth, over as many positions as that depth holds (EAGLE-2)
                 parts = [draft_step(np.maximum(level[..., i], 1).astype(np.float64)) for i in range(K)]
                 used = [level[..., i] > 0 for i in range(K)]
                 tot = [sum(np.where(u, getattr(c, f), 0.0) for c, u in zip(parts, used))
-                       for f in ("time_s", "flops", "bytes", "t_memory_s", "t_compute_s", "t_overhead_s")]
+                       for f in ("time_s", "flops", "bytes", "t_memory_s", "t_compute_s", "t_overhead_s", "t_fixed_s")]
                 tree_cost = StepCost(*tot)
                 t_draft = np.where(tree_c, tree_cost.time_s, t_draft)
+                fixed_draft = np.where(tree_c, tree_cost.t_fixed_s, fixed_draft)
                 draft_ai = np.where(tree_c, tree_cost.arithmetic_intensity, draft_ai)
                 draft_bound = np.where(tree_c, tree_cost.bound, draft_bound)
         elif d.kind == "medusa":
@@ -542,17 +552,19 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
             per_head = medusa_head_params(tgt)
             nbytes = d.heads * per_head * wb / Tc.chips
             flops = 2.0 * Bc * q_verify * d.heads * per_head / Tc.chips
-            t_m = nbytes / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * stream_factor(Tc, fmt.dequant))
-            t_c = flops / (Tc.peak_flop_s * Tc.compute_efficiency * cf)
+            t_m = nbytes / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * sf_t)
+            t_c = flops / (Tc.peak_flop_s * Tc.compute_efficiency * cf_t)
             mem_bound = t_m >= t_c
-            heads = StepCost(np.maximum(t_m, t_c) + Tc.kernels_per_layer * Tc.kernel_launch_s, flops, nbytes,
-                             np.where(mem_bound, t_m, 0.0), np.where(mem_bound, 0.0, t_c),
-                             Tc.kernels_per_layer * Tc.kernel_launch_s)
+            launches = Tc.kernels_per_layer * Tc.kernel_launch_s
+            heads = StepCost(np.maximum(t_m, t_c) + launches, flops, nbytes,
+                             np.where(mem_bound, t_m, 0.0), np.where(mem_bound, 0.0, t_c), launches, launches)
             t_draft, draft_ai, draft_bound = heads.time_s, heads.arithmetic_intensity, heads.bound
+            fixed_draft = heads.t_fixed_s
         else:  # ngram / retrieval: host lookup, then copy the drafts (a tree: ids + mask) to the device
             copy_bytes = tree_or(Bc * q_verify * TOKEN_ID_BYTES + Bc * q_verify ** 2 * MASK_BYTES,
                                  Bc * kf * TOKEN_ID_BYTES)
             t_draft = Tc.ngram_draft_s + Tc.host_copy_s + copy_bytes / Tc.host_link_bw_bytes_s
+            fixed_draft = Tc.ngram_draft_s + Tc.host_copy_s
             draft_ai = np.zeros_like(t_draft)
             draft_bound = np.full(t_draft.shape, OVERHEAD)
 
@@ -569,9 +581,14 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
         # ---- accounting ----
         t_iter, exposed = specdec.iteration_time_s(t_draft, verify.time_s, t_link, Tc.spec_overhead_s,
                                                    p_win, on_c & w.overlap)
+        # the software's share of the iteration: the draft's fixed costs as far as they are exposed
+        # (overlapped drafting hides the same fraction of them as of the draft time), the verify
+        # pass's, and the per-iteration cost
+        shown_draft = np.where(t_draft > 0, fixed_draft * np.where(t_draft > 0, exposed / t_draft, 0.0), 0.0)
+        t_fixed = shown_draft + verify.t_fixed_s + Tc.spec_overhead_s
         return SimpleNamespace(tau=tau, p_all=p_all, p_win=p_win, level=level, verify=verify, t_draft=t_draft,
                                draft_ai=draft_ai, draft_bound=draft_bound, t_link=t_link, t_iter=t_iter,
-                               exposed=exposed, per_k=per_k)
+                               exposed=exposed, per_k=per_k, t_fixed=t_fixed)
 
     if all_fixed:
         kc = batch.k[:, None]
@@ -596,6 +613,7 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
 
     k = pick(np.broadcast_to(kc, (n, kc.shape[1])))
     tau, p_all, p_win, t_iter, exposed = pick(t.tau), pick(t.p_all), pick(t.p_win), pick(t.t_iter), pick(t.exposed)
+    t_fixed = pick(t.t_fixed)
     t_draft, t_link, t_verify = pick(t.t_draft), pick(t.t_link), pick(t.verify.time_s)
     verify_ai, verify_bound = pick(t.verify.arithmetic_intensity), pick(t.verify.bound)
     draft_ai, draft_bound = pick(t.draft_ai), pick(t.draft_bound)
@@ -609,6 +627,7 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
         k, tau, p_all = np.where(off, 0, k), np.where(off, 1.0, tau), np.where(off, 1.0, p_all)
         p_win = np.where(off, 1.0, p_win)
         t_iter, t_verify = np.where(off, base.time_s, t_iter), np.where(off, base.time_s, t_verify)
+        t_fixed = np.where(off, base.t_fixed_s, t_fixed)
         exposed, t_draft, t_link = (np.where(off, 0.0, x) for x in (exposed, t_draft, t_link))
         verify_ai = np.where(off, base.arithmetic_intensity, verify_ai)
         verify_bound = np.where(off, base.bound, verify_bound)
@@ -628,7 +647,7 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
     ttft = np.where(off, prefill.time_s, ttft)       # speculation off: no draft prefill either
     ttft = ttft + T.request_overhead_s + (0.5 * np.where(off, base.time_s, t_iter) if cont else 0.0)
     return dict(
-        baseline_s_per_token=base.time_s, spec_s_per_token=spec,
+        baseline_s_per_token=base.time_s, spec_s_per_token=spec, overhead_s_per_token=t_fixed / tau,
         speedup=base.time_s / spec, k=k, alpha=alpha, tau=tau, p_all_accepted=p_all, p_window=p_win,
         tree_nodes=np.where(shown, nodes, 0),
         tree_shape=np.where(shown, shape_text(level), "") if any_tree else np.full(n, ""),

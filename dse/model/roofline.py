@@ -23,6 +23,7 @@ class StepCost(NamedTuple):
     t_memory_s: np.ndarray   # parts bound by bandwidth
     t_compute_s: np.ndarray  # parts bound by FLOP/s
     t_overhead_s: np.ndarray  # launches, step cost, all-reduces
+    t_fixed_s: np.ndarray = 0.0  # the software's share of t_overhead_s: launches, per-step, per-sequence
 
     @property
     def arithmetic_intensity(self):
@@ -54,6 +55,30 @@ def allreduce_time_s(nbytes, chips, link_bw_bytes_s, link_latency_s, link_effici
     return np.where(t > 1, ring, 0.0)
 
 
+def group_allreduce_time_s(nbytes, hw, chips=None):
+    """All-reduce of ``nbytes`` over ``chips`` (default hw.chips) chips of the group ``hw``:
+    a ring over the scale-up link (allreduce_time_s) within one scale-up domain of D =
+    hw.scale_up_domain chips; beyond it, hierarchical (NCCL's ring/tree across nodes does the
+    same amount of traffic): reduce-scatter and all-gather among the d = D chips of each domain
+    over the scale-up link (together one ring all-reduce of the d chips) and, between them, an
+    all-reduce of each chip's 1/d shard over the n = t/d domains on the scale-out network, each
+    chip over its own NIC: ring(bytes, d, scale-up) + ring(bytes/d, n, scale-out). A group with
+    no scale-out network (bandwidth 0) takes infinite time there (studies mark it not
+    buildable, dse eval refuses it)."""
+    t = np.asarray(hw.chips if chips is None else chips, dtype=np.float64)
+    up = (hw.link_bw_bytes_s, hw.link_latency_s, hw.link_efficiency)
+    dom = np.asarray(getattr(hw, "scale_up_domain", np.inf), dtype=np.float64)
+    flat = allreduce_time_s(nbytes, t, *up)
+    beyond = t > dom
+    if not np.any(beyond):
+        return flat
+    d = np.minimum(t, dom)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inter = allreduce_time_s(np.asarray(nbytes, dtype=np.float64) / d, t / d, hw.scale_out_bw_bytes_s,
+                                 hw.scale_out_latency_s, hw.scale_out_efficiency)
+    return np.where(beyond, allreduce_time_s(nbytes, d, *up) + inter, flat)
+
+
 def alltoall_time_s(nbytes, ranks, link_bw_bytes_s, link_latency_s, link_efficiency=1.0):
     """Pairwise-exchange all-to-all of ``nbytes`` per rank (the whole of what one rank sends,
     1/E of it to each rank, itself included) over E ranks: (E-1)/E * bytes / (eta_link *
@@ -67,11 +92,34 @@ def alltoall_time_s(nbytes, ranks, link_bw_bytes_s, link_latency_s, link_efficie
     return np.where(e > 1, a2a, 0.0)
 
 
+def group_alltoall_time_s(nbytes, ranks, hw):
+    """alltoall_time_s over E = ``ranks`` ranks of the t chips of ``hw`` (t/E chips each): within
+    one scale-up domain, over the scale-up link; when the ranks span n = t/D domains, each
+    domain holds r = E/n of them and the pairwise exchange's E-1 steps (each sending bytes/E)
+    are r-1 over the scale-up link and E-r over the scale-out network:
+    (r-1)/E * bytes/(eta*bw/2) + (r-1)*lat + (E-r)/E * bytes/(eta_out*bw_out/2) + (E-r)*lat_out."""
+    e = np.asarray(ranks, dtype=np.float64)
+    t = np.asarray(hw.chips, dtype=np.float64)
+    up = (hw.link_bw_bytes_s, hw.link_latency_s, hw.link_efficiency)
+    dom = np.asarray(getattr(hw, "scale_up_domain", np.inf), dtype=np.float64)
+    flat = alltoall_time_s(nbytes, e, *up)
+    beyond = t > dom
+    if not np.any(beyond):
+        return flat
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.clip(e * np.minimum(t, dom) / t, 1.0, e)          # ranks per domain
+        n = np.asarray(nbytes, dtype=np.float64) / e             # what one step sends
+        within = (r - 1.0) * (n / (0.5 * hw.link_bw_bytes_s * hw.link_efficiency) + hw.link_latency_s)
+        across = (e - r) * (n / (0.5 * hw.scale_out_bw_bytes_s * hw.scale_out_efficiency) + hw.scale_out_latency_s)
+        split = np.where(r > 1.0, within, 0.0) + np.where(e > r, across, 0.0)
+    return np.where(beyond & (e > 1), split, flat)
+
+
 def communication_time_s(m: ModelSpec, hw, tokens, act_bytes: float, layers: int, ep=1):
     """Collectives of one step over ``tokens`` = B*q tokens (MODEL.md section 2).
 
-    Tensor parallel (ep = 1): 2 ring all-reduces of T*d*b_act per layer (after attention and
-    after the FFN). Expert parallel over E ranks (ep = E > 1, MoE only; E divides t):
+    Tensor parallel (ep = 1): 2 all-reduces of T*d*b_act per layer (after attention and after
+    the FFN), rings within a scale-up domain, hierarchical beyond it (group_allreduce_time_s). Expert parallel over E ranks (ep = E > 1, MoE only; E divides t):
     attention, the dense FFN layers and the shared experts stay tensor-parallel over the t chips
     (one all-reduce after attention in every layer, one after the FFN of each dense layer and,
     where the model has shared experts, one for their partial sums in each MoE layer); the routed
@@ -85,8 +133,7 @@ def communication_time_s(m: ModelSpec, hw, tokens, act_bytes: float, layers: int
     t = hw.chips
     T = np.asarray(tokens, dtype=np.float64)
     d = m.hidden_size
-    args = (hw.link_bw_bytes_s, hw.link_latency_s, hw.link_efficiency)
-    ar = allreduce_time_s(T * d * act_bytes, t, *args)
+    ar = group_allreduce_time_s(T * d * act_bytes, hw)
     tp = 2.0 * layers * ar
     E = np.asarray(ep, dtype=np.float64)
     if not m.is_moe or np.all(E <= 1):
@@ -97,10 +144,29 @@ def communication_time_s(m: ModelSpec, hw, tokens, act_bytes: float, layers: int
     # report's known parts at other chip counts) takes E = gcd(E, t)
     E = np.gcd(np.maximum(E, 1.0).astype(np.int64), np.asarray(t).astype(np.int64)).astype(np.float64)
     copies = T * m.experts_per_token * d * act_bytes / E       # bytes one rank dispatches
-    per_moe = (2.0 * alltoall_time_s(copies, E, *args)
-               + allreduce_time_s(copies, np.asarray(t, dtype=np.float64) / E, *args)
+    per_moe = (2.0 * group_alltoall_time_s(copies, E, hw)
+               + group_allreduce_time_s(copies, hw, np.asarray(t, dtype=np.float64) / E)
                + (ar if m.shared_experts else 0.0))
     return np.where(E > 1, layers * ar + dense * ar + moe * per_moe, tp)
+
+
+def kernels_per_step(m: ModelSpec, hw, layers: int | None = None):
+    """Kernels one forward step launches over ``layers`` layers, by the layers' architecture:
+    L * kernels_per_layer (a dense GQA/MHA layer) + L * mla_extra_kernels (MLA attention) +
+    L_moe * (moe_extra_kernels + shared_expert_kernels where the model has shared experts).
+    The counts belong to the runtime (hardware_db/runtimes/); a group without the extra fields
+    counts every layer as a dense one."""
+    L = m.num_layers if layers is None else layers
+    moe = L - min(tf.layer_counts(m)[0], L)
+    k = L * hw.kernels_per_layer
+    if m.kv_lora_rank:
+        k = k + L * getattr(hw, "mla_extra_kernels", 0.0)
+    if moe:
+        extra = getattr(hw, "moe_extra_kernels", 0.0)
+        if m.shared_experts:
+            extra = extra + getattr(hw, "shared_expert_kernels", 0.0)
+        k = k + moe * extra
+    return k
 
 
 def stream_factor(hw, dequant: str):
@@ -137,7 +203,7 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
               step_overhead: bool = True, weight_bw_factor=None, weight_dequant: str = "",
               linear_compute_factor: float = 1.0, attention_compute_factor: float = 1.0,
               head_bytes: float | None = None, prefill_tokens=0.0, prefill_len=0.0,
-              tree_mask=False, ep=1) -> StepCost:
+              tree_mask=False, ep=1, weight_emulated_dequant: str = "") -> StepCost:
     """step(model, device, B, q, S): B sequences, q new tokens each, S tokens cached.
 
     Linear: F = 2*N_active*B*q (+ LM head at every position, or at the last one only for a
@@ -152,8 +218,13 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     peak_flop_s (the weight dtype) times ``linear_compute_factor``, attention FLOPs at
     peak_attention_flop_s (the attention dtype) times ``attention_compute_factor``; weight
     bytes stream at BW*eta_m*f, f = ``weight_bw_factor`` or, when None, the runtime's streaming
-    factor for the format's dequantisation class ``weight_dequant`` (``stream_factor``).
-    Fixed: L*kernels*t_launch + t_step + B*t_seq (per-sequence sampling, logits, scheduling).
+    factor for the format's dequantisation class ``weight_dequant`` (``stream_factor``). On a
+    part without units for the format's math (hw.weight_math_native False: fp8 on an A100) the
+    format runs weight-only: its bytes, 16-bit math (the 16-bit efficiency, factor 1) and the
+    streaming factor of ``weight_emulated_dequant`` (fp8: the int8 class); attention at a KV
+    dtype the part cannot compute in (hw.attention_math_native False) runs at factor 1 too.
+    Fixed: kernels_per_step*t_launch + t_step + B*t_seq (per-sequence sampling, logits,
+    scheduling), reported apart as t_fixed_s.
     Tensor parallel over t chips (MODEL.md section 2): weights and FLOPs divide by t except
     the replicated ones (MLA down-projections, MoE router: transformer.replicated_params);
     the KV cache divides by min(t, h_kv) (MLA: replicated); 2 all-reduces of B*q*d*b_act
@@ -195,14 +266,25 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     eff_c = hw.compute_efficiency
     peak_att = np.where(hw.peak_attention_flop_s > 0, hw.peak_attention_flop_s, hw.peak_flop_s)
     byte_s = hw.mem_bw_bytes_s * hw.mem_efficiency
+    native_w = getattr(hw, "weight_math_native", True)
+    native_a = getattr(hw, "attention_math_native", True)
+    if not np.all(native_w):              # weight-only on parts without the format's units
+        linear_compute_factor = np.where(native_w, linear_compute_factor, 1.0)
+    if not np.all(native_a):
+        attention_compute_factor = np.where(native_a, attention_compute_factor, 1.0)
     lin_c = flops_lin / (hw.peak_flop_s * eff_c * linear_compute_factor)
-    wf = stream_factor(hw, weight_dequant) if weight_bw_factor is None else weight_bw_factor
+    if weight_bw_factor is not None:
+        wf = weight_bw_factor
+    elif np.all(native_w):
+        wf = stream_factor(hw, weight_dequant)
+    else:
+        wf = np.where(native_w, stream_factor(hw, weight_dequant), stream_factor(hw, weight_emulated_dequant))
     lin_m = bytes_lin / (byte_s * wf)
     att_c = flops_att / (peak_att * eff_c * attention_compute_factor)
     att_m = bytes_att / byte_s
     p = hw.roofline_p
     lin, att = smooth_roofline(lin_c, lin_m, p), smooth_roofline(att_c, att_m, p)
-    fixed = L * hw.kernels_per_layer * hw.kernel_launch_s
+    fixed = kernels_per_step(m, hw, L) * hw.kernel_launch_s
     if step_overhead:
         fixed = fixed + hw.step_overhead_s + B * hw.sequence_overhead_s
     comm = communication_time_s(m, hw, T, act_bytes, L, ep)
@@ -212,4 +294,4 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     t_cmp = np.where(lin_mem, 0.0, lin) + np.where(att_mem, 0.0, att)
     t_ovh = fixed + comm
     return StepCost(t_mem + t_cmp + t_ovh, flops_lin + flops_att, bytes_lin + bytes_att,
-                    t_mem, t_cmp, t_ovh)
+                    t_mem, t_cmp, t_ovh, fixed)

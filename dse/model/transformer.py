@@ -76,16 +76,24 @@ WEIGHT_FORMATS = {
 }
 #: bytes per stored layer weight of each format (the plain dtypes: every weight)
 WEIGHT_BYTES = {name: f.bytes_per_weight for name, f in WEIGHT_FORMATS.items()}
+#: the dequantisation class a format's weights stream at where the part has no units for its
+#: math (its peak_flop_s for that dtype is absent: fp8 on an A100, fp4 on a Hopper): the
+#: weights are read at their bytes and widened to 16 bits in the kernel (vLLM's FP8 / FP4 Marlin
+#: kernels for Ampere, Ada and Hopper), so they stream like the 8-bit or 4-bit weight-only
+#: formats and compute at the 16-bit rate and efficiency
+EMULATED_DEQUANT = {"fp8": "int8", "fp4": "int4"}
 
 
 def step_kwargs(weight_format: str, kv_dtype: str, weight_bw_factor: float | None = None) -> dict:
     """The per-format arguments of roofline.step_cost: weight and head bytes, KV bytes, the
     dequantisation class (the runtime's streaming factor for it, unless ``weight_bw_factor``
-    is given), and the compute-efficiency factors of the linear layers (at the format's compute
+    is given) and the one it takes as weight-only on a part without its math (EMULATED_DEQUANT),
+    and the compute-efficiency factors of the linear layers (at the format's compute
     dtype) and of attention (at the KV dtype)."""
     f = WEIGHT_FORMATS[weight_format]
     return dict(weight_bytes=f.bytes_per_weight, head_bytes=f.head_bytes, kv_bytes=KV_BYTES[kv_dtype],
                 weight_dequant=f.dequant, weight_bw_factor=weight_bw_factor,
+                weight_emulated_dequant=EMULATED_DEQUANT.get(f.compute_dtype, ""),
                 linear_compute_factor=COMPUTE_EFFICIENCY_FACTOR[f.compute_dtype],
                 attention_compute_factor=COMPUTE_EFFICIENCY_FACTOR[kv_dtype])
 

@@ -40,7 +40,7 @@ META_KEY = b"dse"
 
 #: version of the Parquet results schema (dse.results.columns names the columns); readers refuse
 #: newer files
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 def database_fingerprint(db, tech) -> str:
@@ -338,10 +338,14 @@ def _warn_old_schema(root: Path, metas) -> None:
     if v < 2:
         why = ("written before issue 9 (cost_usd of known parts was their street price, DRAM capacity decimal, "
                "KV cache at the weight dtype); re-run the study to compare with current results")
-    else:
+    elif v < 3:
         why = ("written before power_w of known parts came from the energy model synthesised chips get (it "
                "held the vendor TDP) and before expert parallel (ep); re-run the study to compare power with "
                "current results")
+    else:
+        why = ("written before issue 17 (no overhead_ms_per_token; synthesised chips' links at class 'other' "
+               "with 2 us, tensor parallel free past a scale-up domain, one kernel count for every layer, fp8 on "
+               "parts without fp8 units slower than bf16); re-run the study to compare with current results")
     warnings.warn(f"{where}: results schema_version {v}: {why}", stacklevel=5)
 
 

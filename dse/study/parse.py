@@ -14,6 +14,7 @@ from typing import Any
 
 from ..catalog.database import Database, load_database
 from ..catalog.fields import Range, one_of, unknown_key
+from ..catalog.links import SCALE_UP_CLASSES
 from ..catalog.specs import DTYPES
 from ..catalog.technology import load_technology
 from ..catalog.yamlio import load_yaml
@@ -27,12 +28,14 @@ from ..workload import (
     Workload,
     WorkloadNames,
     check_ep,
+    check_tensor_parallel,
     check_workload,
     make_acceptance,
     parse_drafter,
 )
 from .spec import (
     CHIP_KNOBS,
+    DEVICE_OWNED_KNOBS,
     DRAFT_CHIP_KNOBS,
     EP_KNOB,
     K_KNOB,
@@ -56,6 +59,8 @@ SEARCH_RANGES = {"n_trials": Range(True, 1, 10_000_000), "batch_size": Range(Tru
 #: grid points per continuous knob (points^knobs designs: 1000 points on 2 knobs is 10^6)
 GRID_POINTS = Range(True, 2, 1000)
 TECH_KEYS = ("process_node", "peak_tflops", "memory", "memory_stacks", "stack_height", "sram_mb")
+#: the software stack of a synthesised chip (MODEL.md section 5: fixed costs belong to a runtime)
+RUNTIME_KNOBS = ("runtime", "kernel_launch_us", "step_overhead_us", "spec_overhead_us")
 STUDY_NAMES = WorkloadNames(path=None, draft="workload.draft", k="workload.k", tau="workload.acceptance.tau",
                             acceptance="workload.acceptance", per_position="workload.acceptance.per_position",
                             rank="workload.acceptance.rank",
@@ -219,7 +224,7 @@ def _workload(wl: Any, db: Database, err: _Errors) -> tuple[dict, list[Knob]]:
     """workload: target, draft, dtypes, acceptance, modes, runtime and the workload knobs."""
     out: dict[str, Any] = {"target": None, "drafter": None, "acc": None, "dtype": "bf16", "kv_dtype": "bf16",
                            "temperature": 0.0, "overlap": False, "continuous": False, "tree_nodes": 0, "k_max": 8,
-                           "runtime": "graphs", "acc_given": False}
+                           "runtime": None, "acc_given": False}
     if not isinstance(wl, dict):
         err.add("workload", wl if wl is not None else MISSING, "expected a mapping with at least target")
         return out, []
@@ -278,10 +283,10 @@ def _workload(wl: Any, db: Database, err: _Errors) -> tuple[dict, list[Knob]]:
         err.add("workload.tree_nodes", tree, f"expected an integer in [0, {TREE_NODES_MAX}], a list of them, "
                 "or {low, high}")
     out["k_max"] = err.check(Range(True, 1, K_LIMIT), wl.get("k_max", 8), "workload.k_max", 8)
-    runtime = wl.get("runtime", "graphs")
-    if runtime not in db.names("runtime"):
+    runtime = wl.get("runtime")          # None: known parts keep their default_runtime, synthesised chips graphs
+    if runtime is not None and runtime not in db.names("runtime"):
         err.items.append(one_of(err.path, "workload.runtime", runtime, db.names("runtime")))
-        runtime = "graphs"
+        runtime = None
     out["runtime"] = runtime
     knobs += [kn for key, d in WORKLOAD_KNOBS.items()
               if (kn := parse_knob(err, f"workload.{key}", wl.get(key, d.default), d, None, key, "workload", key))]
@@ -319,7 +324,9 @@ def _space(space: Any, wl: dict, db: Database, tech, err: _Errors) -> list[Knob]
             err.unknown("space.", key, {"target_chip", "draft_chip", "k"})
     choices = {"device": tuple(db.names("device")),
                "memory": tech.memory_names if tech else None,
-               "process_node": tech.node_names if tech else None}
+               "process_node": tech.node_names if tech else None,
+               "runtime": tuple(db.names("runtime")),
+               "link_class": SCALE_UP_CLASSES}
     for section, table in (("target_chip", CHIP_KNOBS), ("draft_chip", DRAFT_CHIP_KNOBS)):
         knobs += _chip_section(section, table, space.get(section), choices, err)
     if "k" in space:
@@ -354,6 +361,14 @@ def _chip_section(section: str, table: dict[str, KnobDef], sec: Any, choices: di
     if uses_device and tech_keys:
         err.add(f"space.{section}", sorted(tech_keys), "give either device (known parts) or technology knobs, "
                 "not both")
+    stack_keys = [k for k in sec if k in RUNTIME_KNOBS]
+    if uses_device and stack_keys:
+        err.add(f"space.{section}", sorted(stack_keys), "known parts keep their runtime (workload.runtime, else "
+                "each part's default_runtime): set workload.runtime, or synthesise the chip from technology knobs")
+    link_keys = [k for k in sec if k in ("link_class", "scale_up_domain", "scale_out_bw_gb_s")]
+    if uses_device and link_keys:
+        err.add(f"space.{section}", sorted(link_keys), "known parts bring their own link class, scale-up domain "
+                "and scale-out network (hardware_db/devices): these knobs are for synthesised chips")
     if not uses_device and sec.get("peak_tflops") is None:
         err.add(f"space.{section}.peak_tflops", MISSING, "expected a value or range (dense BF16 TFLOP/s)")
     prefix = section + "_"
@@ -361,15 +376,19 @@ def _chip_section(section: str, table: dict[str, KnobDef], sec: Any, choices: di
     for key, d in table.items():
         if key == "device" and not uses_device:
             continue
-        # known parts bring their own memory, compute, efficiencies and (on the target) link
-        device_owned = TECH_KEYS + ("mem_efficiency", "compute_efficiency", "link_latency_us")
-        if uses_device and key not in sec and (key in device_owned or
+        # known parts bring their own memory, compute, efficiencies, link and runtime
+        if uses_device and key not in sec and (key in DEVICE_OWNED_KNOBS or
                                                (key == "link_bw_gb_s" and section == "target_chip")):
             continue
         value = sec.get(key, d.default)
-        if value is None and key == "peak_tflops":
+        if value is None and key in sec and key != "peak_tflops":
+            err.add(f"space.{section}.{key}", value, "expected a value, a list of choices, or {low, high} "
+                    "(leave the key out for the default)")
             continue
-        kn = parse_knob(err, f"space.{section}.{key}", value, d, choices.get(key), prefix + key, section, key)
+        if value is None:           # a knob without a default is absent unless given (peak_tflops: said above)
+            continue
+        kn = parse_knob(err, f"space.{section}.{key}", value, d, choices.get(key, d.choices or None), prefix + key,
+                        section, key)
         if kn:
             knobs.append(kn)
     return knobs
@@ -485,6 +504,19 @@ def parse_study(raw: Any, path: str | Path, db: Database | None = None) -> Study
                 ep = int(kn.fixed)
         elif not ep_errs:
             ep = int(ep_raw)
+    if wl["target"] is not None:
+        by = {k.name: k for k in knobs}
+        t_chips = _knob_values(by.get("target_chip_chips"), 1)
+        err.items.extend(check_tensor_parallel(wl["target"], t_chips, "space.target_chip.chips", p))
+        en = by.get("draft_chip_enabled")
+        always_on = en is not None and not en.searched and en.fixed is True
+        if drafter is not None and drafter.kind == "model":
+            if not always_on:       # on the target chips (some designs): sharded like the target
+                err.items.extend(check_tensor_parallel(drafter.model, t_chips, "space.target_chip.chips", p,
+                                                       role="the draft "))
+            if en is not None and (en.searched or en.fixed is True):
+                err.items.extend(check_tensor_parallel(drafter.model, _knob_values(by.get("draft_chip_chips"), 1),
+                                                       "space.draft_chip.chips", p, role="the draft "))
     if drafter is not None:
         by = {k.name: k for k in knobs}
         k_knob = by.get("k")

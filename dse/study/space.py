@@ -4,8 +4,9 @@ A knob is *inactive* for a design when no value of it changes that design (issue
 
 - every draft-chip knob when ``draft_chip_enabled`` is false;
 - the target's ``link_bw_gb_s`` on one chip without a draft chip (no peer to reach; with a
-  draft chip the link is one end of the draft link), and its ``link_latency_us`` on one chip
-  (the draft link's latency is the draft chip's);
+  draft chip the link is one end of the draft link), and its ``link_latency_us`` and
+  ``link_class`` on one chip (the draft link's latency is the draft chip's);
+- ``scale_up_domain`` on one chip, and ``scale_out_bw_gb_s`` where the chips fit in one domain;
 - ``memory_stacks`` with SRAM-only memory, ``stack_height`` with anything but HBM
   (MODEL.md section 5: the model ignores both there).
 
@@ -22,9 +23,10 @@ import numpy as np
 from .spec import Knob, StudySpec
 
 #: knob keys whose activity depends on other knobs (with every draft-chip knob but `enabled`)
-CONDITIONAL_KEYS = ("link_bw_gb_s", "link_latency_us", "memory_stacks", "stack_height")
+CONDITIONAL_KEYS = ("link_bw_gb_s", "link_latency_us", "link_class", "scale_up_domain", "scale_out_bw_gb_s",
+                    "memory_stacks", "stack_height")
 #: keys that decide other knobs' activity: they are sampled first
-CONTROL_KEYS = ("enabled", "chips", "memory", "device")
+CONTROL_KEYS = ("enabled", "chips", "memory", "device", "scale_up_domain")
 #: neutral value of an inactive knob whose value would otherwise still count (link power)
 NEUTRAL = {"link_bw_gb_s": 0.0, "link_latency_us": 0.0}
 
@@ -95,8 +97,12 @@ def active_masks(study: StudySpec, values: dict, n: int, names: dict[str, tuple]
         group = on if k.section == "draft_chip" else np.ones(n, dtype=bool)
         if k.key == "link_bw_gb_s":
             act = (get(prefix + "chips", 1).astype(np.int64) > 1) | on
-        elif k.key == "link_latency_us":
+        elif k.key in ("link_latency_us", "link_class"):
             act = (get(prefix + "chips", 1).astype(np.int64) > 1) | (on if k.section == "draft_chip" else False)
+        elif k.key == "scale_up_domain":
+            act = get(prefix + "chips", 1).astype(np.int64) > 1
+        elif k.key == "scale_out_bw_gb_s":
+            act = get(prefix + "chips", 1).astype(np.int64) > get(prefix + "scale_up_domain", 8).astype(np.int64)
         elif k.key in ("memory_stacks", "stack_height") and study.knob(prefix + "memory") is not None:
             kind = memory_kind(prefix + "memory")
             act = (kind != "sram") if k.key == "memory_stacks" else (kind == "hbm")

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..catalog.links import SCALE_UP_CLASSES
 from ..workload import K_LIMIT, TREE_NODES_MAX, Workload
 
 #: "auto" (the default): NSGA-II whose first trials are a front found in numpy (dse.presearch)
@@ -25,7 +26,10 @@ class KnobDef:
 
 
 #: knobs of a synthesised chip (MODEL.md section 5); `device` instead picks known parts.
-#: Efficiency defaults for synthesised chips are those fitted for HBM GPUs (docs/calibration.md).
+#: A knob whose default is None is absent unless the study gives it: mem_efficiency and
+#: compute_efficiency then follow the rule known parts follow (docs/calibration.md section 4:
+#: DRAM 0.83, SRAM 0.9; compute 0.66), runtime is the workload's, the fixed costs are the
+#: runtime's and the link's latency its class's (evaluation.chip_group).
 CHIP_KNOBS = {
     "device": KnobDef("cat", desc="known parts from hardware_db/devices (instead of technology knobs)"),
     "process_node": KnobDef("cat", default="n5", desc="process node from hardware_db/technology/nodes.yaml"),
@@ -36,12 +40,37 @@ CHIP_KNOBS = {
     "sram_mb": KnobDef("float", 0.0, 1e6, 0.0, desc="on-die SRAM"),
     "chips": KnobDef("int", 1, 1024, 1, desc="chips in the group (tensor parallel)"),
     "link_bw_gb_s": KnobDef("float", 0.0, 1e5, 900.0, desc="scale-up link, both directions added"),
-    "link_latency_us": KnobDef("float", 0.0, 1e3, 2.0, desc="per-hop collective latency"),
-    "mem_efficiency": KnobDef("float", 0.01, 1.0, 0.8, desc="achievable fraction of peak bandwidth"),
-    "compute_efficiency": KnobDef("float", 0.01, 1.0, 0.7, desc="achievable fraction of peak FLOP/s"),
+    "link_class": KnobDef("cat", default=None, choices=SCALE_UP_CLASSES,
+                          desc="kind of scale-up link: its latency per ring step and efficiency "
+                               "(hardware_db/technology/links.yaml); absent = nvlink, a scale-up fabric"),
+    "link_latency_us": KnobDef("float", 0.0, 1e3, None, desc="per-step collective latency; absent = the link class's"),
+    "scale_up_domain": KnobDef("int", 1, 1e5, 8, desc="chips one scale-up link joins (8: an HGX board); a group "
+                                                      "beyond it is whole domains on the scale-out network"),
+    "scale_out_bw_gb_s": KnobDef("float", 0.0, 1e5, 100.0, desc="network per chip between scale-up domains, both "
+                                                               "directions added (100: one 400 Gb/s NIC per chip)"),
+    "mem_efficiency": KnobDef("float", 0.01, 1.0, None, desc="achievable fraction of peak bandwidth; absent = the "
+                                                             "known parts' rule: DRAM 0.83, SRAM 0.9"),
+    "compute_efficiency": KnobDef("float", 0.01, 1.0, None, desc="achievable fraction of peak FLOP/s; absent = 0.66"),
+    "runtime": KnobDef("cat", default=None, desc="software stack from hardware_db/runtimes (graphs, eager, "
+                                                 "dataflow, ...); absent = workload.runtime"),
+    "kernel_launch_us": KnobDef("float", 0.0, 1000.0, None, desc="fixed cost per kernel: 0 (compiled dataflow) to "
+                                                                 "23.5 (PyTorch eager); absent = the runtime's"),
+    "step_overhead_us": KnobDef("float", 0.0, 1e5, None, desc="fixed cost per forward step: 0 to 3000 (eager); "
+                                                              "absent = the runtime's"),
+    "spec_overhead_us": KnobDef("float", 0.0, 1e5, None, desc="fixed cost per speculative iteration: 0 to 1500 "
+                                                              "(eager); absent = the runtime's"),
 }
+#: knobs a known part (device: NAME) does not take: it brings its own memory, compute,
+#: efficiencies, link and scale-up domain, and keeps its runtime (workload.runtime, else its
+#: default_runtime)
+DEVICE_OWNED_KNOBS = ("process_node", "peak_tflops", "memory", "memory_stacks", "stack_height", "sram_mb",
+                      "mem_efficiency", "compute_efficiency", "link_latency_us", "link_class", "scale_up_domain",
+                      "scale_out_bw_gb_s", "runtime", "kernel_launch_us", "step_overhead_us", "spec_overhead_us")
+#: the default scale-up domain and scale-out network of a synthesised chip
+DEFAULT_SCALE_UP_DOMAIN = CHIP_KNOBS["scale_up_domain"].default
+DEFAULT_SCALE_OUT_GB_S = CHIP_KNOBS["scale_out_bw_gb_s"].default
 DRAFT_CHIP_KNOBS = {"enabled": KnobDef("bool", default=False, desc="a colocated draft chip holds the draft"),
-                    **CHIP_KNOBS,
+                    **{k: v for k, v in CHIP_KNOBS.items() if k != "spec_overhead_us"},
                     "memory": KnobDef("cat", default="lpddr5x", desc="memory type of the draft chip"),
                     "memory_stacks": KnobDef("int", 1, 64, 2, desc="stacks or devices"),
                     "link_bw_gb_s": KnobDef("float", 0.0, 1e5, 128.0, desc="link between target and draft chip")}
@@ -105,7 +134,7 @@ class StudySpec:
     description: str
     path: str
     workload: Workload
-    runtime: str
+    runtime: str | None          # workload.runtime; None: known parts keep their default_runtime, synthesised graphs
     knobs: tuple[Knob, ...]
     objectives: tuple[Objective, ...]
     constraints: tuple[Constraint, ...]
