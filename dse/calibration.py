@@ -38,7 +38,8 @@ from .model.transformer import WEIGHT_FORMATS
 
 #: short name -> file in hardware_db/measurements/
 FILES = {"decode": "decode_measurements_public.csv", "specdec": "specdec_measurements_public.csv",
-         "extra": "decode_measurements_extra.csv", "serving": "serving_measurements_public.csv"}
+         "extra": "decode_measurements_extra.csv", "serving": "serving_measurements_public.csv",
+         "moe": "decode_measurements_moe.csv"}
 
 #: what each fitted default is fitted on (the row predicates are in :func:`_role`)
 FIT_PARAMETERS = {
@@ -51,6 +52,9 @@ FIT_PARAMETERS = {
               "the Hugging Face transformers eager row (decode_measurements_extra.csv)"),
     "input": ("devices/a100-80gb.yaml mem_efficiency",
               "the STREAM-like row: 1700 GB/s of 2039 GB/s on the same A100s"),
+    "mla": ("runtimes/graphs.yaml mla_extra_kernels (gpt-fast, xla: the same by rule), given moe_extra_kernels and "
+            "shared_expert_kernels (estimates from the documented kernel sequences)",
+            "TensorRT-LLM's DeepSeek-R1 batch-1 row without MTP on 8x B200 (moe:1, decode_measurements_moe.csv)"),
     "serving": ("runtimes/graphs.yaml request_overhead_us, sequence_overhead_us, roofline_p; "
                 "dse/model/transformer.py COMPUTE_EFFICIENCY_FACTOR fp8",
                 "the TensorRT-LLM Llama-2-7B rows on H100 (fp8) and A100 (fp16): 4 first-token latencies "
@@ -72,12 +76,15 @@ HARDWARE = {
     "A100": ("a100-80gb", {}, "A100 variant not stated: a100-80gb"),
     "RTX 4090": ("rtx-4090", {}, ""),
     "H100 80G (NIM)": ("h100-sxm", {}, "H100 variant not stated: h100-sxm"),
+    "B200 (HGX)": ("b200", {}, ""),
+    "H200 SXM": ("h200", {}, ""),
 }
 #: CSV model text -> database model
 MODELS = {
     "Llama-2-7B": "llama-2-7b", "Llama-2-70B": "llama-2-70b", "LLaMA2-Chat 13B": "llama-2-13b",
     "Chinchilla-70B": "chinchilla-70b", "Chinchilla 70B": "chinchilla-70b",
     "Chinchilla-draft-4B": "chinchilla-draft-4b", "T5-XXL (11B)": "t5-xxl", "Llama-3.3-70B": "llama-3.3-70b",
+    "DeepSeek-V3": "deepseek-v3", "DeepSeek-R1": "deepseek-v3", "Mixtral-8x7B": "mixtral-8x7b",
 }
 #: EAGLE-1's default static tree (mc_sim_7b_63: 4-8-8-3-2 nodes per depth below the root)
 EAGLE_DEFAULT_TREE = (25, 5)
@@ -101,6 +108,7 @@ PRECISION = {
     "int8": "int8", "int8 weight-only": "int8", "int4 g32": "int4", "int4 g32 weight-only": "int4",
     "INT4 weights (g32)": "int4", "not stated in sources read": "bf16",
     "FP8 (fp8 KV cache)": "fp8-head16", "4-bit (q4f16_1 assumed)": "q4f16_1", "FP8 (NIM fp8 profile)": "fp8-head16",
+    "nvfp4 MoE and dense FFN, bf16 attention": "nvfp4", "fp8 (DeepSeek block-wise W8A8)": "fp8-head16",
 }
 _RUNTIME_BY_FRAMEWORK = (("transformers", "eager"), ("Hugging Face", "eager"), ("HF backend", "eager"),
                          ("gpt-fast", "gpt-fast"))   # else the device's default
@@ -223,8 +231,14 @@ def _decode_case(rid: str, row: dict[str, str], ar_ms: dict[str, float]) -> Case
                     note="; ".join(x for x in (note, hw_note, len_note) if x), source=src)
     design, hw_note = _design(row["hardware"], _lookup(MODELS, model_text, "model"), dtype, chips, prompt=prompt,
                               output=output, framework=row["framework"])
+    notes = [hw_note, len_note]
+    ep = re.search(r"\bEP(\d+)", row["framework"])
+    if ep and int(ep.group(1)) > 1:        # expert parallel: the routed experts over E ranks of t/E chips
+        design["ep"] = int(ep.group(1))
+    if model_text == "DeepSeek-R1":
+        notes.append("DeepSeek-R1 has DeepSeek-V3's shapes: deepseek-v3")
     return Case(rid, "", "decode_ms", float(row["ms_per_token"]), "", design=design,
-                note="; ".join(x for x in (hw_note, len_note) if x), source=src)
+                note="; ".join(x for x in notes if x), source=src)
 
 
 def _serving_case(rid: str, row: dict[str, str]) -> Case:
@@ -401,6 +415,8 @@ def _role(case: Case, row: dict[str, str]) -> Case:
         group = "link"
     elif case.id.startswith("extra:") and d.get("runtime") == "eager":
         group = "eager"
+    elif case.id.startswith("moe:") and d["hw"] == "b200" and d.get("ep") == 4:
+        group = "mla"
     elif (case.id.startswith("serving:") and d["target"] == "llama-2-7b" and d["hw"] in ("h100-sxm", "a100-80gb")
           and row.get("framework", "").startswith("TensorRT-LLM")):
         group = "serving"
@@ -506,7 +522,7 @@ def _decode_step_s(design: dict[str, Any], db: Database, overrides: dict[str, fl
     dev, rt = apply_overrides(dev, rt, {**design.get("set_fields", {}), **overrides})
     hw = hardware_arrays(dev, rt, design.get("chips", 1), design["dtype"])
     S = design["prompt"] + 0.5 * design["output"]
-    cost = step_cost(db.model(design["target"]), hw, batch=1.0, q=1.0, context=S,
+    cost = step_cost(db.model(design["target"]), hw, batch=1.0, q=1.0, context=S, ep=design.get("ep", 1),
                      **tf.step_kwargs(design["dtype"], design["kv_dtype"], weight_bw_factor))
     return float(cost.time_s[0])
 
@@ -538,6 +554,7 @@ def fit(db: Database | None = None) -> dict[str, float]:
     the gpt-fast runtime and its int8/int4 weight-streaming factors on the single-GPU rows, with
     mem_efficiency from the database; stage 2 fits the A100 link latency on the Llama-2-7B
     tensor-parallel rows, given stage 1; the eager stage fits eager's per-kernel cost on its row;
+    the mla stage the kernels an MLA block adds (graphs runtime) on the DeepSeek row;
     the serving stage (``_fit_serving``) fits the graphs runtime's request and sequence costs,
     roofline p and the fp8 GEMM factor on the TensorRT-LLM 7B rows.
     The time is linear in every unknown (in 1/factor for the weight term), so each row's
@@ -589,6 +606,17 @@ def fit(db: Database | None = None) -> dict[str, float]:
         rows.append([a / m])
         rhs.append(1.0 - base / m)
     out["eager.kernel_launch_us"] = float(_nnls(np.array(rows), np.array(rhs))[0])
+
+    # mla: the kernels an MLA block adds, on the DeepSeek row(s), everything else as stored
+    rows, rhs = [], []
+    for c in (c for c in cs if c.fit_group == "mla"):
+        f = _factor(c.design, db)
+        base = _decode_step_s(c.design, db, {"mla_extra_kernels": 0.0}, f)
+        a = _decode_step_s(c.design, db, {"mla_extra_kernels": 1.0}, f) - base
+        m = c.measured * 1e-3
+        rows.append([a / m])
+        rhs.append(1.0 - base / m)
+    out["graphs.mla_extra_kernels"] = float(_nnls(np.array(rows), np.array(rhs))[0])
     out.update(_fit_serving([c for c in cs if c.fit_group == "serving"], db))
     return out
 
@@ -664,6 +692,7 @@ def stored_values(db: Database | None = None) -> dict[str, float]:
             "gpt-fast.int8_stream_factor": gf.int8_stream_factor, "gpt-fast.int4_stream_factor": gf.int4_stream_factor,
             "a100-80gb.link_latency_us": a100.link_latency_s * 1e6,
             "eager.kernel_launch_us": eager.kernel_launch_s * 1e6,
+            "graphs.mla_extra_kernels": graphs.mla_extra_kernels,
             "graphs.roofline_p": graphs.roofline_p,
             "COMPUTE_EFFICIENCY_FACTOR.fp8": COMPUTE_EFFICIENCY_FACTOR["fp8"],
             "graphs.request_overhead_us": graphs.request_overhead_s * 1e6,
