@@ -19,10 +19,12 @@ def _as_arrays(obj, int_fields=(), bool_fields=(), n: int = 1) -> int:
     for name, v in values.items():
         dtype = np.bool_ if name in bool_fields else np.int64 if name in int_fields else np.float64
         if v.ndim == 0:         # n > 1: a read-only view of one value, no n-long copy of a constant
-            v = v.astype(dtype).reshape(1) if n == 1 else np.broadcast_to(v.astype(dtype), (n,))
+            v = np.array((v,), dtype=dtype) if n == 1 else np.broadcast_to(v.astype(dtype), (n,))
         elif v.ndim != 1 or v.size != n:
             raise ValueError(f"{type(obj).__name__}.{name}: expected shape ({n},), got {v.shape}")
-        object.__setattr__(obj, name, v.astype(dtype, copy=False))
+        elif v.dtype != dtype:
+            v = v.astype(dtype)
+        object.__setattr__(obj, name, v)
     return n
 
 

@@ -3,7 +3,9 @@
 Everything MODEL.md section 3 says must be reported together comes out together: per-token
 latency, the baseline, speedup, alpha (which one), k, tau, the draft's cost ratio c, each
 phase's time, arithmetic intensity and bound, the Leviathan bound, throughput, TTFT and
-request latency, and the capacity check for both models and both caches.
+request latency, and the capacity check for both models and both caches; and how much of a
+token is the software stack (overhead_s_per_token: the runtime's fixed costs of an iteration
+over its tau tokens, MODEL.md section 5).
 """
 
 from __future__ import annotations
@@ -468,9 +470,14 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
     K = max(K, int(batch.k.max()))
     Tc, Dc = _cols(T), _cols(D)
     Bc, Sc = B[:, None], S[:, None]
-    # the format's math and streaming on the target chips (weight-only where they lack its units)
-    cf_t = np.where(Tc.weight_math_native, cf, 1.0)
-    sf_t = np.where(Tc.weight_math_native, stream_factor(Tc, fmt.dequant), stream_factor(Tc, emulated))
+    # the format's math and streaming on the target chips (weight-only where they lack its units),
+    # for the EAGLE fc and Medusa heads
+    if T.weight_math_native.all():
+        cf_t, sf_t = cf, stream_factor(Tc, fmt.dequant)
+    else:
+        cf_t = np.where(Tc.weight_math_native, cf, 1.0)
+        sf_t = np.where(Tc.weight_math_native, stream_factor(Tc, fmt.dequant), stream_factor(Tc, emulated))
+    overlapping = bool(w.overlap and on_chip.any())
     any_tree = bool(is_tree.any())
     # chain-only batches keep the chain's arrays (no per-row selection): the common, fast path
     tree_c = is_tree[:, None] if any_tree else False
@@ -584,7 +591,10 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
         # the software's share of the iteration: the draft's fixed costs as far as they are exposed
         # (overlapped drafting hides the same fraction of them as of the draft time), the verify
         # pass's, and the per-iteration cost
-        shown_draft = np.where(t_draft > 0, fixed_draft * np.where(t_draft > 0, exposed / t_draft, 0.0), 0.0)
+        if overlapping:
+            shown_draft = np.where(t_draft > 0, fixed_draft * np.where(t_draft > 0, exposed / t_draft, 0.0), 0.0)
+        else:                       # serial drafting: all of it
+            shown_draft = fixed_draft
         t_fixed = shown_draft + verify.t_fixed_s + Tc.spec_overhead_s
         return SimpleNamespace(tau=tau, p_all=p_all, p_win=p_win, level=level, verify=verify, t_draft=t_draft,
                                draft_ai=draft_ai, draft_bound=draft_bound, t_link=t_link, t_iter=t_iter,

@@ -65,12 +65,15 @@ def group_allreduce_time_s(nbytes, hw, chips=None):
     chip over its own NIC: ring(bytes, d, scale-up) + ring(bytes/d, n, scale-out). A group with
     no scale-out network (bandwidth 0) takes infinite time there (studies mark it not
     buildable, dse eval refuses it)."""
-    t = np.asarray(hw.chips if chips is None else chips, dtype=np.float64)
+    t = hw.chips if chips is None else chips
     up = (hw.link_bw_bytes_s, hw.link_latency_s, hw.link_efficiency)
-    dom = np.asarray(getattr(hw, "scale_up_domain", np.inf), dtype=np.float64)
     flat = allreduce_time_s(nbytes, t, *up)
+    dom = getattr(hw, "scale_up_domain", None)
+    if dom is None:
+        return flat
+    t = np.asarray(t, dtype=np.float64)
     beyond = t > dom
-    if not np.any(beyond):
+    if not beyond.any():
         return flat
     d = np.minimum(t, dom)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -104,7 +107,7 @@ def group_alltoall_time_s(nbytes, ranks, hw):
     dom = np.asarray(getattr(hw, "scale_up_domain", np.inf), dtype=np.float64)
     flat = alltoall_time_s(nbytes, e, *up)
     beyond = t > dom
-    if not np.any(beyond):
+    if not beyond.any():
         return flat
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.clip(e * np.minimum(t, dom) / t, 1.0, e)          # ranks per domain
@@ -266,16 +269,19 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     eff_c = hw.compute_efficiency
     peak_att = np.where(hw.peak_attention_flop_s > 0, hw.peak_attention_flop_s, hw.peak_flop_s)
     byte_s = hw.mem_bw_bytes_s * hw.mem_efficiency
-    native_w = getattr(hw, "weight_math_native", True)
-    native_a = getattr(hw, "attention_math_native", True)
-    if not np.all(native_w):              # weight-only on parts without the format's units
+    # weight-only on parts without the format's units (only a format with its own math can lack them)
+    native_w = getattr(hw, "weight_math_native", None) if weight_emulated_dequant else None
+    all_w = native_w is None or bool(native_w.all())
+    if not all_w:
         linear_compute_factor = np.where(native_w, linear_compute_factor, 1.0)
-    if not np.all(native_a):
-        attention_compute_factor = np.where(native_a, attention_compute_factor, 1.0)
+    if not (isinstance(attention_compute_factor, float) and attention_compute_factor == 1.0):
+        native_a = getattr(hw, "attention_math_native", None)
+        if native_a is not None and not native_a.all():
+            attention_compute_factor = np.where(native_a, attention_compute_factor, 1.0)
     lin_c = flops_lin / (hw.peak_flop_s * eff_c * linear_compute_factor)
     if weight_bw_factor is not None:
         wf = weight_bw_factor
-    elif np.all(native_w):
+    elif all_w:
         wf = stream_factor(hw, weight_dequant)
     else:
         wf = np.where(native_w, stream_factor(hw, weight_dequant), stream_factor(hw, weight_emulated_dequant))
@@ -284,7 +290,8 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     att_m = bytes_att / byte_s
     p = hw.roofline_p
     lin, att = smooth_roofline(lin_c, lin_m, p), smooth_roofline(att_c, att_m, p)
-    fixed = kernels_per_step(m, hw, L) * hw.kernel_launch_s
+    kernels = L * hw.kernels_per_layer if not (m.kv_lora_rank or m.num_experts) else kernels_per_step(m, hw, L)
+    fixed = kernels * hw.kernel_launch_s
     if step_overhead:
         fixed = fixed + hw.step_overhead_s + B * hw.sequence_overhead_s
     comm = communication_time_s(m, hw, T, act_bytes, L, ep)

@@ -165,3 +165,24 @@ def test_fp8_on_an_a100_runs_weight_only(db):
     # the same rule for an fp8 KV cache (attention at the bf16 rate and efficiency): no slower than bf16
     kv = dict(hw="a100-80gb", target="llama-3.1-8b", prompt=8192, output=1)
     assert evaluate_design(kv_dtype="fp8", **kv)["ttft_ms"] <= evaluate_design(**kv)["ttft_ms"]
+
+
+def test_an_all_to_all_across_domains_sends_its_far_steps_over_the_network():
+    """Pairwise exchange over E = 8 expert ranks of 2 chips each on 16 chips whose domain is 8:
+    each domain holds r = 8 x 8 / 16 = 4 ranks, so of the 7 steps (each sending 8e6 / 8 = 1e6 B)
+    3 stay on the scale-up link and 4 cross the network:
+    3 x (1e6 / (0.5 x 900e9 x 0.82) + 0.44 us) = 3 x 3.1501 us = 9.4504 us and
+    4 x (1e6 / (0.5 x 100e9 x 0.94) + 9.7 us) = 4 x 30.9766 us = 123.9064 us: 133.3568 us in all.
+    Within one domain (domain 16) it is 7 x 3.1501 us = 22.0507 us."""
+    from types import SimpleNamespace
+
+    from dse.model.roofline import group_alltoall_time_s
+    hw = SimpleNamespace(chips=np.array([16.0]), link_bw_bytes_s=900e9, link_latency_s=0.44e-6, link_efficiency=0.82,
+                         scale_up_domain=np.array([8.0]), scale_out_bw_bytes_s=100e9, scale_out_latency_s=9.7e-6,
+                         scale_out_efficiency=0.94)
+    step_up = 1e6 / (0.5 * 900e9 * 0.82) + 0.44e-6
+    step_out = 1e6 / (0.5 * 100e9 * 0.94) + 9.7e-6
+    assert step_up == pytest.approx(3.1501e-6, rel=1e-4) and step_out == pytest.approx(30.9766e-6, rel=1e-5)
+    assert float(np.ravel(group_alltoall_time_s(8e6, 8, hw))[0]) == pytest.approx(3 * step_up + 4 * step_out, rel=1e-12)
+    hw.scale_up_domain = np.array([16.0])
+    assert float(np.ravel(group_alltoall_time_s(8e6, 8, hw))[0]) == pytest.approx(7 * step_up, rel=1e-12)
