@@ -14,6 +14,7 @@ import numpy as np
 
 from .catalog.database import Database, load_database
 from .catalog.fields import Range, as_number, one_of, unknown_key
+from .catalog.rank_profiles import load_rank_profiles
 from .catalog.specs import DTYPES, DeviceSpec, RuntimeSpec, override, spec_fields
 from .errors import SpecError, raise_collected
 from .model.arrays import DesignBatch, HardwareArrays
@@ -108,7 +109,8 @@ def apply_overrides(dev: DeviceSpec, rt: RuntimeSpec, assignments: dict[str, Any
 def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1,
                     draft_hw: str | None = None, draft_chips: int = 1, k: int | str = "auto",
                     alpha: float | None = None, acceptance=None, tau: float | None = None,
-                    rank_acceptance=None, tree_nodes: int = 0, datastore_gb: float = 0.0, batch: int = 1, prompt: int = 128, output: int = 128,
+                    rank_acceptance=None, rank_profile: str | None = None, tree_nodes: int = 0,
+                    datastore_gb: float = 0.0, batch: int = 1, prompt: int = 128, output: int = 128,
                     dtype: str = "bf16", kv_dtype: str | None = None, temperature: float = 0.0,
                     overlap: bool = False, runtime: str | None = None, baseline_ms: float | None = None,
                     continuous: bool = False, ep: int = 1,
@@ -178,10 +180,14 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         link_bw, link_lat = min(ddev.link_bw_bytes_s, dev.link_bw_bytes_s), ddev.link_latency_s
     else:
         ddev, draft_arrays, link_bw, link_lat = None, target_hw, 0.0, 0.0
+    profiles = load_rank_profiles(db.root)
+    profile = (profiles.get(str(rank_profile), "--rank-profile") if rank_profile is not None
+               else profiles.for_drafter(drafter.kind))
     w = Workload(target=tgt, drafter=drafter, acceptance=acc, dtype=dtype, kv_dtype=kv_dtype,
                  temperature=float(temperature), overlap=overlap, tree_nodes=tree_nodes,
                  datastore_bytes=float(datastore_gb) * FACTOR["gb"], continuous=bool(continuous), ep=ep,
-                 k_max=k_max if drafter.kind != "medusa" else drafter.heads)
+                 k_max=k_max if drafter.kind != "medusa" else drafter.heads,
+                 rank_profile=None if profile.geometric else profile)
     design = DesignBatch(target=target_hw, draft=draft_arrays, draft_on_chip=on_chip,
                          draft_link_bw_bytes_s=link_bw, draft_link_latency_s=link_lat,
                          batch=batch, prompt_tokens=prompt, output_tokens=output, k=k_val)
@@ -205,7 +211,10 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                               + {"per_position": "per-position rates", "tau": "tau", "rank": "per-rank rates"}[acc.kind]
                               + ")")
                if drafter.kind != "none" else None,
-               k_mode="auto" if k_val == 0 else "fixed", anchor=anchor)
+               k_mode="auto" if k_val == 0 else "fixed", anchor=anchor,
+               rank_profile_source=(None if not out["rank_profile"] else "given per rank (--rank-acceptance)"
+                                    if out["rank_profile"] == "given" else
+                                    ("ESTIMATE: " if profile.estimate else "") + profile.source))
     return out
 
 

@@ -80,6 +80,9 @@ def _kv(ctx, param, values):
 @click.option("--tau", type=float, default=None, help="Mean tokens per target pass (at the given --k).")
 @click.option("--rank-acceptance", default=None,
               help="Tree acceptance per rank P1,P2,... (Sequoia), or rows per depth P1,P2;Q1,Q2 (Medusa heads).")
+@click.option("--rank-profile", default=None,
+              help="Tree rank profile scaled to --alpha (default: the drafter kind's measured one; geometric = the "
+                   "optimistic limit alpha(1-alpha)^(r-1)); see hardware_db/acceptance/rank_profiles.yaml.")
 @click.option("--tree-nodes", default=0, type=int, help="Verify the best draft tree of N nodes (depth <= k).")
 @click.option("--datastore-gb", default=0.0, type=float, help="Retrieval datastore in host memory (--draft ngram).")
 @click.option("--batch", default=1, show_default=True, type=int, help="Concurrent sequences per step.")

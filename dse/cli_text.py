@@ -72,8 +72,8 @@ def eval_table(r: dict) -> str:
     if r["draft"] != "none":
         where = (f"on {r['draft_chips']}x {r['draft_hw']} (draft chip"
                  f"{', overlapped' if r['overlap'] else ''})" if r["draft_hw"] else "on the target chips")
-        tree = (f", tree of {r['tree_nodes']} nodes (per depth {r['tree_shape'] or '-'})"
-                if r.get("tree_nodes") else "")
+        tree = (f", tree of {r['tree_nodes']} nodes (per depth {r['tree_shape'] or '-'}; rank profile "
+                f"{r['rank_profile']})" if r.get("tree_nodes") else "")
         out.append(f"draft {r['draft']} {where}; {r['acceptance']}; k={r['k']} ({r['k_mode']}){tree}")
     out.append("")
     short_d = r.get("draft_memory_shortfall_gb") or 0.0

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .catalog.fields import Range, as_number
+from .catalog.rank_profiles import RankProfile
 from .catalog.specs import ModelSpec
 from .errors import SpecError
 
@@ -95,6 +96,9 @@ class Workload:
     datastore_bytes: float = 0.0      # retrieval drafts (REST): host-memory datastore, never device memory
     continuous: bool = False          # continuous batching: batch = requests in flight, steady state
     ep: int = 1                       # expert-parallel ranks for an MoE target (1 = experts tensor-parallel)
+    #: a tree's rank profile from alpha / per-position rates / tau (the drafter kind's measured one,
+    #: dse.catalog.rank_profiles; api and studies set it); None = the geometric limit a(1-a)^(r-1)
+    rank_profile: RankProfile | None = None
 
 
 def parse_drafter(spec: str, target: ModelSpec, db: Database, where: str = "--draft") -> DrafterSpec:

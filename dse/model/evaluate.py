@@ -52,6 +52,7 @@ class Metrics:
     p_window: np.ndarray
     tree_nodes: np.ndarray
     tree_shape: np.ndarray
+    rank_profile: np.ndarray
     draft_s_per_iter: np.ndarray
     verify_s_per_iter: np.ndarray
     link_s_per_iter: np.ndarray
@@ -112,6 +113,7 @@ METRIC_COLUMNS = (
     ("p_window", "p_window", None),
     ("tree_nodes", "tree_nodes", None),
     ("tree_shape", "tree_shape", "text"),
+    ("rank_profile", "rank_profile", "text"),
     ("draft_ms_per_iter", "draft_s_per_iter", FACTOR["ms"]),
     ("verify_ms_per_iter", "verify_s_per_iter", FACTOR["ms"]),
     ("link_ms_per_iter", "link_s_per_iter", FACTOR["ms"]),
@@ -240,19 +242,21 @@ def _tau_table(w: Workload, K: int):
 def _tree_terms(w: Workload, nodes, kc, K: int, depth: int):
     """Trees: tau, p_deepest, p_window and nodes per depth (shape (..., K)) for N = ``nodes``
     (n, 1) and depth <= kc (broadcast), from the best tree (specdec.tree_table): one table per
-    workload, gathered per design. Given tau is used as is; the shape and the window are those
-    of the i.i.d. alpha whose best tree has that tau (one per distinct N)."""
+    workload, gathered per design. Rank probabilities come from the acceptance (alpha and
+    per-position rates through the workload's rank profile, specdec.rank_matrix). Given tau is
+    used as is; the shape and the window are those of the top-1 rate whose best tree under the
+    rank profile has that tau (one per distinct N)."""
     acc = w.acceptance
     n_max = int(nodes.max())
     if acc.kind != "tau":
-        p = specdec.rank_matrix(acc, K + 1, n_max)
+        p = specdec.rank_matrix(acc, K + 1, n_max, w.rank_profile)
         t = specdec.tree_table(p, K, n_max)
         return t.tau[kc, nodes], t.p_deepest[kc, nodes], t.p_window[kc, nodes], t.shape[kc, nodes]
     out = None
     for n_val in np.unique(nodes[nodes > 0]):
-        a = specdec.implied_tree_alpha(acc.tau, depth, int(n_val))
-        t = specdec.tree_table(specdec.rank_matrix(AcceptanceSpec(kind="alpha", alpha=a), K + 1, int(n_val)),
-                               K, int(n_val))
+        a = specdec.implied_tree_alpha(acc.tau, depth, int(n_val), w.rank_profile)
+        t = specdec.tree_table(specdec.rank_matrix(AcceptanceSpec(kind="alpha", alpha=a), K + 1, int(n_val),
+                                                   w.rank_profile), K, int(n_val))
         nn = np.minimum(nodes, n_val)
         got = (np.full(np.broadcast_shapes(kc.shape, nodes.shape), acc.tau), t.p_deepest[kc, nn],
                t.p_window[kc, nn], t.shape[kc, nn])
@@ -454,6 +458,7 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
             speedup=one,
             k=np.zeros(n, dtype=np.int64), alpha=np.full(n, np.nan), tau=one, p_all_accepted=one,
             p_window=one, tree_nodes=np.zeros(n, dtype=np.int64), tree_shape=np.full(n, ""),
+            rank_profile=np.full(n, ""),
             draft_s_per_iter=zero, verify_s_per_iter=base.time_s, link_s_per_iter=zero,
             iter_s=base.time_s, draft_cost_ratio=zero, speedup_bound=one,
             baseline_arithmetic_intensity=base.arithmetic_intensity,
@@ -661,6 +666,7 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
         speedup=base.time_s / spec, k=k, alpha=alpha, tau=tau, p_all_accepted=p_all, p_window=p_win,
         tree_nodes=np.where(shown, nodes, 0),
         tree_shape=np.where(shown, shape_text(level), "") if any_tree else np.full(n, ""),
+        rank_profile=np.where(shown, rank_profile_name(w), "") if any_tree else np.full(n, ""),
         draft_s_per_iter=t_draft, verify_s_per_iter=t_verify, link_s_per_iter=t_link, iter_s=t_iter,
         draft_cost_ratio=np.where(k > 0, t_draft / (np.maximum(k, 1) * base.time_s), 0.0),
         speedup_bound=tau / (1.0 + exposed / base.time_s),
@@ -730,6 +736,15 @@ def request_latency_s(ttft_s, output_tokens, s_per_token):
     """TTFT + (G - 1) x per-token latency: the prefill emits the first of the G tokens
     (MODEL.md section 3)."""
     return ttft_s + (np.asarray(output_tokens, dtype=np.float64) - 1.0) * s_per_token
+
+
+def rank_profile_name(w: Workload) -> str:
+    """What a tree's rank probabilities came from: 'given' (--rank-acceptance), else the rank
+    profile scaled to the top-1 rate (alpha, per-position rates, or the one tau implies):
+    its name, 'geometric' for the limit a(1-a)^(r-1)."""
+    if w.acceptance.kind == "rank":
+        return "given"
+    return w.rank_profile.name if w.rank_profile is not None else "geometric"
 
 
 def shape_text(level: np.ndarray) -> np.ndarray:

@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..catalog.rank_profiles import GEOMETRIC, RankProfile
 from ..workload import AcceptanceSpec
 
 
@@ -91,20 +92,20 @@ def iteration_time_s(t_draft, t_verify, t_link, t_spec_overhead, p_all, overlapp
 #: the per-workload table of best trees (depth x nodes x depth int16) a few MB and quick to build.
 
 
-def rank_matrix(acc: AcceptanceSpec, depth: int, ranks: int) -> np.ndarray:
+def rank_matrix(acc: AcceptanceSpec, depth: int, ranks: int, profile: RankProfile | None = None) -> np.ndarray:
     """p[d, r]: the rank-(r+1) child of an accepted node at depth d is the accepted one.
 
-    alpha (i.i.d. conditional rate, each candidate accepted independently and tried in rank
-    order): p_r = alpha*(1 - alpha)^(r-1) (Sequoia section 3.1). Per-position rates a_d: the same
-    with a_d at depth d. A given rank vector (one row) applies at every depth; rows per depth
+    alpha (the top-1 rate at every depth) or per-position rates a_d (the top-1 rate at depth d):
+    the drafter kind's measured rank ``profile`` scaled to that top-1 rate
+    (dse.catalog.rank_profiles: p_1 = a, p_r = p_r(a0) sqrt(a/a0) (1-a)/(1-a0)); None is the
+    geometric limit p_r = a(1 - a)^(r-1) (Sequoia section 3.1: every candidate independently as
+    good as the first). A given rank vector (one row) applies at every depth; rows per depth
     (Medusa head i, rank r) are used as given. Depths past the given rows repeat the last row;
     ranks past the given ones have p = 0. Shape (depth, ranks).
     """
-    r = np.arange(ranks, dtype=np.float64)
     if acc.kind in ("alpha", "per_position"):
         a = np.asarray([acc.alpha] if acc.kind == "alpha" else acc.per_position, dtype=np.float64)
-        a = a[np.minimum(np.arange(depth), a.size - 1)][:, None]
-        return a * (1.0 - a) ** r
+        return (profile or GEOMETRIC).probabilities(a[np.minimum(np.arange(depth), a.size - 1)], ranks)
     if acc.kind == "rank":
         rows = np.zeros((len(acc.rank), ranks))
         for i, row in enumerate(acc.rank):
@@ -186,13 +187,16 @@ def _tree_table_cached(key) -> TreeTable:
     return TreeTable(tau, shape, p_deep, p_win)
 
 
-def implied_tree_alpha(tau: float, depth: int, nodes: int, iters: int = 50) -> float:
-    """The i.i.d. alpha whose best tree of ``nodes`` nodes and depth <= ``depth`` has this tau,
-    by bisection (tau rises with alpha). Used for a tree's shape when tau is given."""
+def implied_tree_alpha(tau: float, depth: int, nodes: int, profile: RankProfile | None = None,
+                       iters: int = 50) -> float:
+    """The top-1 rate whose best tree of ``nodes`` nodes and depth <= ``depth`` under the rank
+    ``profile`` (None: geometric) has this tau, by bisection (tau rises with it). Used for a
+    tree's shape when tau is given."""
     lo, hi = 0.0, 1.0
+    prof = profile or GEOMETRIC
     for _ in range(iters):
         mid = 0.5 * (lo + hi)
-        p = mid * (1.0 - mid) ** np.arange(nodes, dtype=np.float64)
+        p = prof.probabilities(np.array([mid]), nodes)
         vals, _ = best_tree_nodes(np.tile(p, (depth, 1)), depth, nodes)
         lo, hi = (mid, hi) if 1.0 + vals.sum() < tau else (lo, mid)
     return 0.5 * (lo + hi)

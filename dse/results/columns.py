@@ -20,8 +20,9 @@ HARDWARE_COLUMNS = ("buildable", "chips", "mem_bw_tb_s", "chip_memory_capacity_g
 DERIVED_COLUMNS = ("tokens_per_s_per_kusd", "tokens_per_s_per_w", "tokens_per_s_per_cm2", "speedup_per_kusd")
 #: roofline bound of each phase as text ("memory", "compute", "overhead"); null where the design does not fit
 BOUND_COLUMNS = ("baseline_bound", "verify_bound", "draft_bound")
-#: text metric columns besides the bounds (tree_shape: nodes per depth, '3-6-6-5-6')
-TEXT_METRICS = ("tree_shape",)
+#: text metric columns besides the bounds (tree_shape: nodes per depth, '3-6-6-5-6'; rank_profile: the
+#: rank profile a tree's acceptance came from, 'eagle', 'geometric' or 'given'; '' for a chain)
+TEXT_METRICS = ("tree_shape", "rank_profile")
 #: integer metric columns
 INT_METRICS = ("k", "tree_nodes")
 #: model metrics in `dse eval --json` order

@@ -15,6 +15,7 @@ from typing import Any
 from ..catalog.database import Database, load_database
 from ..catalog.fields import Range, one_of, unknown_key
 from ..catalog.links import SCALE_UP_CLASSES
+from ..catalog.rank_profiles import load_rank_profiles
 from ..catalog.specs import DTYPES
 from ..catalog.technology import load_technology
 from ..catalog.yamlio import load_yaml
@@ -224,7 +225,7 @@ def _workload(wl: Any, db: Database, err: _Errors) -> tuple[dict, list[Knob]]:
     """workload: target, draft, dtypes, acceptance, modes, runtime and the workload knobs."""
     out: dict[str, Any] = {"target": None, "drafter": None, "acc": None, "dtype": "bf16", "kv_dtype": "bf16",
                            "temperature": 0.0, "overlap": False, "continuous": False, "tree_nodes": 0, "k_max": 8,
-                           "runtime": None, "acc_given": False}
+                           "runtime": None, "acc_given": False, "rank_profile": None}
     if not isinstance(wl, dict):
         err.add("workload", wl if wl is not None else MISSING, "expected a mapping with at least target")
         return out, []
@@ -283,6 +284,15 @@ def _workload(wl: Any, db: Database, err: _Errors) -> tuple[dict, list[Knob]]:
         err.add("workload.tree_nodes", tree, f"expected an integer in [0, {TREE_NODES_MAX}], a list of them, "
                 "or {low, high}")
     out["k_max"] = err.check(Range(True, 1, K_LIMIT), wl.get("k_max", 8), "workload.k_max", 8)
+    profiles = load_rank_profiles(db.root)
+    out["rank_profile"] = None
+    if "rank_profile" in wl:
+        try:
+            out["rank_profile"] = profiles.get(str(wl["rank_profile"]), "workload.rank_profile", err.path)
+        except SpecError as exc:
+            err.keep(exc)
+    elif out["drafter"] is not None:
+        out["rank_profile"] = profiles.for_drafter(out["drafter"].kind)
     runtime = wl.get("runtime")          # None: known parts keep their default_runtime, synthesised chips graphs
     if runtime is not None and runtime not in db.names("runtime"):
         err.items.append(one_of(err.path, "workload.runtime", runtime, db.names("runtime")))
@@ -544,7 +554,8 @@ def parse_study(raw: Any, path: str | Path, db: Database | None = None) -> Study
     workload = Workload(target=wl["target"], drafter=drafter, acceptance=acc, dtype=wl["dtype"],
                         kv_dtype=wl["kv_dtype"], temperature=float(wl["temperature"]), overlap=wl["overlap"],
                         tree_nodes=int(wl["tree_nodes"]), k_max=int(k_max), continuous=wl["continuous"],
-                        ep=ep)
+                        ep=ep, rank_profile=None if wl["rank_profile"] is None or wl["rank_profile"].geometric
+                        else wl["rank_profile"])
     return StudySpec(name=name, description=desc, path=p, workload=workload, runtime=wl["runtime"],
                      knobs=tuple(knobs), objectives=tuple(objectives), constraints=tuple(constraints),
                      sampler=search["sampler"], n_trials=int(search["n_trials"]),

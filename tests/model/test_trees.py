@@ -118,8 +118,11 @@ def test_tree_is_valid_every_node_has_its_parent():
 
 
 def test_eval_tree_reports_shape_and_best_tau():
-    r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="eagle", alpha=0.6, tree_nodes=64, k=8)
+    # the geometric profile p_r = alpha(1-alpha)^(r-1), the limit the best-tree figure was worked in
+    r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="eagle", alpha=0.6, tree_nodes=64, k=8,
+                        rank_profile="geometric")
     assert r["tau"] == pytest.approx(4.69, rel=0.01)          # was 8.98 with N/k children per level
+    assert r["rank_profile"] == "geometric"
     assert r["tree_nodes"] == 64
     shape = [int(x) for x in r["tree_shape"].split("-")]
     assert sum(shape) == 64 and len(shape) == 8
@@ -156,7 +159,7 @@ def test_tree_draft_runs_one_step_per_depth(ideal):
     fast = {**ideal, "mem_bw_tb_s": 1e5, "peak_tflops_bf16": 1e6, "kernel_launch_us": 10,
             "step_overhead_us": 30, "kernels_per_layer": 8, "sequence_overhead_us": 7}
     r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="eagle", alpha=0.7, tree_nodes=26, k=5,
-                        set_fields=fast)
+                        set_fields=fast, rank_profile="geometric")
     assert r["tree_shape"] == "3-6-6-5-6"
     assert r["draft_ms_per_iter"] == pytest.approx(5 * 0.087, rel=1e-3)
     # a draft model's step is an engine step: its layers' kernels plus 30 + 7 us
@@ -264,7 +267,7 @@ def test_vectorised_trees_match_single_evaluations(db):
                              output_tokens=128, k=0, tree_nodes=nodes), w)
     for i, n_i in enumerate(nodes):
         one = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="eagle", alpha=0.7, tree_nodes=int(n_i),
-                              batch=int([1, 1, 1, 4, 16][i]))
+                              batch=int([1, 1, 1, 4, 16][i]), rank_profile="geometric")
         assert m.spec_s_per_token[i] * 1e3 == pytest.approx(one["spec_ms_per_token"], rel=1e-12)
         assert m.tree_shape[i] == one["tree_shape"]
 
@@ -291,9 +294,10 @@ def test_cli_prints_the_tree_and_refuses_bad_rank_vectors():
 
     from dse.cli import main
     r = CliRunner().invoke(main, ["eval", "--hw", "h100-sxm", "--target", "llama-3.1-8b", "--draft", "eagle",
-                                  "--alpha", "0.6", "--tree-nodes", "64", "--k", "8"])
+                                  "--alpha", "0.6", "--tree-nodes", "64", "--k", "8", "--rank-profile", "geometric"])
     assert r.exit_code == 0
-    assert "tree of 64 nodes (per depth 5-10-19-15-6-7-1-1)" in r.output and "tau 4.691" in r.output
+    assert "tree of 64 nodes (per depth 5-10-19-15-6-7-1-1; rank profile geometric)" in r.output
+    assert "tau 4.691" in r.output
     bad = CliRunner().invoke(main, ["eval", "--hw", "h100-sxm", "--target", "llama-3.1-8b", "--draft", "ngram",
                                     "--rank-acceptance", "0.7,0.4", "--tree-nodes", "8"])
     assert bad.exit_code == 2 and "--rank-acceptance" in bad.output and "Traceback" not in bad.output
@@ -309,7 +313,7 @@ def test_tree_draft_steps_take_each_depths_own_width(db, ideal):
     from dse.model.roofline import step_cost
     fields = {**ideal, "peak_tflops_bf16": 21.0}
     r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="eagle", alpha=0.3, tree_nodes=26, k=3,
-                        set_fields=fields)
+                        set_fields=fields, rank_profile="geometric")
     assert r["tree_shape"] == "8-15-3"
     dev, rt = apply_overrides(db.device("h100-sxm"), db.runtime("graphs"), fields)
     hw = hardware_arrays(dev, rt, 1, "bf16")
