@@ -216,6 +216,7 @@ def test_hypervolume_history(dataset_dir):
     (1, "schema_version 1: written before issue 9"),             # street price in cost_usd, decimal DRAM
     (2, "schema_version 2: written before power_w of known parts"),   # the vendor TDP in power_w
     (3, "schema_version 3: written before issue 17"),     # no overhead_ms_per_token, free TP past a domain
+    (3, "trees from alpha at the geometric rank profile"),   # and no rank_profile column (issue 17, trees)
 ])
 def test_old_schema_version_read_with_a_warning(tmp_path, version, says):
     """Results of an older schema still load, with a message that says what changed since."""

@@ -244,7 +244,8 @@ def metrics(tm: dict, dm: dict, T: dict, D: dict | None, *, B: int, P: int, G: i
     out = dict(fits=fits, memory_required_gb=req_t / OUT_GB, memory_capacity_gb=cap_t / OUT_GB,
                memory_shortfall_gb=short / OUT_GB, draft_memory_required_gb=req_d / OUT_GB,
                draft_memory_capacity_gb=cap_d / OUT_GB, draft_memory_shortfall_gb=short_d / OUT_GB,
-               datastore_gb=0.0, k=k, tree_nodes=0, tree_shape="")    # a chain, no retrieval datastore
+               datastore_gb=0.0, k=k, tree_nodes=0, tree_shape="",    # a chain, no retrieval datastore
+               rank_profile="")                        # no tree: no rank profile (tests/model/test_rank_profiles.py)
     # ---- steps ----
     base = step(tm, T, B=B, q=1, S=S)
     verify = step(tm, T, B=B, q=k + 1, S=S)
@@ -744,7 +745,7 @@ INT = ("trial", "seed", "chips", "draft_chips", "k", "tree_nodes", "pareto_rank"
        "params_target_chip_memory_stacks")
 BOOL = ("buildable", "fits", "feasible", "is_pareto", "params_draft_chip_enabled")
 STR = ("study", "state", "sampler", "params_target_chip_device", "baseline_bound", "verify_bound", "draft_bound",
-       "tree_shape")
+       "tree_shape", "rank_profile")
 TIME = ("datetime_start", "datetime_complete")
 
 

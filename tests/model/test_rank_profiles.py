@@ -211,3 +211,32 @@ def test_a_bad_profile_file_names_the_field(tmp_path, edit, field):
     root = _db_with(tmp_path, yaml.safe_dump(raw))
     with pytest.raises((SpecError, SpecErrors), match=field.replace(".", r"\.")):
         load_rank_profiles(root)
+
+
+def test_results_files_carry_the_rank_profile_column(tmp_path):
+    """A swept tree size: the chain row has no profile (''), each tree row names its drafter
+    kind's (eagle), with the tau dse eval gives; workload.rank_profile: geometric chooses the limit."""
+    from dse.analysis import load_results
+    from dse.grid import sweep
+    study = {"name": "rp", "workload": {"target": "llama-3.1-8b", "draft": "eagle", "acceptance": {"alpha": 0.7},
+                                        "tree_nodes": [0, 8, 26], "k": 4, "prompt_tokens": 128, "output_tokens": 128},
+             "space": {"target_chip": {"device": ["h100-sxm", "h200"], "chips": 1}},
+             "objectives": [{"metric": "speedup", "direction": "maximize"}], "output": str(tmp_path / "rp.parquet")}
+    for profile, expect in ((None, "eagle"), ("geometric", "geometric")):
+        if profile:
+            study["workload"]["rank_profile"] = profile
+        p = tmp_path / f"rp-{expect}.yaml"
+        p.write_text(yaml.safe_dump(study))
+        df = load_results(sweep(str(p), out=tmp_path / expect, progress=False).out_dir)
+        assert len(df) == 6
+        for _, row in df.iterrows():
+            n = int(row["params_tree_nodes"])
+            assert row["rank_profile"] == ("" if n == 0 else expect)
+            one = evaluate_design(hw=row["params_target_chip_device"], target="llama-3.1-8b", draft="eagle",
+                                  alpha=0.7, tree_nodes=n, k=4, rank_profile=profile)
+            assert row["tau"] == pytest.approx(one["tau"], rel=1e-12)
+    bad = dict(study, workload=dict(study["workload"], rank_profile="sequoia"))
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
+    from dse.study import load_study
+    with pytest.raises((SpecError, SpecErrors), match="workload.rank_profile"):
+        load_study(tmp_path / "bad.yaml")
