@@ -434,15 +434,17 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
     # Continuous batching (w.continuous; MODEL.md section 2, serving): B requests in flight in
     # steady state; each finishes after G tokens, so while one request decodes the other B-1
     # are replaced at (B-1)/G per step and every step also runs their prompts, P*(B-1)/(B*G)
-    # prefill tokens per sequence; a new request's prefill is its own (batch 1) and waits on
-    # average half a running step. Static (default): B prompts prefilled together, pure decode.
+    # prefill tokens per sequence (a speculative iteration: tau times that, in the verify pass
+    # and in the draft's own prefill). A new request's prefill is its own (batch 1, no chunking)
+    # and waits half a running step plus its place behind the other arriving prompts
+    # (``prefill_queue_s``). Static (default): B prompts prefilled together, pure decode.
     cont = w.continuous
     share = P * (B - 1.0) / (B * G) if cont else 0.0
     x_base = share
     base = step_cost(tgt, T, batch=B, q=1.0, context=S, prefill_tokens=x_base, prefill_len=P, **kw_t)
     B_pre = np.ones_like(B) if cont else B
     prefill = step_cost(tgt, T, batch=B_pre, q=P, context=0.0, lm_head_last_only=True, **kw_t)
-    wait = 0.5 * base.time_s if cont else 0.0
+    wait = 0.5 * base.time_s + prefill_queue_s(prefill.time_s, B, G, base.time_s) if cont else 0.0
 
     on_chip = batch.draft_on_chip & d.can_use_draft_chip
     D = _select(on_chip, batch.draft, T)     # the group the drafter runs on
@@ -500,19 +502,21 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
         model = {"model": d.model, "eagle": eagle_head(tgt), "early-exit": tgt}[d.kind]
         layers = d.exit_layer if d.kind == "early-exit" else None
 
-        def draft_step(q):
-            """One autoregressive draft step over q positions per sequence. A draft model is a
-            step of the engine (its kernels + the runtime's per-step cost); an EAGLE head runs
-            inside the speculative iteration, whose host work is t_spec_overhead: its step is
-            its kernels, its fc(2d -> d) and the per-sequence sampling (top-k) cost only."""
+        def draft_step(q, x=0.0):
+            """One autoregressive draft step over q positions per sequence, with x prompt tokens
+            per sequence riding along (continuous batching: the draft's share of the arriving
+            prompts). A draft model is a step of the engine (its kernels + the runtime's per-step
+            cost); an EAGLE head runs inside the speculative iteration, whose host work is
+            t_spec_overhead: its step is its kernels, its fc(2d -> d) and the per-sequence
+            sampling (top-k) cost only."""
             eagle = d.kind == "eagle"
             # the target's own layers (early exit, an MoE EAGLE layer) keep its expert parallel
             c = step_cost(model, Dc, batch=Bc, q=q, context=Sc, layers=layers, step_overhead=not eagle,
-                          **(kw if d.kind == "model" else kw_tc))
+                          prefill_tokens=x, prefill_len=P[:, None], **(kw if d.kind == "model" else kw_tc))
             if not eagle:
                 return c
             fc = 2.0 * tgt.hidden_size ** 2      # fc(2d -> d) on the concatenated feature and token embedding
-            f_c = 2 * fc * Bc * q / (Tc.peak_flop_s * Tc.compute_efficiency * cf_t) / Tc.chips
+            f_c = 2 * fc * Bc * (q + x) / (Tc.peak_flop_s * Tc.compute_efficiency * cf_t) / Tc.chips
             f_m = fc * wb / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * sf_t) / Tc.chips
             seq = Bc * Dc.sequence_overhead_s
             return c._replace(time_s=c.time_s + np.maximum(f_c, f_m) + seq, t_overhead_s=c.t_overhead_s + seq,
@@ -542,14 +546,24 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
 
         # ---- draft ----
         per_k = None        # one draft step's time where the draft time is k times it
+        # continuous batching: a draft model or EAGLE head prefills its share of the prompts that
+        # arrive per iteration, tau times a step's, in its first step (early exit shares the
+        # target's cache: the verify pass fills it)
+        x_draft = x_verify if cont and d.kind in ("model", "eagle") else 0.0
         if model_draft:
             per_k = one_step.time_s
             t_draft = kf * one_step.time_s
             fixed_draft = kf * one_step.t_fixed_s
             draft_ai, draft_bound = np.broadcast_to(one_ai, t_draft.shape), np.broadcast_to(one_bound, t_draft.shape)
+            if cont and d.kind in ("model", "eagle"):
+                first = draft_step(1.0, x_draft)
+                chain = StepCost(*((kf - 1.0) * a + b for a, b in zip(one_step, first)))
+                t_draft, fixed_draft = chain.time_s, chain.t_fixed_s
+                draft_ai, draft_bound = chain.arithmetic_intensity, chain.bound
             if any_tree:
                 # a tree: one step per depth, over as many positions as that depth holds (EAGLE-2)
-                parts = [draft_step(np.maximum(level[..., i], 1).astype(np.float64)) for i in range(K)]
+                parts = [draft_step(np.maximum(level[..., i], 1).astype(np.float64), x_draft if i == 0 else 0.0)
+                         for i in range(K)]
                 used = [level[..., i] > 0 for i in range(K)]
                 tot = [sum(np.where(u, getattr(c, f), 0.0) for c, u in zip(parts, used))
                        for f in ("time_s", "flops", "bytes", "t_memory_s", "t_compute_s", "t_overhead_s", "t_fixed_s")]
@@ -660,7 +674,9 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
     ttft = np.where(on_chip, np.maximum(prefill.time_s, pre_d + batch.draft_link_latency_s),
                     prefill.time_s + pre_d)
     ttft = np.where(off, prefill.time_s, ttft)       # speculation off: no draft prefill either
-    ttft = ttft + T.request_overhead_s + (0.5 * np.where(off, base.time_s, t_iter) if cont else 0.0)
+    if cont:        # half the running iteration, and the other arriving prompts' prefills ahead
+        ttft = ttft + 0.5 * np.where(off, base.time_s, t_iter) + prefill_queue_s(ttft, B, G, spec)
+    ttft = ttft + T.request_overhead_s
     return dict(
         baseline_s_per_token=base.time_s, spec_s_per_token=spec, overhead_s_per_token=t_fixed / tau,
         speedup=base.time_s / spec, k=k, alpha=alpha, tau=tau, p_all_accepted=p_all, p_window=p_win,
@@ -730,6 +746,20 @@ def _auto_k_bound(tau_tab, win_tab, K: int, fixed, overlapped, floor_s):
                 return False, best_k
         return True, np.where(inf_row, 1, best_k)
     return bound
+
+
+def prefill_queue_s(prefill_s, batch, output_tokens, s_per_token):
+    """Continuous batching: the mean wait of a new prompt behind the other arriving prompts'
+    prefills (no chunked prefill: each prompt is one step). The other B-1 requests in flight
+    arrive at lambda = (B-1)/(G x s_per_token) (a request's life is its G tokens; its TTFT is
+    left out of that), each taking S = ``prefill_s``; a FIFO queue with deterministic service
+    (M/D/1, Pollaczek-Khinchine) waits W = rho S / (2(1 - rho)), rho = lambda S, at most the
+    B-1 prompts ahead (B-1) S (a closed loop of B clients holds no more)."""
+    B = np.asarray(batch, dtype=np.float64)
+    rho = (B - 1.0) * prefill_s / (np.asarray(output_tokens, dtype=np.float64) * s_per_token)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = np.where(rho < 1.0, rho * prefill_s / (2.0 * (1.0 - rho)), np.inf)
+    return np.minimum(w, (B - 1.0) * prefill_s)
 
 
 def request_latency_s(ttft_s, output_tokens, s_per_token):
