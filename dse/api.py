@@ -38,7 +38,7 @@ from .workload import (
 RUNTIME_FIELDS = ("kernels_per_layer", "mla_extra_kernels", "moe_extra_kernels", "shared_expert_kernels",
                   "spec_overhead_us", "ngram_draft_us", "memory_reserve_fraction",
                   "sequence_overhead_us", "request_overhead_us", "roofline_p", "int8_stream_factor",
-                  "int4_stream_factor")
+                  "int4_stream_factor", "tree_kernels_per_layer", "draft_step_overhead_us")
 
 
 def hardware_arrays(dev: DeviceSpec, rt: RuntimeSpec, chips, dtype: str,
@@ -68,7 +68,8 @@ def hardware_arrays(dev: DeviceSpec, rt: RuntimeSpec, chips, dtype: str,
         scale_up_domain=np.inf if dev.scale_up_domain is None else dev.scale_up_domain,
         scale_out_bw_bytes_s=dev.scale_out_bw_bytes_s,
         scale_out_latency_s=0.0 if dev.scale_out_latency_s is None else dev.scale_out_latency_s,
-        scale_out_efficiency=1.0 if dev.scale_out_efficiency is None else dev.scale_out_efficiency)
+        scale_out_efficiency=1.0 if dev.scale_out_efficiency is None else dev.scale_out_efficiency,
+        tree_kernels_per_layer=rt.tree_kernels_per_layer, draft_step_overhead_s=rt.draft_step_overhead_s)
 
 
 def check_group(dev: DeviceSpec, chips: int, where: str = "--chips") -> None:
@@ -114,7 +115,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                     dtype: str = "bf16", kv_dtype: str | None = None, temperature: float = 0.0,
                     overlap: bool = False, runtime: str | None = None, baseline_ms: float | None = None,
                     continuous: bool = False, ep: int = 1,
-                    set_fields: dict[str, Any] | None = None, k_max: int = 8,
+                    set_fields: dict[str, Any] | None = None, k_max: int = 16,
                     db: Database | None = None) -> dict[str, Any]:
     """Evaluate one design; returns the `dse eval --json` object (display units, None for null).
 
@@ -186,7 +187,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     w = Workload(target=tgt, drafter=drafter, acceptance=acc, dtype=dtype, kv_dtype=kv_dtype,
                  temperature=float(temperature), overlap=overlap, tree_nodes=tree_nodes,
                  datastore_bytes=float(datastore_gb) * FACTOR["gb"], continuous=bool(continuous), ep=ep,
-                 k_max=k_max if drafter.kind != "medusa" else drafter.heads,
+                 k_max=k_max if drafter.kind not in ("medusa", "hydra") else drafter.heads,
                  rank_profile=None if profile.geometric else profile)
     design = DesignBatch(target=target_hw, draft=draft_arrays, draft_on_chip=on_chip,
                          draft_link_bw_bytes_s=link_bw, draft_link_latency_s=link_lat,
@@ -284,9 +285,11 @@ def anchor_to_baseline(design: DesignBatch, w: Workload, baseline_s: float):
                         "at these efficiencies (lower mem_efficiency with --set instead)")
     s = float((baseline_s - var[0]) / fixed[0])
     scaled = dataclasses.replace(hw, kernel_launch_s=hw.kernel_launch_s * s, step_overhead_s=hw.step_overhead_s * s,
-                                 sequence_overhead_s=hw.sequence_overhead_s * s, spec_overhead_s=hw.spec_overhead_s * s)
+                                 sequence_overhead_s=hw.sequence_overhead_s * s, spec_overhead_s=hw.spec_overhead_s * s,
+                                 draft_step_overhead_s=hw.draft_step_overhead_s * s)
     draft = design.draft if bool(design.draft_on_chip[0]) else scaled
     new = dataclasses.replace(design, target=scaled, draft=draft)
-    return new, {"scaled": ["kernel_launch_us", "step_overhead_us", "sequence_overhead_us", "spec_overhead_us"],
+    return new, {"scaled": ["kernel_launch_us", "step_overhead_us", "sequence_overhead_us", "spec_overhead_us",
+                            "draft_step_overhead_us"],
                  "factor": s,
                  "baseline_ms": baseline_s * 1e3}

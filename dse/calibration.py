@@ -39,7 +39,8 @@ from .model.transformer import WEIGHT_FORMATS
 #: short name -> file in hardware_db/measurements/
 FILES = {"decode": "decode_measurements_public.csv", "specdec": "specdec_measurements_public.csv",
          "extra": "decode_measurements_extra.csv", "serving": "serving_measurements_public.csv",
-         "moe": "decode_measurements_moe.csv"}
+         "moe": "decode_measurements_moe.csv",
+         "specbench": "specdec_measurements_extra.csv"}
 
 #: what each fitted default is fitted on (the row predicates are in :func:`_role`)
 FIT_PARAMETERS = {
@@ -59,6 +60,8 @@ FIT_PARAMETERS = {
                 "dse/model/transformer.py COMPUTE_EFFICIENCY_FACTOR fp8",
                 "the TensorRT-LLM Llama-2-7B rows on H100 (fp8) and A100 (fp16): 4 first-token latencies "
                 "at batch 1 and 8 large-batch throughputs (serving_measurements_public.csv)"),
+    "trees": ("runtimes/eager.yaml tree_kernels_per_layer, draft_step_overhead_us",
+              "the Spec-Bench A100 Vicuna-7B EAGLE-1 and Medusa-1 tree rows (specdec_measurements_extra.csv)"),
 }
 
 #: CSV hardware text -> (device, --set overrides, mapping note)
@@ -78,6 +81,7 @@ HARDWARE = {
     "H100 80G (NIM)": ("h100-sxm", {}, "H100 variant not stated: h100-sxm"),
     "B200 (HGX)": ("b200", {}, ""),
     "H200 SXM": ("h200", {}, ""),
+    "A100-80GB (Spec-Bench)": ("a100-80gb", {}, ""),
 }
 #: CSV model text -> database model
 MODELS = {
@@ -85,6 +89,7 @@ MODELS = {
     "Chinchilla-70B": "chinchilla-70b", "Chinchilla 70B": "chinchilla-70b",
     "Chinchilla-draft-4B": "chinchilla-draft-4b", "T5-XXL (11B)": "t5-xxl", "Llama-3.3-70B": "llama-3.3-70b",
     "DeepSeek-V3": "deepseek-v3", "DeepSeek-R1": "deepseek-v3", "Mixtral-8x7B": "mixtral-8x7b",
+    "Vicuna-7B-v1.3": "vicuna-7b", "Vicuna-13B-v1.3": "vicuna-13b", "Vicuna-33B-v1.3": "vicuna-33b",
 }
 #: EAGLE-1's default static tree (mc_sim_7b_63: 4-8-8-3-2 nodes per depth below the root)
 EAGLE_DEFAULT_TREE = (25, 5)
@@ -97,11 +102,18 @@ EAGLE_TAU = {"LLaMA2-Chat 13B": 3.90}
 EAGLE_TAU_SOURCE = ("EAGLE paper (arXiv 2401.15077) Table 1, LLaMA2-Chat 13B, MT-bench, T=0, HF backend "
                     "[UNVERIFIED transcription: not re-read against the paper here]")
 #: draft_method text -> dse drafter family for tree and retrieval methods (first match wins)
-TREE_METHODS = (("medusa", "medusa"), ("hydra", "medusa"), ("rest", "ngram"), ("retrieval", "ngram"),
+TREE_METHODS = (("medusa", "medusa"), ("hydra", "hydra"), ("rest", "ngram"), ("retrieval", "ngram"),
                 ("prompt lookup", "ngram"), ("pld", "ngram"))
 #: Medusa-1's released heads (hardware_db/models/medusa-vicuna-7b.yaml) when the row names none
 MEDUSA_HEADS_DEFAULT = 5
-DRAFTS = {"T5-small": "t5-small", "T5-base": "t5-base", "T5-large": "t5-large", "draft model 4B": "chinchilla-draft-4b"}
+DRAFTS = {"T5-small": "t5-small", "T5-base": "t5-base", "T5-large": "t5-large", "draft model 4B": "chinchilla-draft-4b",
+          "vicuna-68m": "llama-68m"}
+#: draft_method text -> why the row is not modelled (first match wins; checked before the mappings)
+NOT_MODELLED_METHODS = (
+    ("lookahead", "Lookahead decoding (Jacobi iterations with an n-gram pool) is not a drafter dse models"),
+    ("token recycling", "Token Recycling (an adjacency matrix of earlier candidates) is not a drafter dse models"),
+    ("samd", "SAMD (suffix-automaton drafts merged into an EAGLE-2 tree) is not a drafter dse models"),
+)
 #: CSV precision text -> weight dtype ('not stated' is bf16: T5X's default dtype, t5_1_1/base.gin)
 PRECISION = {
     "bf16": "bf16", "bf16 (assumed)": "bf16", "fp16": "fp16", "FP16": "fp16",
@@ -269,16 +281,26 @@ def _acceptance(row: dict[str, str]) -> dict[str, float] | None:
     return {"alpha": alpha} if alpha is not None else None
 
 
-def _eagle_case(rid: str, row: dict[str, str], model: str, dtype: str) -> Case:
-    """EAGLE-1 rows: the Hugging Face backend drafts the static default tree; EAGLE+gpt-fast
-    drafts a chain of 3 (EAGLE_GPT_FAST_CHAIN). Without a published tau for the chain, its alpha
-    is the one whose best 25-node, depth-5 tree has the paper's tau (dse's positional model,
-    p_r = alpha (1 - alpha)^(r-1)); that model gives rank 1 less than EAGLE's top-1 rate, so the
-    chain's tau is if anything low."""
+def _spec_prompt(row: dict[str, str]) -> tuple[int, str]:
+    """Prompt tokens of a speculative row: its context_or_prompt_len when numeric ('~350 [M ...]'
+    -> 350), else 128, said so."""
+    p = _num(row.get("context_or_prompt_len", ""))
+    return (int(p), "") if p is not None else (128, "prompt length not in the row: 128")
+
+
+def _eagle_case(rid: str, row: dict[str, str], model: str, dtype: str, db: Database | None = None) -> Case:
+    """EAGLE rows: the Hugging Face backend drafts a tree (EAGLE-1's static default tree unless
+    the row names 'N nodes, depth D': EAGLE-2's dynamic trees); EAGLE+gpt-fast drafts a chain of
+    3 (EAGLE_GPT_FAST_CHAIN). Without a published tau for the chain, its alpha is the top-1 rate
+    whose best 25-node, depth-5 tree under EAGLE's measured rank profile
+    (hardware_db/acceptance/rank_profiles.yaml) has the paper's tau."""
     target, method = row["target_model"], row["draft_method"]
-    design, hw_note = _design(row["hardware"], model, dtype, _chips(row["hardware"]), prompt=128, output=128,
+    prompt, p_note = _spec_prompt(row)
+    design, hw_note = _design(row["hardware"], model, dtype, _chips(row["hardware"]), prompt=prompt, output=128,
                               framework=method)
-    nodes, depth = EAGLE_DEFAULT_TREE
+    nodes_m = re.search(r"(\d+)\s*nodes?\b", row.get("k_or_tree", ""))
+    depth_m = re.search(r"depth\s*=?\s*(\d+)", row.get("k_or_tree", ""))
+    nodes, depth = (int(nodes_m.group(1)), int(depth_m.group(1))) if nodes_m and depth_m else EAGLE_DEFAULT_TREE
     given = _acceptance(row)
     if given is None and target not in EAGLE_TAU:
         raise _NotModelled(f"EAGLE row without tau or alpha, and no published tau for {target!r} in EAGLE_TAU")
@@ -286,11 +308,13 @@ def _eagle_case(rid: str, row: dict[str, str], model: str, dtype: str) -> Case:
     if "gpt-fast" in method:
         k = EAGLE_GPT_FAST_CHAIN
         if given is None:
+            from .catalog.rank_profiles import load_rank_profiles
             from .model.specdec import implied_tree_alpha
-            alpha = implied_tree_alpha(EAGLE_TAU[target], depth, nodes)
+            profile = load_rank_profiles((db or load_database()).root).for_drafter("eagle")
+            alpha = implied_tree_alpha(EAGLE_TAU[target], depth, nodes, profile)
             given = {"alpha": round(alpha, 4)}
-            notes.append(f"alpha {alpha:.4f}: the i.i.d. rate whose best {nodes}-node depth-{depth} tree has "
-                         f"tau {EAGLE_TAU[target]:g} ({EAGLE_TAU_SOURCE})")
+            notes.append(f"alpha {alpha:.4f}: the top-1 rate whose best {nodes}-node depth-{depth} tree under "
+                         f"the {profile.name} rank profile has tau {EAGLE_TAU[target]:g} ({EAGLE_TAU_SOURCE})")
         design.update(draft="eagle", k=k, **given)
         notes.insert(0, f"EAGLE+gpt-fast drafts a chain of {k} (SafeAILab/EAGLE branch eaglefast, b2faa21, "
                         "model/ea_model.py chaintopK_genrate(sk=3)), not the static tree")
@@ -298,12 +322,17 @@ def _eagle_case(rid: str, row: dict[str, str], model: str, dtype: str) -> Case:
         given = given or {"tau": EAGLE_TAU[target]}
         design.update(draft="eagle", k=depth, tree_nodes=nodes, **given)
         notes.append(f"EAGLE default tree mc_sim_7b_63 ({nodes} nodes, depth {depth}; SafeAILab/EAGLE "
-                     "eagle/model/choices.py)")
+                     "eagle/model/choices.py)" if (nodes, depth) == EAGLE_DEFAULT_TREE else
+                     f"the best {nodes}-node tree of depth <= {depth} (EAGLE-2's dynamic tree of {nodes} tokens)")
+        if "EAGLE-3" in method:
+            notes.append("EAGLE-3's head modelled as an EAGLE head (one layer; its fused 3-layer features and own "
+                         "LM head not counted)")
     baseline = _num(row.get("target_ms_per_token", ""))
     if baseline:
         design["baseline_ms"] = baseline
         notes.append(f"baseline anchored at the row's {baseline:g} ms/token")
-    notes += ["chat fine-tune has the base model's shapes", hw_note, "MT-bench lengths not in the row: 128/128"]
+    notes += ["chat fine-tune has the base model's shapes", hw_note, p_note or f"prompt {prompt}",
+              "output length not in the row: 128"]
     return Case(rid, "", "speedup", float(row["measured_speedup"]), "held-out", design=design,
                 note="; ".join(x for x in notes if x), source=row["source"])
 
@@ -315,10 +344,10 @@ def _tree_method(text: str) -> str | None:
 
 
 def _tree_method_case(rid: str, row: dict[str, str], model: str, dtype: str, family: str) -> Case:
-    """Medusa / Hydra heads (``medusa:H``) and retrieval drafts (REST, prompt lookup: ``ngram``):
-    the tree ('N nodes', 'depth D') or chain ('gamma=K', 'K=4') from k_or_tree, the row's tau
-    or alpha, its baseline step if published. Hydra's heads are modelled as Medusa heads (the
-    extra input of each sequentially dependent head is not counted)."""
+    """Medusa heads (``medusa:H``), Hydra heads (``hydra:H``: Medusa-sized heads drafted one depth a
+    step; the extra input of each sequentially dependent head is not counted) and retrieval drafts
+    (REST, prompt lookup: ``ngram``): the tree ('N nodes', 'depth D') or chain ('gamma=K', 'K=4')
+    from k_or_tree, the row's tau or alpha, its baseline step if published."""
     method, shape = row["draft_method"], row["k_or_tree"]
     given = _acceptance(row)
     if given is None:
@@ -327,12 +356,12 @@ def _tree_method_case(rid: str, row: dict[str, str], model: str, dtype: str, fam
     depth = re.search(r"depth\s*=?\s*(\d+)", shape, re.I)
     chain = re.search(r"\b(?:gamma|k)\s*=\s*(\d+)", shape, re.I)
     notes = []
-    if family == "medusa":
+    if family in ("medusa", "hydra"):
         m = re.search(r"(\d+)\s*heads?", method, re.I)
         heads = int(m.group(1)) if m else MEDUSA_HEADS_DEFAULT
         if not m:
             notes.append(f"heads not in the row: {heads} (Medusa-1's released heads)")
-        draft = f"medusa:{heads}"
+        draft = f"{family}:{heads}"
         k = int(depth.group(1)) if depth else (int(chain.group(1)) if chain else heads)
     else:
         draft = "ngram"
@@ -340,8 +369,10 @@ def _tree_method_case(rid: str, row: dict[str, str], model: str, dtype: str, fam
             raise _NotModelled(f"draft length or tree depth not given in {shape!r}")
         k = int((depth or chain).group(1))
     if "hydra" in method.lower():
-        notes.append("Hydra heads modelled as Medusa heads")
-    design, hw_note = _design(row["hardware"], model, dtype, _chips(row["hardware"]), prompt=128, output=128,
+        notes.append("Hydra's heads drafted one depth a step, each a Medusa-sized head (its prefix layer and "
+                     "wider inputs not counted)")
+    prompt, p_note = _spec_prompt(row)
+    design, hw_note = _design(row["hardware"], model, dtype, _chips(row["hardware"]), prompt=prompt, output=128,
                               framework=f"{method} {row.get('notes', '')}")
     design.update(draft=draft, k=k, **given)
     if nodes:
@@ -352,18 +383,21 @@ def _tree_method_case(rid: str, row: dict[str, str], model: str, dtype: str, fam
     if baseline:
         design["baseline_ms"] = baseline
         notes.append(f"baseline anchored at the row's {baseline:g} ms/token")
-    notes += [hw_note, "lengths not in the row: 128/128"]
+    notes += [hw_note, p_note or f"prompt {prompt}", "output length not in the row: 128"]
     return Case(rid, "", "speedup", float(row["measured_speedup"]), "held-out", design=design,
                 note="; ".join(x for x in notes if x), source=row["source"])
 
 
-def _specdec_case(rid: str, row: dict[str, str]) -> Case:
-    """A row of specdec_measurements_public.csv."""
+def _specdec_case(rid: str, row: dict[str, str], db: Database | None = None) -> Case:
+    """A row of specdec_measurements_public.csv (or the extra file, same columns)."""
     src, target = row["source"], row["target_model"]
+    why = next((w for key, w in NOT_MODELLED_METHODS if key in row["draft_method"].lower()), None)
+    if why:
+        raise _NotModelled(why)
     dtype = _lookup(PRECISION, row["precision"], "precision")
     model = _lookup(MODELS, target, "model")
     if "EAGLE" in row["draft_method"]:
-        return _eagle_case(rid, row, model, dtype)
+        return _eagle_case(rid, row, model, dtype, db)
     method = _tree_method(row["draft_method"])
     if method is not None:
         return _tree_method_case(rid, row, model, dtype, method)
@@ -372,6 +406,15 @@ def _specdec_case(rid: str, row: dict[str, str]) -> Case:
     if draft is None:
         raise _NotModelled(f"no mapping for draft {row['draft_method']!r} in dse/calibration.py")
     speedup = float(row["measured_speedup"])
+    given = _acceptance(row)
+    if given is not None and not target.startswith("T5"):      # a draft model with its published tau
+        prompt, p_note = _spec_prompt(row)
+        design, hw_note = _design(row["hardware"], model, dtype, _chips(row["hardware"]), prompt=prompt, output=128,
+                                  framework=f"{row['draft_method']} {row.get('notes', '')}")
+        design.update(draft=draft, k=k, **given)
+        note = "; ".join(x for x in (f"a chain of k = {k} (the row's k_or_tree)", hw_note, p_note or f"prompt {prompt}",
+                                     "output length not in the row: 128") if x)
+        return Case(rid, "", "speedup", speedup, "held-out", design=design, note=note, source=src)
     if target.startswith("T5"):
         design, hw_note = _design(row["hardware"], model, dtype, _chips(row["hardware"]), prompt=0, output=128)
         design.update(draft=draft, k=k, alpha=float(row["acceptance_rate_alpha"]))
@@ -396,6 +439,9 @@ def _label(rid: str, row: dict[str, str]) -> str:
     if rid.startswith("specdec:"):
         return (f"{row['hardware']} {row['target_model']} + {row['draft_method']} {row['k_or_tree']} "
                 f"({row['dataset_task']})")
+    if rid.startswith("specbench:"):          # short: the source and harness are in the notes
+        tree = re.sub(r"\s*\[M:[^\]]*\]", "", row["k_or_tree"])
+        return f"{row['hardware']} {row['target_model']} + {row['draft_method'].split(' + ')[0]} {tree}"
     if rid.startswith("serving:"):
         return (f"{row['hardware']} x{row['num_chips']} {row['model']} {row['precision']} B={row['batch_size']} "
                 f"{row['input_len']}/{row['output_len']} ({row['framework']})")
@@ -403,11 +449,15 @@ def _label(rid: str, row: dict[str, str]) -> str:
 
 
 def _role(case: Case, row: dict[str, str]) -> Case:
-    """Fill in fit / held-out for decode rows (the fit subsets of FIT_PARAMETERS)."""
+    """Fill in fit / held-out for decode rows (the fit subsets of FIT_PARAMETERS), and mark the
+    speculative rows the tree costs are fitted on."""
+    d = case.design
+    if (case.id.startswith("specbench:") and d.get("target") == "vicuna-7b" and d.get("hw") == "a100-80gb"
+            and row.get("draft_method", "").startswith(("EAGLE-1 ", "Medusa-1 "))):
+        return Case(case.id, case.label, case.metric, case.measured, "fit", "trees", d, case.note, case.source)
     if case.role:
         return case
     gpt_fast_a100 = (row.get("hardware", "").startswith("A100-SXM4") and row.get("framework", "").startswith("gpt-fast"))
-    d = case.design
     group = ""
     if case.id.startswith("decode:") and gpt_fast_a100 and d["chips"] == 1:
         group = "fixed+dequant"
@@ -420,6 +470,7 @@ def _role(case: Case, row: dict[str, str]) -> Case:
     elif (case.id.startswith("serving:") and d["target"] == "llama-2-7b" and d["hw"] in ("h100-sxm", "a100-80gb")
           and row.get("framework", "").startswith("TensorRT-LLM")):
         group = "serving"
+
     return Case(case.id, case.label, case.metric, case.measured, "fit" if group else "held-out", group,
                 case.design, case.note, case.source)
 
@@ -433,8 +484,8 @@ def cases(db: Database | None = None) -> list[Case]:
     for rid, row in rows:
         label, source = _label(rid, row), row.get("source", "")
         try:
-            if rid.startswith("specdec:"):
-                case = _specdec_case(rid, row)
+            if rid.startswith(("specdec:", "specbench:")):
+                case = _specdec_case(rid, row, db)
             elif rid.startswith("serving:"):
                 case = _serving_case(rid, row)
             else:
@@ -556,7 +607,8 @@ def fit(db: Database | None = None) -> dict[str, float]:
     tensor-parallel rows, given stage 1; the eager stage fits eager's per-kernel cost on its row;
     the mla stage the kernels an MLA block adds (graphs runtime) on the DeepSeek row;
     the serving stage (``_fit_serving``) fits the graphs runtime's request and sequence costs,
-    roofline p and the fp8 GEMM factor on the TensorRT-LLM 7B rows.
+    roofline p and the fp8 GEMM factor on the TensorRT-LLM 7B rows; the trees stage (``_fit_trees``)
+    the eager runtime's tree-verify kernels and draft-step cost on two Spec-Bench rows.
     The time is linear in every unknown (in 1/factor for the weight term), so each row's
     coefficients come from evaluating the step at unit values of the unknowns.
     """
@@ -618,7 +670,32 @@ def fit(db: Database | None = None) -> dict[str, float]:
         rhs.append(1.0 - base / m)
     out["graphs.mla_extra_kernels"] = float(_nnls(np.array(rows), np.array(rhs))[0])
     out.update(_fit_serving([c for c in cs if c.fit_group == "serving"], db))
+    out.update(_fit_trees([c for c in cs if c.fit_group == "trees"], db))
     return out
+
+
+def _fit_trees(cs: list[Case], db: Database) -> dict[str, float]:
+    """Trees stage: the eager runtime's extra kernels per layer of a tree-masked verify pass and
+    its host cost per draft-head step, from speedups with a published tau. A row's measured
+    iteration is tau x T_base / speedup (T_base the model's, as the speedup is over the same
+    stack's plain decoding); the model's iteration is linear in both unknowns, so relative least
+    squares (values >= 0) on (iter(0, 0), its slopes) solves them."""
+    from .api import evaluate_design
+
+    def iteration(c, **fields):
+        r = evaluate_design(db=db, **{**c.design, "set_fields": {**c.design.get("set_fields", {}), **fields}})
+        return r["iter_ms"], r["tau"] * r["baseline_ms_per_token"] / c.measured
+
+    rows, rhs = [], []
+    for c in cs:
+        zero = dict(tree_kernels_per_layer=0.0, draft_step_overhead_us=0.0)
+        i0, measured = iteration(c, **zero)
+        dx = iteration(c, **{**zero, "tree_kernels_per_layer": 1.0})[0] - i0
+        dh = iteration(c, **{**zero, "draft_step_overhead_us": 1.0})[0] - i0
+        rows.append([dx / measured, dh / measured])
+        rhs.append(1.0 - i0 / measured)
+    x, h = _nnls(np.array(rows), np.array(rhs))
+    return {"eager.tree_kernels_per_layer": float(x), "eager.draft_step_overhead_us": float(h)}
 
 
 #: grids of the serving fit (the other two unknowns are linear and solved in closed form)
@@ -696,7 +773,9 @@ def stored_values(db: Database | None = None) -> dict[str, float]:
             "graphs.roofline_p": graphs.roofline_p,
             "COMPUTE_EFFICIENCY_FACTOR.fp8": COMPUTE_EFFICIENCY_FACTOR["fp8"],
             "graphs.request_overhead_us": graphs.request_overhead_s * 1e6,
-            "graphs.sequence_overhead_us": graphs.sequence_overhead_s * 1e6}
+            "graphs.sequence_overhead_us": graphs.sequence_overhead_s * 1e6,
+            "eager.tree_kernels_per_layer": eager.tree_kernels_per_layer,
+            "eager.draft_step_overhead_us": eager.draft_step_overhead_s * 1e6}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -70,7 +70,7 @@ def _kv(ctx, param, values):
 @click.option("--ep", default="1", show_default=True,
               help="Expert-parallel ranks for an MoE target (divides the experts and --chips; 1 = tensor parallel).")
 @click.option("--draft", default="none", show_default=True,
-              help="Model name/file, ngram, early-exit:L, eagle, medusa:H, or none.")
+              help="Model name/file, ngram, early-exit:L, eagle, medusa:H, hydra:H, or none.")
 @click.option("--draft-hw", default=None, help="Put the draft model on this colocated draft chip.")
 @click.option("--draft-chips", default=1, show_default=True, type=int, help="Draft chips (with --draft-hw).")
 @click.option("--k", "k", default="auto", show_default=True,

@@ -81,7 +81,7 @@ def eval_table(r: dict) -> str:
            f"DOES NOT FIT: short by {r['memory_shortfall_gb']:.2f} GB")
     out.append(f"memory       {r['memory_required_gb']:.2f} GB needed of {r['memory_capacity_gb']:.2f} GB   {fit}")
     if r["draft"] != "none" and r["draft_memory_required_gb"]:
-        what = "head weights" if str(r["draft"]).startswith("medusa") else "weights + KV"
+        what = "head weights" if str(r["draft"]).startswith(("medusa", "hydra")) else "weights + KV"
         out.append(f"  draft      {r['draft_memory_required_gb']:.2f} GB ({what}) on a device of "
                    f"{r['draft_memory_capacity_gb']:.2f} GB"
                    + (f"   DRAFT CHIP DOES NOT FIT: short by {short_d:.2f} GB" if short_d else ""))

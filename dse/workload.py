@@ -32,7 +32,7 @@ K_RANGE = Range(integer=True, lo=1, hi=K_LIMIT)
 TREE_NODES_MAX = 1024
 _FROZEN = dict(frozen=True, slots=True, kw_only=True)
 
-DRAFTER_KINDS = ("none", "model", "ngram", "early-exit", "eagle", "medusa")
+DRAFTER_KINDS = ("none", "model", "ngram", "early-exit", "eagle", "medusa", "hydra")
 
 
 @dataclass(**_FROZEN)
@@ -92,7 +92,7 @@ class Workload:
     temperature: float = 0.0
     overlap: bool = False
     tree_nodes: int = 0               # 0 = a chain of k drafts (DesignBatch.tree_nodes > 0 overrides per design)
-    k_max: int = 8                    # candidates for k = auto
+    k_max: int = 16                   # candidates for k = auto (past 8 only where a bound lets a larger k win)
     datastore_bytes: float = 0.0      # retrieval drafts (REST): host-memory datastore, never device memory
     continuous: bool = False          # continuous batching: batch = requests in flight, steady state
     ep: int = 1                       # expert-parallel ranks for an MoE target (1 = experts tensor-parallel)
@@ -108,8 +108,8 @@ def parse_drafter(spec: str, target: ModelSpec, db: Database, where: str = "--dr
     if low in ("none", "ngram", "eagle"):
         return DrafterSpec(kind=low, label=low)
     head, _, arg = low.partition(":")
-    if head in ("medusa", "early-exit"):
-        hi = 64 if head == "medusa" else target.num_layers - 1
+    if head in ("medusa", "hydra", "early-exit"):
+        hi = 64 if head != "early-exit" else target.num_layers - 1
         try:
             val = int(arg)
         except ValueError:
@@ -117,8 +117,8 @@ def parse_drafter(spec: str, target: ModelSpec, db: Database, where: str = "--dr
         if val is None or not 1 <= val <= hi:
             raise SpecError(None, where, s, f"expected {head}:N with N an integer in [1, {hi}]"
                             + (f" (target has {target.num_layers} layers)" if head == "early-exit" else ""))
-        if head == "medusa":
-            return DrafterSpec(kind="medusa", label=low, heads=val)
+        if head in ("medusa", "hydra"):
+            return DrafterSpec(kind=head, label=low, heads=val)
         return DrafterSpec(kind="early-exit", label=low, exit_layer=val)
     model = db.model(s, where=f"{where}: ")
     if model.kind != "decoder":
@@ -294,8 +294,9 @@ def check_workload(drafter: DrafterSpec, acc: AcceptanceSpec | None, *, k_lo: in
         if tree_lo is not None and acc.kind == "tau":
             out.append(SpecError(p, names.tree_nodes, "searched", "tau is measured on one tree: fix tree_nodes "
                                  "with tau"))
-    if drafter.kind == "medusa" and k_hi is not None and k_hi > drafter.heads:
-        out.append(SpecError(p, names.k, k_hi, f"expected at most {drafter.heads} (one token per Medusa head)"))
+    if drafter.kind in ("medusa", "hydra") and k_hi is not None and k_hi > drafter.heads:
+        out.append(SpecError(p, names.k, k_hi, f"expected at most {drafter.heads} (one token per "
+                             f"{drafter.kind.capitalize()} head)"))
     smallest = tree_nodes or tree_lo or 0
     if tree_nodes or tree_lo is not None:
         if drafter.kind == "none":

@@ -10,7 +10,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 #: an idealised runtime and device: no fixed costs, efficiency 1, ample compute
 IDEAL = {"kernel_launch_us": 0, "step_overhead_us": 0, "spec_overhead_us": 0, "mem_efficiency": 1.0,
          "compute_efficiency": 1.0, "sequence_overhead_us": 0, "request_overhead_us": 0, "link_efficiency": 1.0,
-         "roofline_p": 1000}
+         "roofline_p": 1000, "tree_kernels_per_layer": 0, "draft_step_overhead_us": 0}
 
 
 @pytest.fixture(scope="session")

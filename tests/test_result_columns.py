@@ -81,7 +81,7 @@ ROOF_P = RT["roofline_p"]                         # 2.0: (t_c^p + t_m^p)^(1/p) p
 LINKS = _y("technology/links.yaml")["classes"]    # per link class: all-reduce efficiency, latency per ring step
 LINK_EFF = LINKS["nvlink"]["efficiency"]["value"]  # 0.82: a synthesised chip's link (class nvlink, the default)
 RESERVE = RT["memory_reserve_fraction"]           # 0.05 of capacity
-K_MAX = 8                                         # study default workload.k_max
+K_MAX = 16                                        # study default workload.k_max
 
 
 def model(name: str) -> dict:
@@ -232,7 +232,7 @@ def metrics(tm: dict, dm: dict, T: dict, D: dict | None, *, B: int, P: int, G: i
     # chip's capacity; reported for the group as per-chip need x chips ----
     t, td = T["chips"], Dg["chips"]
     need_t = tm["stored"] * 2.0 / t + B * (P + G) * tm["kv_per_token_bytes"] / min(t, tm["hkv"])
-    # the draft's cache is sized for P + G + k_max drafted tokens (k_max = 8, the study default)
+    # the draft's cache is sized for P + G + k_max drafted tokens (k_max = 16, the study default)
     draft_chip = dm["stored"] * 2.0 / td + B * (P + G + K_MAX) * dm["kv_per_token_bytes"] / min(td, dm["hkv"])
     req_t = (need_t + (0.0 if on else draft_chip) + RESERVE * T["cap"]) * t
     cap_t = T["cap"] * t

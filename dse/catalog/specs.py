@@ -326,6 +326,12 @@ class RuntimeSpec:
                                     desc="weight streaming of its weight-only int8 kernels, vs bf16")
     int4_stream_factor: float = num("int4_stream_factor", "", 0, 2, lo_open=True, default=1.0,
                                     desc="weight streaming of its weight-only 4-bit kernels, vs bf16")
+    tree_kernels_per_layer: float = num("tree_kernels_per_layer", "", 0, 1e4, default=0.0,
+                                        desc="extra kernels per target layer of a verify pass under a tree mask "
+                                             "(no fused tree-attention kernel: mask, masked softmax, path gathers)")
+    draft_step_overhead_s: float = num("draft_step_overhead_us", "us", 0, 1e6, default=0.0,
+                                       desc="host cost of each draft-head step (EAGLE, Hydra) and of each tree draft "
+                                            "step's top-k expansion, where the runtime pays it (an eager loop)")
 
 
 DTYPES = ("bf16", "fp16", "fp8", "int8", "int4")

@@ -93,6 +93,8 @@ class HardwareArrays:
     scale_out_bw_bytes_s: np.ndarray = 0.0     # per chip between domains, both directions added
     scale_out_latency_s: np.ndarray = 0.0
     scale_out_efficiency: np.ndarray = 1.0
+    tree_kernels_per_layer: np.ndarray = 0.0   # extra kernels per layer of a tree-masked verify pass
+    draft_step_overhead_s: np.ndarray = 0.0    # host cost per draft-head step / tree draft step (eager loops)
 
     def __post_init__(self):
         _as_arrays(self, int_fields=("chips",), bool_fields=("weight_math_native", "attention_math_native"))

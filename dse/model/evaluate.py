@@ -163,7 +163,8 @@ def draft_weight_bytes(w: Workload) -> float:
     """Bytes of weights the drafter adds: a draft model's own weights; EAGLE one layer +
     fc(2d -> d) (LM head shared); Medusa H heads of d*d + d*V, each head with its own LM head
     as in the Medusa-1 checkpoints (Cai et al. 2024, arXiv 2401.10774; hardware_db
-    medusa-vicuna-7b): 5 heads on Llama-3-8B, 5*(4096^2 + 4096*128256)*2 bytes = 5.42 GB bf16;
+    medusa-vicuna-7b): 5 heads on Llama-3-8B, 5*(4096^2 + 4096*128256)*2 bytes = 5.42 GB bf16 (Hydra's
+    heads counted the same);
     early exit and n-gram/retrieval drafts add nothing on the device (a retrieval datastore
     lives in host memory: Workload.datastore_bytes, reported as datastore_gb)."""
     return float(draft_weight_bytes_per_chip(w, 1))
@@ -180,7 +181,7 @@ def draft_weight_bytes_per_chip(w: Workload, chips):
     if d.kind == "eagle":
         head = eagle_head(t)
         return (tf.non_embedding_params(head) + 2 * t.hidden_size ** 2) * wb / c
-    if d.kind == "medusa":
+    if d.kind in ("medusa", "hydra"):
         return d.heads * medusa_head_params(t) * wb / c
     return 0.0 * c
 
@@ -210,7 +211,7 @@ def _k_range(w: Workload) -> int:
     """Largest k (chain length, or tree depth) to consider."""
     d, acc = w.drafter, w.acceptance
     k_max = w.k_max
-    if d.kind == "medusa":
+    if d.kind in ("medusa", "hydra"):
         k_max = min(k_max, d.heads)
     if acc.kind == "per_position":
         k_max = min(k_max, len(acc.per_position))
@@ -273,6 +274,10 @@ MIN_ROWS_DEDUPE = 1024
 MIN_ROWS_K_LOOP = 16384
 #: relative margin on the k = auto bound, far above the few ulps of rounding in its terms
 _BOUND_MARGIN = 1e-9
+#: k = auto first searches k = 1..K_FIRST; a larger k (up to the workload's k_max, 16 by default)
+#: is evaluated only where a lower bound says it can beat that best: where acceptance is high
+#: and drafting cheap (at alpha 0.9, a 70B fp8 target with a 1B draft on an H200 takes k = 13)
+K_FIRST = 8
 
 
 #: a batch of more rows is evaluated BLOCK_ROWS at a time (the sweep's chunk): temporaries of a
@@ -502,17 +507,24 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
         model = {"model": d.model, "eagle": eagle_head(tgt), "early-exit": tgt}[d.kind]
         layers = d.exit_layer if d.kind == "early-exit" else None
 
-        def draft_step(q, x=0.0):
+        def draft_step(q, x=0.0, tree=False):
             """One autoregressive draft step over q positions per sequence, with x prompt tokens
             per sequence riding along (continuous batching: the draft's share of the arriving
             prompts). A draft model is a step of the engine (its kernels + the runtime's per-step
             cost); an EAGLE head runs inside the speculative iteration, whose host work is
-            t_spec_overhead: its step is its kernels, its fc(2d -> d) and the per-sequence
-            sampling (top-k) cost only."""
+            t_spec_overhead: its step is its kernels, its fc(2d -> d), the per-sequence sampling
+            (top-k) cost and the runtime's draft_step_overhead (the loop around a head step, paid
+            by an eager runtime). A tree's step (any drafter) also pays draft_step_overhead once:
+            the top-k expansion of the depth's nodes into the next level (mask, positions)."""
             eagle = d.kind == "eagle"
             # the target's own layers (early exit, an MoE EAGLE layer) keep its expert parallel
             c = step_cost(model, Dc, batch=Bc, q=q, context=Sc, layers=layers, step_overhead=not eagle,
                           prefill_tokens=x, prefill_len=P[:, None], **(kw if d.kind == "model" else kw_tc))
+            if eagle or tree:
+                h = Dc.draft_step_overhead_s if not tree else np.where(tree_c, Dc.draft_step_overhead_s, 0.0)
+                if eagle:
+                    h = Dc.draft_step_overhead_s
+                c = c._replace(time_s=c.time_s + h, t_overhead_s=c.t_overhead_s + h, t_fixed_s=c.t_fixed_s + h)
             if not eagle:
                 return c
             fc = 2.0 * tgt.hidden_size ** 2      # fc(2d -> d) on the concatenated feature and token embedding
@@ -524,6 +536,20 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
 
         one_step = draft_step(1.0)
         one_ai, one_bound = one_step.arithmetic_intensity, one_step.bound
+
+    def hydra_step(q):
+        """One Hydra head over q positions per sequence: its d*d + d*V weights read once, 2 FLOPs
+        per weight and position, a layer's kernels and the runtime's draft-step cost (the heads'
+        extra input, the drafted prefix, is not counted; arXiv 2402.05109)."""
+        per_head = medusa_head_params(tgt)
+        nbytes = per_head * wb / Tc.chips
+        flops = 2.0 * Bc * q * per_head / Tc.chips
+        t_m = nbytes / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * sf_t)
+        t_c = flops / (Tc.peak_flop_s * Tc.compute_efficiency * cf_t)
+        mem_bound = t_m >= t_c
+        fixed = Tc.kernels_per_layer * Tc.kernel_launch_s + Tc.draft_step_overhead_s + 0.0 * t_m
+        return StepCost(np.maximum(t_m, t_c) + fixed, flops, nbytes, np.where(mem_bound, t_m, 0.0),
+                        np.where(mem_bound, 0.0, t_c), fixed, fixed)
 
     def terms(kc) -> SimpleNamespace:
         """Every k-dependent term at k candidates ``kc``: (1, b) for every row, or (n, 1)."""
@@ -562,12 +588,30 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
                 draft_ai, draft_bound = chain.arithmetic_intensity, chain.bound
             if any_tree:
                 # a tree: one step per depth, over as many positions as that depth holds (EAGLE-2)
-                parts = [draft_step(np.maximum(level[..., i], 1).astype(np.float64), x_draft if i == 0 else 0.0)
-                         for i in range(K)]
+                parts = [draft_step(np.maximum(level[..., i], 1).astype(np.float64), x_draft if i == 0 else 0.0,
+                                    tree=True) for i in range(K)]
                 used = [level[..., i] > 0 for i in range(K)]
                 tot = [sum(np.where(u, getattr(c, f), 0.0) for c, u in zip(parts, used))
                        for f in ("time_s", "flops", "bytes", "t_memory_s", "t_compute_s", "t_overhead_s", "t_fixed_s")]
                 tree_cost = StepCost(*tot)
+                t_draft = np.where(tree_c, tree_cost.time_s, t_draft)
+                fixed_draft = np.where(tree_c, tree_cost.t_fixed_s, fixed_draft)
+                draft_ai = np.where(tree_c, tree_cost.arithmetic_intensity, draft_ai)
+                draft_bound = np.where(tree_c, tree_cost.bound, draft_bound)
+        elif d.kind == "hydra":
+            # sequentially dependent heads (Hydra): head i drafts depth i, one step per depth over its
+            # nodes (a chain: one position), each step its weights, its kernels and the runtime's
+            # draft-step cost
+            per_k = hydra_step(1.0).time_s
+            t_draft = kf * per_k
+            fixed_draft = kf * hydra_step(1.0).t_fixed_s
+            draft_ai = np.broadcast_to(hydra_step(1.0).arithmetic_intensity, t_draft.shape)
+            draft_bound = np.broadcast_to(hydra_step(1.0).bound, t_draft.shape)
+            if any_tree:
+                parts = [hydra_step(np.maximum(level[..., i], 1).astype(np.float64)) for i in range(K)]
+                used = [level[..., i] > 0 for i in range(K)]
+                tree_cost = StepCost(*[sum(np.where(u, getattr(c, f), 0.0) for c, u in zip(parts, used))
+                                       for f in StepCost._fields])
                 t_draft = np.where(tree_c, tree_cost.time_s, t_draft)
                 fixed_draft = np.where(tree_c, tree_cost.t_fixed_s, fixed_draft)
                 draft_ai = np.where(tree_c, tree_cost.arithmetic_intensity, draft_ai)
@@ -619,14 +663,45 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
                                draft_ai=draft_ai, draft_bound=draft_bound, t_link=t_link, t_iter=t_iter,
                                exposed=exposed, per_k=per_k, t_fixed=t_fixed)
 
+    overlapped = on_chip & w.overlap
+    floor_s = base.time_s + T.spec_overhead_s
+    # k = 1..K1 first (and every fixed k); K1 < k <= K where the bound allows
+    K1 = min(K, max(K_FIRST, int(batch.k.max()))) if k_bound else K
+
+    def larger_k(best, per_k) -> np.ndarray:
+        """The k in K1+1..K at which some auto row may beat its ``best`` s/token over k <= K1: its
+        lower bound (draft_lb + T_base + t_spec) / tau(k) (_auto_k_bound's, for trees with the
+        tree's tau and levels at depth bound k) less the margin is below the best."""
+        ks = np.arange(K1 + 1, K + 1)
+        kk = ks[None, :]
+        tau_k, win_k = tau_tab[kk], win_tab[kk]
+        steps = np.broadcast_to(kk, (n, ks.size)).astype(np.float64)
+        if any_tree:
+            t_tau, _, t_win, t_shape = _tree_terms(w, nodes_c, kk, K, tree_depth)
+            tau_k, win_k = np.where(tree_c, t_tau, tau_k), np.where(tree_c, t_win, win_k)
+            steps = np.where(tree_c, (t_shape > 0).sum(axis=-1), steps)     # a tree drafts one step per level
+        draft = 0.0 if per_k is None else np.reshape(per_k, (-1, 1)) * steps
+        draft = np.where(overlapped[:, None], (1.0 - win_k) * draft, draft)
+        lb = (draft + floor_s[:, None]) / tau_k * (1.0 - _BOUND_MARGIN)
+        may = ~fixed[:, None] & (lb < best[:, None])          # a NaN best keeps its (smaller) k
+        return ks[may.any(axis=0)]
+
+    t = None
     if all_fixed:
         kc = batch.k[:, None]
     elif n < MIN_ROWS_K_LOOP or any_tree:
-        kc = np.arange(1, K + 1)[None, :]       # every k at once, then the best per row
+        kc = np.arange(1, K1 + 1)[None, :]       # every k at once, then the best per row
+        t = terms(kc)
+        if K1 < K:                              # every k up to K at once where a larger k may win
+            v = t.t_iter / t.tau
+            best = np.take_along_axis(v, np.argmin(v, axis=1)[:, None], axis=1)[:, 0]
+            if larger_k(best, t.per_k).size:
+                kc, t = np.arange(1, K + 1)[None, :], None
     else:                                       # k by k, stopping where a bound allows
-        bound = _auto_k_bound(tau_tab, win_tab, K, fixed, on_chip & w.overlap, base.time_s + T.spec_overhead_s)
-        kc = np.where(fixed, batch.k, _auto_k(terms, K, bound if k_bound else None))[:, None]
-    t = terms(kc)
+        bound = _auto_k_bound(tau_tab, win_tab, K1, fixed, overlapped, floor_s)
+        kc = np.where(fixed, batch.k, _auto_k(terms, K, bound if k_bound else None, K1, larger_k))[:, None]
+    if t is None:
+        t = terms(kc)
     if kc.shape[1] == 1:
         idx = np.zeros(n, dtype=np.int64)
     else:
@@ -694,24 +769,35 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
         ttft_s=ttft, request_latency_s=request_latency_s(ttft, G, spec))
 
 
-def _auto_k(terms, K: int, bound) -> np.ndarray:
-    """The k in 1..K with the least seconds per token for every row, evaluating k = K, K-1, ...
-    in turn: the same choice as np.argmin over all K at once (the first minimum; a NaN wins, the
-    first NaN), as each new k is smaller than those before it and so wins ties. With ``bound``
-    (see _auto_k_bound), stop once it rules out every smaller k for every row."""
+def _auto_k(terms, K: int, bound, k_first: int | None = None, larger=None) -> np.ndarray:
+    """The k in 1..K with the least seconds per token for every row: the same choice as
+    np.argmin over all K at once (the first minimum; a NaN wins, the first NaN).
+
+    Evaluates k = K1, K1-1, ... in turn (K1 = ``k_first``, or K), each new k smaller than those
+    before it and so winning ties; with ``bound`` (see _auto_k_bound), stop once it rules out
+    every smaller k for every row. Then k = K1+1..K upwards, only those ``larger(best, per_k)``
+    says some row may win at, each taking a row only when strictly better (or the first NaN)."""
+    K1 = K if k_first is None else min(K, k_first)
     best = best_k = None
-    for j in range(K, 0, -1):
+    for j in range(K1, 0, -1):
         t = terms(np.array([[j]]))
         v = (t.t_iter / t.tau)[:, 0]
         if best is None:
             best, best_k = v, np.full(v.shape, j, dtype=np.int64)
+            per_k = None if t.per_k is None else t.per_k[:, 0]
         else:
             better = np.isnan(v) | (~np.isnan(best) & (v <= best))
             best, best_k = np.where(better, v, best), np.where(better, j, best_k)
         if bound is not None and j > 1:
             done, k_done = bound(j, t, best, best_k)
             if done:
-                return k_done
+                best_k = k_done
+                break
+    if K1 < K:
+        for j in (larger(best, per_k) if larger is not None else range(K1 + 1, K + 1)):
+            v = (lambda t: (t.t_iter / t.tau)[:, 0])(terms(np.array([[int(j)]])))
+            better = ~np.isnan(best) & (np.isnan(v) | (v < best))
+            best, best_k = np.where(better, v, best), np.where(better, int(j), best_k)
     return best_k
 
 

@@ -227,7 +227,8 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     streaming factor of ``weight_emulated_dequant`` (fp8: the int8 class); attention at a KV
     dtype the part cannot compute in (hw.attention_math_native False) runs at factor 1 too.
     Fixed: kernels_per_step*t_launch + t_step + B*t_seq (per-sequence sampling, logits,
-    scheduling), reported apart as t_fixed_s.
+    scheduling), reported apart as t_fixed_s; a tree-masked pass adds
+    L*tree_kernels_per_layer*t_launch (the runtime's unfused tree attention).
     Tensor parallel over t chips (MODEL.md section 2): weights and FLOPs divide by t except
     the replicated ones (MLA down-projections, MoE router: transformer.replicated_params);
     the KV cache divides by min(t, h_kv) (MLA: replicated); 2 all-reduces of B*q*d*b_act
@@ -292,6 +293,8 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     lin, att = smooth_roofline(lin_c, lin_m, p), smooth_roofline(att_c, att_m, p)
     kernels = L * hw.kernels_per_layer if not (m.kv_lora_rank or m.num_experts) else kernels_per_step(m, hw, L)
     fixed = kernels * hw.kernel_launch_s
+    if np.any(tree_mask):       # a runtime without a fused tree-attention kernel runs more per layer
+        fixed = fixed + np.where(tree_mask, L * hw.tree_kernels_per_layer * hw.kernel_launch_s, 0.0)
     if step_overhead:
         fixed = fixed + hw.step_overhead_s + B * hw.sequence_overhead_s
     comm = communication_time_s(m, hw, T, act_bytes, L, ep)

@@ -224,7 +224,7 @@ def _model_ref(ref: Any, base_dir: Path) -> str:
 def _workload(wl: Any, db: Database, err: _Errors) -> tuple[dict, list[Knob]]:
     """workload: target, draft, dtypes, acceptance, modes, runtime and the workload knobs."""
     out: dict[str, Any] = {"target": None, "drafter": None, "acc": None, "dtype": "bf16", "kv_dtype": "bf16",
-                           "temperature": 0.0, "overlap": False, "continuous": False, "tree_nodes": 0, "k_max": 8,
+                           "temperature": 0.0, "overlap": False, "continuous": False, "tree_nodes": 0, "k_max": 16,
                            "runtime": None, "acc_given": False, "rank_profile": None}
     if not isinstance(wl, dict):
         err.add("workload", wl if wl is not None else MISSING, "expected a mapping with at least target")
@@ -283,7 +283,7 @@ def _workload(wl: Any, db: Database, err: _Errors) -> tuple[dict, list[Knob]]:
     else:
         err.add("workload.tree_nodes", tree, f"expected an integer in [0, {TREE_NODES_MAX}], a list of them, "
                 "or {low, high}")
-    out["k_max"] = err.check(Range(True, 1, K_LIMIT), wl.get("k_max", 8), "workload.k_max", 8)
+    out["k_max"] = err.check(Range(True, 1, K_LIMIT), wl.get("k_max", 16), "workload.k_max", 16)
     profiles = load_rank_profiles(db.root)
     out["rank_profile"] = None
     if "rank_profile" in wl:
@@ -550,7 +550,7 @@ def parse_study(raw: Any, path: str | Path, db: Database | None = None) -> Study
     if not any(k.searched for k in knobs) and not err.items:
         err.add("space", MISSING, "nothing to search: give at least one knob as a list or a range")
     raise_collected(err.items)
-    k_max = min(wl["k_max"], drafter.heads) if drafter.kind == "medusa" else wl["k_max"]
+    k_max = min(wl["k_max"], drafter.heads) if drafter.kind in ("medusa", "hydra") else wl["k_max"]
     workload = Workload(target=wl["target"], drafter=drafter, acceptance=acc, dtype=wl["dtype"],
                         kv_dtype=wl["kv_dtype"], temperature=float(wl["temperature"]), overlap=wl["overlap"],
                         tree_nodes=int(wl["tree_nodes"]), k_max=int(k_max), continuous=wl["continuous"],

@@ -133,9 +133,9 @@ def k_loop(monkeypatch):
     seen = []
     real = E._auto_k
 
-    def spy(terms, K, bound):
+    def spy(terms, K, bound, *rest):
         calls = []
-        out = real(lambda kc: calls.append(int(kc[0, 0])) or terms(kc), K, bound)
+        out = real(lambda kc: calls.append(int(kc[0, 0])) or terms(kc), K, bound, *rest)
         seen.append(calls)
         return out
     monkeypatch.setattr(E, "_auto_k", spy)
@@ -153,6 +153,8 @@ CASES = {
     "eagle": dict(draft="eagle"),
     "medusa": dict(draft="medusa:5"),
     "ngram": dict(draft="ngram"),
+    "high alpha": dict(acceptance=make_acceptance(0.95)),
+    "high alpha, ngram": dict(draft="ngram", acceptance=make_acceptance(0.95), overlap=False),
 }
 
 
@@ -168,8 +170,8 @@ def test_bounded_k_auto_equals_every_k(db, k_loop, monkeypatch, case):
     batch = _designs(db, 3000, rng, draft_chip=draft_chip, pathological=True, k_choices=(0, 0, 0, 2))
     bounded = evaluate(batch, w, dedupe=False)
     every = evaluate(batch, w, dedupe=False, k_bound=False)
-    K = k_loop[1][0]          # k_max, or fewer (Medusa: its 5 heads)
-    assert k_loop[0][0] == K and k_loop[1] == list(range(K, 0, -1))
+    K = k_loop[1][0]          # k_max (16), or fewer (Medusa: its 5 heads; 8 per-position rates)
+    assert k_loop[0][0] == min(K, E.K_FIRST) and k_loop[1] == list(range(K, 0, -1))
     _assert_same(bounded, every)
     monkeypatch.setattr(E, "MIN_ROWS_K_LOOP", 10 ** 9)
     _assert_same(bounded, evaluate(batch, w, dedupe=False))
@@ -181,13 +183,17 @@ def test_the_bound_stops_early_where_large_k_wins(db, k_loop):
     memory-bound verify passes, so every row picks k >= 5. Evaluating k = 8, 7, ... down to 4,
     the bound then rules out k = 1..3 on every row: for k = 3 it is (3 draft steps + a plain
     decode step + t_spec) / tau(3), tau(3) = 1 + 0.8 + 0.64 + 0.512 = 2.952, above each row's
-    best over k = 4..8. So 5 of the 8 k are evaluated, with the same bits as all 8."""
+    best over k = 4..8. Upwards, k = 9..15 may still win on some row (the draft costs 1-4% of a
+    target step on these parts), k = 16 on none: (16 steps + a decode step) / tau(16) is above
+    every row's best. So 12 of the 16 k are evaluated, with the same bits as all 16, and k = 9-11
+    win on 639 of the 3,000 rows (the cap of 8 before issue 17 lost them)."""
     rng = np.random.default_rng(7)
     batch = _designs(db, 3000, rng, max_batch=1)
     w = _workload(db, target="llama-3.1-70b")
     fast = evaluate(batch, w, dedupe=False)
     assert fast.k.min() >= 5
-    assert k_loop[0] == [8, 7, 6, 5, 4]
+    assert k_loop[0] == [8, 7, 6, 5, 4, 9, 10, 11, 12, 13, 14, 15]
+    assert (fast.k > 8).sum() == 639 and fast.k.max() == 11
     _assert_same(fast, evaluate(batch, w, dedupe=False, k_bound=False))
 
 
@@ -224,3 +230,19 @@ def test_every_latency_input_is_in_the_key_and_capacity_is_not(db):
             got = E._distinct_rows(batch)
             expect = 1 if name in ("capacity_bytes", "memory_reserve_fraction") else 2
             assert got is not None and got[0].size == expect, (group, name)
+
+
+@pytest.mark.parametrize("alpha", [0.6, 0.95])
+def test_k_auto_past_8_in_the_broadcast_pass_and_for_trees(db, alpha):
+    """Below MIN_ROWS_K_LOOP rows (and for any tree) k = 1..8 are evaluated at once, then 1..16
+    only if the bound lets a larger k (a deeper tree) win on some row: the same bits as every k
+    at once. At alpha 0.95 trees of 64 nodes go deeper than 8 on some rows; at 0.6 none does."""
+    rng = np.random.default_rng(11)
+    batch = _designs(db, 400, rng, k_choices=(0, 0, 3))
+    trees = DesignBatch(**{**{f: getattr(batch, f) for f in batch.__slots__},
+                           "tree_nodes": rng.choice([0, 16, 64], batch.n)})
+    for b in (batch, trees):
+        w = _workload(db, draft="eagle", acceptance=make_acceptance(alpha))
+        fast, every = evaluate(b, w, dedupe=False), evaluate(b, w, dedupe=False, k_bound=False)
+        _assert_same(fast, every)
+    assert (every.k > 8).any() == (alpha > 0.9)

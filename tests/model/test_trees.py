@@ -328,3 +328,46 @@ def test_tree_draft_steps_take_each_depths_own_width(db, ideal):
     uniform = 3 * step(26 / 3)
     assert abs(per_depth - uniform) / per_depth > 0.05
     assert r["draft_ms_per_iter"] == pytest.approx(per_depth * 1e3, rel=1e-9)
+
+
+def test_hydra_heads_draft_one_depth_a_step_by_hand(ideal):
+    # hydra:4 on Llama-3.1-8B: Medusa-sized heads, 542,113,792 parameters each (d^2 + dV), 4 x 1.0842 GB
+    # of weights held like medusa:4's; but each depth is its own step (the heads are sequentially
+    # dependent): on an ideal H100 a step streams one head, 1.08422758e9 B / 3.35e12 B/s = 0.323650 ms.
+    # A chain of 3: 3 steps, 0.970951 ms (medusa:4 reads all 4 heads once: 1.294601 ms); the runtime's
+    # draft_step_overhead_us (100 us set here) is paid per step.
+    per_step = 542_113_792 * 2 / 3.35e12
+    r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="hydra:4", alpha=0.6, k=3, set_fields=ideal)
+    assert r["draft_ms_per_iter"] == pytest.approx(3 * per_step * 1e3, rel=1e-9)
+    assert r["draft_memory_required_gb"] == pytest.approx(4.336910336, rel=1e-9)
+    m = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="medusa:4", alpha=0.6, k=3, set_fields=ideal)
+    assert m["draft_ms_per_iter"] == pytest.approx(4 * per_step * 1e3, rel=1e-9)
+    h = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="hydra:4", alpha=0.6, k=3,
+                        set_fields={**ideal, "draft_step_overhead_us": 100})
+    assert h["draft_ms_per_iter"] - r["draft_ms_per_iter"] == pytest.approx(0.3, rel=1e-9)
+    # a tree of 16 nodes, depth <= 3: one step per level it uses, whatever the level's width (memory-bound)
+    t = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="hydra:4", alpha=0.6, k=3, tree_nodes=16,
+                        set_fields=ideal)
+    levels = len(t["tree_shape"].split("-"))
+    assert t["rank_profile"] == "medusa" and levels == 3
+    assert t["draft_ms_per_iter"] == pytest.approx(levels * per_step * 1e3, rel=1e-6)
+    with pytest.raises(SpecError, match="one token per Hydra head"):
+        evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="hydra:4", alpha=0.6, k=5)
+
+
+def test_tree_verify_and_draft_steps_pay_the_runtimes_tree_costs():
+    # graphs: 1 kernel a layer more in a tree-masked verify (32 layers x 6.5 us = 0.208 ms) and 30 us a
+    # tree draft step; a chain pays neither (an EAGLE head step pays the 30 us in a chain too)
+    kw = dict(hw="h100-sxm", target="llama-3.1-8b", alpha=0.7, k=4)
+    for draft, steps in (("llama-3.2-1b", 4), ("eagle", 4)):
+        t = evaluate_design(**kw, draft=draft, tree_nodes=16, rank_profile="geometric")
+        t0 = evaluate_design(**kw, draft=draft, tree_nodes=16, rank_profile="geometric",
+                             set_fields={"tree_kernels_per_layer": 0, "draft_step_overhead_us": 0})
+        assert t["verify_ms_per_iter"] - t0["verify_ms_per_iter"] == pytest.approx(32 * 6.5e-3, rel=1e-9)
+        levels = len(t["tree_shape"].split("-"))
+        assert t["draft_ms_per_iter"] - t0["draft_ms_per_iter"] == pytest.approx(levels * 0.030, rel=1e-9)
+        c = evaluate_design(**kw, draft=draft)
+        c0 = evaluate_design(**kw, draft=draft, set_fields={"tree_kernels_per_layer": 0, "draft_step_overhead_us": 0})
+        assert c["verify_ms_per_iter"] == c0["verify_ms_per_iter"]
+        assert c["draft_ms_per_iter"] - c0["draft_ms_per_iter"] == pytest.approx(
+            steps * 0.030 if draft == "eagle" else 0.0, abs=1e-12)
