@@ -147,7 +147,7 @@ def test_baseline_anchor_scales_every_fixed_cost_by_one_factor():
     a = evaluate_design(**kw, baseline_ms=12.0)
     assert a["baseline_ms_per_token"] == pytest.approx(12.0, rel=1e-9)
     assert a["anchor"] == {"scaled": ["kernel_launch_us", "step_overhead_us", "sequence_overhead_us",
-                                      "spec_overhead_us"],
+                                      "spec_overhead_us", "draft_step_overhead_us"],
                            "factor": pytest.approx(s, rel=1e-9), "baseline_ms": 12.0}
     overhead = a["iter_ms"] - a["draft_ms_per_iter"] - a["verify_ms_per_iter"] - a["link_ms_per_iter"]
     assert overhead == pytest.approx(0.100 * s, rel=1e-9)
