@@ -74,7 +74,7 @@ def _kv(ctx, param, values):
 @click.option("--draft-hw", default=None, help="Put the draft model on this colocated draft chip.")
 @click.option("--draft-chips", default=1, show_default=True, type=int, help="Draft chips (with --draft-hw).")
 @click.option("--k", "k", default="auto", show_default=True,
-              help="Drafted tokens per iteration (1-32), or auto (the best k up to 8, or 0 = no speculation).")
+              help="Drafted tokens per iteration (1-32), or auto (the best k up to 16, or 0 = no speculation).")
 @click.option("--alpha", type=float, default=None, help="i.i.d. conditional per-token acceptance rate.")
 @click.option("--acceptance", default=None, help="Per-position conditional rates A1,A2,...")
 @click.option("--tau", type=float, default=None, help="Mean tokens per target pass (at the given --k).")
