@@ -95,6 +95,11 @@ class RankProfiles:
 
 def load_rank_profiles(root: str | Path) -> RankProfiles:
     """``root/acceptance/rank_profiles.yaml`` -> RankProfiles (cached per file)."""
+    return _for_root(str(root))
+
+
+@lru_cache(maxsize=8)
+def _for_root(root: str) -> RankProfiles:
     return _load(str(Path(root) / RANK_PROFILES_FILE))
 
 

@@ -692,11 +692,13 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
     elif n < MIN_ROWS_K_LOOP or any_tree:
         kc = np.arange(1, K1 + 1)[None, :]       # every k at once, then the best per row
         t = terms(kc)
-        if K1 < K:                              # every k up to K at once where a larger k may win
+        if K1 < K:                              # and the larger k some row may win at, at once
             v = t.t_iter / t.tau
             best = np.take_along_axis(v, np.argmin(v, axis=1)[:, None], axis=1)[:, 0]
-            if larger_k(best, t.per_k).size:
-                kc, t = np.arange(1, K + 1)[None, :], None
+            more = larger_k(best, t.per_k)
+            if more.size:
+                t = _concat_terms(t, terms(more[None, :]), n, K1, more.size)
+                kc = np.concatenate([kc, more[None, :]], axis=1)
     else:                                       # k by k, stopping where a bound allows
         bound = _auto_k_bound(tau_tab, win_tab, K1, fixed, overlapped, floor_s)
         kc = np.where(fixed, batch.k, _auto_k(terms, K, bound if k_bound else None, K1, larger_k))[:, None]
@@ -767,6 +769,24 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
         verify_bound=verify_bound, draft_bound=draft_bound,
         tokens_per_s=B / spec, baseline_tokens_per_s=B / base.time_s,
         ttft_s=ttft, request_latency_s=request_latency_s(ttft, G, spec))
+
+
+def _concat_terms(a: SimpleNamespace, b: SimpleNamespace, n: int, ka: int, kb: int) -> SimpleNamespace:
+    """The terms of k candidates ``a`` (ka of them) then ``b`` (kb) as one set over ka + kb
+    candidates: every per-k array broadcast to (n, k) (a tree's nodes per depth to (n, k, depth))
+    and joined along the k axis; per_k (one draft step, the same at every k) is a's."""
+    def cat(x, y):
+        if x is None:
+            return None
+        x, y = np.asarray(x), np.asarray(y)
+        if x.ndim == 3:                   # level: (.., k, depth)
+            return np.concatenate([np.broadcast_to(x, (n, ka, x.shape[-1])),
+                                   np.broadcast_to(y, (n, kb, y.shape[-1]))], axis=1)
+        return np.concatenate([np.broadcast_to(x, (n, ka)), np.broadcast_to(y, (n, kb))], axis=1)
+    out = {k: cat(v, getattr(b, k)) for k, v in vars(a).items() if k not in ("verify", "per_k")}
+    out["verify"] = StepCost(*(cat(x, y) for x, y in zip(a.verify, b.verify)))
+    out["per_k"] = a.per_k
+    return SimpleNamespace(**out)
 
 
 def _auto_k(terms, K: int, bound, k_first: int | None = None, larger=None) -> np.ndarray:

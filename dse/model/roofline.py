@@ -262,7 +262,8 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
         flops_lin = flops_lin + 2.0 * tf.lm_head_params(m) * B / t
     kv_tok = L * tf.kv_elems_per_token_per_layer(m) * kv_bytes
     bytes_att = (B * (S + q) + X) * kv_tok / tf.kv_shards(m, t)
-    own = np.where(tree_mask, q, 0.5 * (q + 1.0)) if np.any(tree_mask) else 0.5 * (q + 1.0)
+    tree = tree_mask is not False and bool(np.any(tree_mask))
+    own = np.where(tree_mask, q, 0.5 * (q + 1.0)) if tree else 0.5 * (q + 1.0)
     # a prefill (logits of the last position only) runs MLA in its non-absorbed form
     flops_att = (tf.attention_flops_per_token_per_ctx(m, L, absorbed=not lm_head_last_only)
                  * T * (S + own)
@@ -293,7 +294,7 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     lin, att = smooth_roofline(lin_c, lin_m, p), smooth_roofline(att_c, att_m, p)
     kernels = L * hw.kernels_per_layer if not (m.kv_lora_rank or m.num_experts) else kernels_per_step(m, hw, L)
     fixed = kernels * hw.kernel_launch_s
-    if np.any(tree_mask):       # a runtime without a fused tree-attention kernel runs more per layer
+    if tree:                    # a runtime without a fused tree-attention kernel runs more per layer
         fixed = fixed + np.where(tree_mask, L * hw.tree_kernels_per_layer * hw.kernel_launch_s, 0.0)
     if step_overhead:
         fixed = fixed + hw.step_overhead_s + B * hw.sequence_overhead_s
