@@ -564,13 +564,13 @@ def test_known_part_on_two_chips_every_column(known):
     assert (h1.price_usd, h1.chip_price_usd) == (60_000, 30_000)
     # required, per chip x 2: 70,552,387,584 x 2 B = 141.105 GB weights + 768 tokens x 327,680 B =
     # 0.252 GB KV (8 KV heads over 2 chips: halved per chip, so the same total) + 1,235,814,400 x 2 B
-    # = 2.472 GB draft + (768 + 8) x 32,768 B = 0.025 GB draft KV + 5% of 141 GiB per chip x 2
-    assert h.memory_required_gb == pytest.approx(141.104775168 + 0.25165824 + 2.471493632 + 0.025427968
+    # = 2.472 GB draft + (768 + 16) x 32,768 B = 0.026 GB draft KV (16: k_max) + 5% of 141 GiB per chip x 2
+    assert h.memory_required_gb == pytest.approx(141.104775168 + 0.25165824 + 2.471493632 + 0.025690112
                                                  + 0.05 * 282 * 2 ** 30 / 1e9, rel=GLUE)
     assert h.memory_shortfall_gb == 0.0
-    # h100-sxm x 1: 141.105 + 0.252 + 2.472 + 0.025 + 5% of 85.899 = 148.148 GB needed, 85.899 GB there
+    # h100-sxm x 1: 141.105 + 0.252 + 2.472 + 0.026 + 5% of 85.899 = 148.148 GB needed, 85.899 GB there
     s = df[(df.params_target_chip_device == "h100-sxm") & (df.params_target_chip_chips == 1)].iloc[0]
-    assert s.memory_shortfall_gb == pytest.approx(143.853355008 + 0.05 * 80 * 2 ** 30 / 1e9 - 80 * 2 ** 30 / 1e9,
+    assert s.memory_shortfall_gb == pytest.approx(143.853617152 + 0.05 * 80 * 2 ** 30 / 1e9 - 80 * 2 ** 30 / 1e9,
                                                   rel=GLUE)
     assert s.chip_power_w == pytest.approx(586.67, rel=GLUE)
     # violation = shortfall + 1 (latency cap on an undefined latency) + 0 (586.67 W <= 1,500 W)
@@ -613,10 +613,10 @@ def test_synthesised_chip_with_draft_chip_every_column(synth_grid):
     # link: 2 x 3 us + (4 + 2) int32 ids = 24 B over 128/2 GB/s = 0.375 ns -> 0.006000375 ms
     assert on.link_ms_per_iter == pytest.approx(0.006000375, rel=GLUE) and off.link_ms_per_iter == 0.0
     # on the draft chips the draft's KV and weights leave the target: required differs by the draft
-    # bytes (2.471493632 + 0.025427968 GB), and the draft chips hold them (half each) plus 5% of
-    # 24 GiB each
-    assert off.memory_required_gb - on.memory_required_gb == pytest.approx(2.4969216, rel=1e-6)
-    assert on.draft_memory_required_gb == pytest.approx(2.4969216 + 0.05 * 48 * 2 ** 30 / 1e9, rel=GLUE)
+    # bytes (2.471493632 + 0.025690112 GB: (768 + 16) x 32,768 B of KV), and the draft chips hold them
+    # (half each) plus 5% of 24 GiB each
+    assert off.memory_required_gb - on.memory_required_gb == pytest.approx(2.497183744, rel=1e-6)
+    assert on.draft_memory_required_gb == pytest.approx(2.497183744 + 0.05 * 48 * 2 ** 30 / 1e9, rel=GLUE)
     # the draft chips' row breaks both constraints: power - 700 W and 1.2 - speedup
     assert on.speedup < 1.2 and not on.feasible and on.constraint_violation == pytest.approx(
         (on.power_w - 700.0) + (1.2 - on.speedup), rel=GLUE)

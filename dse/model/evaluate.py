@@ -520,10 +520,8 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
             # the target's own layers (early exit, an MoE EAGLE layer) keep its expert parallel
             c = step_cost(model, Dc, batch=Bc, q=q, context=Sc, layers=layers, step_overhead=not eagle,
                           prefill_tokens=x, prefill_len=P[:, None], **(kw if d.kind == "model" else kw_tc))
-            if eagle or tree:
-                h = Dc.draft_step_overhead_s if not tree else np.where(tree_c, Dc.draft_step_overhead_s, 0.0)
-                if eagle:
-                    h = Dc.draft_step_overhead_s
+            if eagle or tree:       # (a tree's steps are used on tree rows only)
+                h = Dc.draft_step_overhead_s
                 c = c._replace(time_s=c.time_s + h, t_overhead_s=c.t_overhead_s + h, t_fixed_s=c.t_fixed_s + h)
             if not eagle:
                 return c
