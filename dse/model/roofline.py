@@ -7,6 +7,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..catalog.specs import ModelSpec
+from . import routing
 from . import transformer as tf
 
 #: bound codes (the edges turn them into "memory", "compute", "overhead")
@@ -24,6 +25,9 @@ class StepCost(NamedTuple):
     t_compute_s: np.ndarray  # parts bound by FLOP/s
     t_overhead_s: np.ndarray  # launches, step cost, all-reduces
     t_fixed_s: np.ndarray = 0.0  # the software's share of t_overhead_s: launches, per-step, per-sequence
+    energy_j: np.ndarray = 0.0  # the whole group's energy of memory bytes and link bytes, J
+    group_flops_lin: np.ndarray = 0.0  # the whole group's linear FLOPs (x J/FLOP: energy_per_token's)
+    group_flops_att: np.ndarray = 0.0  # the whole group's attention FLOPs
 
     @property
     def arithmetic_intensity(self):
@@ -118,8 +122,25 @@ def group_alltoall_time_s(nbytes, ranks, hw):
     return np.where(beyond & (e > 1), split, flat)
 
 
+def expert_ranks(m: ModelSpec, ep, chips) -> np.ndarray:
+    """Expert-parallel ranks E of a step: 1 for a dense model or ep <= 1; inputs are checked
+    (workload.check_ep), and a group whose t the workload's E does not divide (the report's known
+    parts at other chip counts) takes E = gcd(E, t)."""
+    E = np.asarray(ep, dtype=np.float64)
+    if not m.is_moe or np.all(E <= 1):
+        return np.float64(1.0)
+    return np.gcd(np.maximum(E, 1.0).astype(np.int64), np.asarray(chips).astype(np.int64)).astype(np.float64)
+
+
 def communication_time_s(m: ModelSpec, hw, tokens, act_bytes: float, layers: int, ep=1):
-    """Collectives of one step over ``tokens`` = B*q tokens (MODEL.md section 2).
+    """Collectives of one step over ``tokens`` = B*q tokens (MODEL.md section 2): the time of
+    ``collectives``."""
+    return collectives(m, hw, tokens, act_bytes, layers, ep)[0]
+
+
+def collectives(m: ModelSpec, hw, tokens, act_bytes: float, layers: int, ep=1):
+    """(seconds, bytes the group sends over its links) of one step's collectives over ``tokens``
+    = B*q tokens (MODEL.md section 2).
 
     Tensor parallel (ep = 1): 2 all-reduces of T*d*b_act per layer (after attention and after
     the FFN), rings within a scale-up domain, hierarchical beyond it (group_allreduce_time_s). Expert parallel over E ranks (ep = E > 1, MoE only; E divides t):
@@ -127,30 +148,39 @@ def communication_time_s(m: ModelSpec, hw, tokens, act_bytes: float, layers: int
     (one all-reduce after attention in every layer, one after the FFN of each dense layer and,
     where the model has shared experts, one for their partial sums in each MoE layer); the routed
     experts replace the FFN all-reduce by an all-to-all dispatch and combine (DeepSeek-V3, arXiv
-    2412.19437 section 3.4; vLLM --enable-expert-parallel): each rank sends its 1/E share of the
-    T tokens' k copies, T*k*d*b_act/E bytes, each way (``alltoall_time_s``). With E < t each
-    expert is further split over the t/E chips of its rank (Megatron-Core's expert tensor
-    parallel), whose partial sums of the T*k/E token copies it receives are all-reduced among
-    those t/E chips.
+    2412.19437 section 3.4; vLLM --enable-expert-parallel). The all-to-all waits for the busiest
+    rank, which receives the E[max_r C_r] token copies of the T tokens' k (routing.busiest_rank;
+    the mean rank's share is T*k/E), so C_max*d*b_act bytes each way (``group_alltoall_time_s``).
+    With E < t each expert is further split over the t/E chips of its rank (Megatron-Core's expert
+    tensor parallel), whose partial sums of those copies are all-reduced among the t/E chips.
+    Bytes (for energy) are what all chips send: an all-reduce of n bytes over t chips 2(t-1)*n
+    (a ring, or the hierarchical one: the same traffic), an all-to-all of n bytes per rank
+    (E-1)/E*n per rank, at the mean rank's share.
     """
-    t = hw.chips
+    t = np.asarray(hw.chips, dtype=np.float64)
     T = np.asarray(tokens, dtype=np.float64)
     d = m.hidden_size
-    ar = group_allreduce_time_s(T * d * act_bytes, hw)
-    tp = 2.0 * layers * ar
-    E = np.asarray(ep, dtype=np.float64)
-    if not m.is_moe or np.all(E <= 1):
+    n_ar = T * d * act_bytes
+    ar = group_allreduce_time_s(n_ar, hw)
+    if not (t > 1).any():                   # lone chips: no collective at all (and no expert ranks)
+        return ar, np.float64(0.0)
+    ar_bytes = 2.0 * np.maximum(t - 1.0, 0.0) * n_ar
+    tp = 2.0 * layers * ar, 2.0 * layers * ar_bytes
+    E = expert_ranks(m, ep, t)
+    if not (E > 1).any():
         return tp
     dense = min(tf.layer_counts(m)[0], layers)
     moe = layers - dense
-    # inputs are checked (workload.check_ep); a group whose t the workload's E does not divide (the
-    # report's known parts at other chip counts) takes E = gcd(E, t)
-    E = np.gcd(np.maximum(E, 1.0).astype(np.int64), np.asarray(t).astype(np.int64)).astype(np.float64)
-    copies = T * m.experts_per_token * d * act_bytes / E       # bytes one rank dispatches
-    per_moe = (2.0 * group_alltoall_time_s(copies, E, hw)
-               + group_allreduce_time_s(copies, hw, np.asarray(t, dtype=np.float64) / E)
+    c_max = routing.busiest_rank(m.num_experts, m.experts_per_token, E, T)[1]
+    busiest = c_max * d * act_bytes                            # bytes the busiest rank receives
+    mean = T * m.experts_per_token * d * act_bytes / E         # bytes one rank dispatches on average
+    inner = t / E
+    per_moe = (2.0 * group_alltoall_time_s(busiest, E, hw) + group_allreduce_time_s(busiest, hw, inner)
                + (ar if m.shared_experts else 0.0))
-    return np.where(E > 1, layers * ar + dense * ar + moe * per_moe, tp)
+    per_moe_bytes = (2.0 * (E - 1.0) * mean + E * 2.0 * np.maximum(inner - 1.0, 0.0) * mean
+                     + (ar_bytes if m.shared_experts else 0.0))
+    return (np.where(E > 1, (layers + dense) * ar + moe * per_moe, tp[0]),
+            np.where(E > 1, (layers + dense) * ar_bytes + moe * per_moe_bytes, tp[1]))
 
 
 def kernels_per_step(m: ModelSpec, hw, layers: int | None = None):
@@ -206,7 +236,7 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
               step_overhead: bool = True, weight_bw_factor=None, weight_dequant: str = "",
               linear_compute_factor: float = 1.0, attention_compute_factor: float = 1.0,
               head_bytes: float | None = None, prefill_tokens=0.0, prefill_len=0.0,
-              tree_mask=False, ep=1, weight_emulated_dequant: str = "") -> StepCost:
+              tree_mask=False, ep=1, weight_emulated_dequant: str = "", energy: bool = True) -> StepCost:
     """step(model, device, B, q, S): B sequences, q new tokens each, S tokens cached.
 
     Linear: F = 2*N_active*B*q (+ LM head at every position, or at the last one only for a
@@ -233,11 +263,20 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     the replicated ones (MLA down-projections, MoE router: transformer.replicated_params);
     the KV cache divides by min(t, h_kv) (MLA: replicated); 2 all-reduces of B*q*d*b_act
     bytes per layer, or with expert parallel ``ep`` = E > 1 on an MoE model, all-to-alls for the
-    routed experts (``communication_time_s``). Under uniform routing each of the E expert ranks
-    holds N/E experts and expects (N/E)*(1-(1-k/N)^T) of them hit by T tokens (MODEL.md
-    section 1), split over its t/E chips: the same expected bytes per chip as tensor parallel
-    (the busiest rank reads more; the model uses the mean rank). Bytes and FLOPs are per chip. ``hw`` is any object with the
-    HardwareArrays attributes (1-D, or 2-D columns for k sweeps).
+    routed experts (``collectives``). Each of the E expert ranks holds N/E experts, split over
+    its t/E chips; the step waits for the busiest rank, which reads the E[max_r D_r] distinct
+    experts its tokens hit and multiplies E[max_r C_r] token copies (routing.busiest_rank, uniform
+    routing), where the mean rank reads (N/E)*(1-(1-k/N)^T) experts (MODEL.md section 1) and
+    takes T*k/E copies, what tensor parallel reads per chip. Bytes and FLOPs are the busiest
+    chip's (they set the time). ``hw`` is any object with the HardwareArrays attributes (1-D, or
+    2-D columns for k sweeps).
+
+    Energy (MODEL.md section 5), the whole group's at the mean expert rank (what all ranks move
+    together): ``energy_j`` = every chip's bytes from memory x hw.mem_j_per_byte + the bytes its
+    collectives send x hw.link_j_per_byte; its FLOPs apart, ``group_flops_lin`` and
+    ``group_flops_att`` (evaluate.energy_metrics prices them per design, at the design's J/FLOP,
+    and adds static power for the iteration's time). NaN where ``hw`` has no energy constants;
+    not computed without ``energy``.
 
     Continuous batching (MODEL.md section 2, serving): ``prefill_tokens`` x per sequence ride
     along in the same weight pass: the prompts (``prefill_len`` P tokens each) of the B*x/P
@@ -250,24 +289,29 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     S = np.asarray(context, dtype=np.float64)
     t = hw.chips
     T = B * q
-    X = B * np.asarray(prefill_tokens, dtype=np.float64)       # prefill tokens riding along
+    px = np.asarray(prefill_tokens, dtype=np.float64)
+    ride = bool(np.any(px))                 # prefill tokens riding along (continuous batching); else no X terms
+    X = B * px if ride else 0.0
+    TX = T + X if ride else T
     rep = tf.replicated_params(m, L)
     hb = weight_bytes if head_bytes is None else head_bytes
     head = tf.lm_head_params(m) if lm_head else 0
-    bytes_lin = (tf.per_chip(tf.weight_params_touched(m, T + X, L, lm_head) - head, rep, t) * weight_bytes
+    bytes_lin = (tf.per_chip(tf.weight_params_touched(m, TX, L, lm_head) - head, rep, t) * weight_bytes
                  + head * hb / t)
-    flops_lin = tf.per_chip(tf.linear_flops_per_token(m, L, lm_head and not lm_head_last_only) * T
-                            + tf.linear_flops_per_token(m, L, False) * X, 2.0 * rep * (T + X), t)
+    lin = tf.linear_flops_per_token(m, L, lm_head and not lm_head_last_only) * T
+    flops_lin = tf.per_chip(lin + tf.linear_flops_per_token(m, L, False) * X if ride else lin, 2.0 * rep * TX, t)
     if lm_head and lm_head_last_only:      # prefill: logits of the last prompt position only
         flops_lin = flops_lin + 2.0 * tf.lm_head_params(m) * B / t
+    busy = _busiest_expert_rank(m, L, TX, ep, t)                    # None without expert parallel
     kv_tok = L * tf.kv_elems_per_token_per_layer(m) * kv_bytes
-    bytes_att = (B * (S + q) + X) * kv_tok / tf.kv_shards(m, t)
+    bytes_att = ((B * (S + q) + X) if ride else B * (S + q)) * kv_tok / tf.kv_shards(m, t)
     tree = tree_mask is not False and bool(np.any(tree_mask))
     own = np.where(tree_mask, q, 0.5 * (q + 1.0)) if tree else 0.5 * (q + 1.0)
     # a prefill (logits of the last position only) runs MLA in its non-absorbed form
-    flops_att = (tf.attention_flops_per_token_per_ctx(m, L, absorbed=not lm_head_last_only)
-                 * T * (S + own)
-                 + tf.attention_flops_per_token_per_ctx(m, L, absorbed=False) * X * 0.5 * (prefill_len + 1.0)) / t
+    att = tf.attention_flops_per_token_per_ctx(m, L, absorbed=not lm_head_last_only) * T * (S + own)
+    if ride:
+        att = att + tf.attention_flops_per_token_per_ctx(m, L, absorbed=False) * X * 0.5 * (prefill_len + 1.0)
+    flops_att = att / t
     eff_c = hw.compute_efficiency
     peak_att = np.where(hw.peak_attention_flop_s > 0, hw.peak_attention_flop_s, hw.peak_flop_s)
     byte_s = hw.mem_bw_bytes_s * hw.mem_efficiency
@@ -280,14 +324,17 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
         native_a = getattr(hw, "attention_math_native", None)
         if native_a is not None and not native_a.all():
             attention_compute_factor = np.where(native_a, attention_compute_factor, 1.0)
-    lin_c = flops_lin / (hw.peak_flop_s * eff_c * linear_compute_factor)
+    # the busiest expert rank's weights and FLOPs set the time; the mean rank's, the energy
+    flops_busy, bytes_busy = (flops_lin, bytes_lin) if busy is None else (flops_lin + busy[1],
+                                                                           bytes_lin + busy[0] * weight_bytes)
+    lin_c = flops_busy / (hw.peak_flop_s * eff_c * linear_compute_factor)
     if weight_bw_factor is not None:
         wf = weight_bw_factor
     elif all_w:
         wf = stream_factor(hw, weight_dequant)
     else:
         wf = np.where(native_w, stream_factor(hw, weight_dequant), stream_factor(hw, weight_emulated_dequant))
-    lin_m = bytes_lin / (byte_s * wf)
+    lin_m = bytes_busy / (byte_s * wf)
     att_c = flops_att / (peak_att * eff_c * attention_compute_factor)
     att_m = bytes_att / byte_s
     p = hw.roofline_p
@@ -298,11 +345,38 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
         fixed = fixed + np.where(tree_mask, L * hw.tree_kernels_per_layer * hw.kernel_launch_s, 0.0)
     if step_overhead:
         fixed = fixed + hw.step_overhead_s + B * hw.sequence_overhead_s
-    comm = communication_time_s(m, hw, T, act_bytes, L, ep)
+    comm, link_bytes = collectives(m, hw, T, act_bytes, L, ep)
     # split each part's time to the side that bounds it (for ``bound`` and the report)
     lin_mem, att_mem = lin_m >= lin_c, att_m >= att_c
     t_mem = np.where(lin_mem, lin, 0.0) + np.where(att_mem, att, 0.0)
     t_cmp = np.where(lin_mem, 0.0, lin) + np.where(att_mem, 0.0, att)
     t_ovh = fixed + comm
-    return StepCost(t_mem + t_cmp + t_ovh, flops_lin + flops_att, bytes_lin + bytes_att,
-                    t_mem, t_cmp, t_ovh, fixed)
+    bytes_all = bytes_lin + bytes_att
+    e_j = f_lin = f_att = np.nan
+    if energy:
+        e_j = t * bytes_all * getattr(hw, "mem_j_per_byte", np.nan)
+        if link_bytes.ndim or link_bytes:
+            e_j = e_j + link_bytes * getattr(hw, "link_j_per_byte", np.nan)
+        f_lin, f_att = t * flops_lin, t * flops_att
+    return StepCost(t_mem + t_cmp + t_ovh, flops_busy + flops_att,
+                    bytes_all if busy is None else bytes_all + busy[0] * weight_bytes, t_mem, t_cmp, t_ovh, fixed, e_j,
+                    f_lin, f_att)
+
+
+def _busiest_expert_rank(m: ModelSpec, layers: int, tokens, ep, chips):
+    """(weights, FLOPs) per chip that the busiest expert-parallel rank adds over the mean rank in
+    ``layers`` layers for ``tokens`` tokens: per MoE layer (E[max D] - mean D) experts of f weights
+    and 2*f*(E[max C] - T*k/E) FLOPs, over the t/E chips of a rank (routing.busiest_rank). None for a
+    dense model or without expert parallel."""
+    if not m.is_moe:
+        return None
+    E = expert_ranks(m, ep, chips)
+    if not (E > 1).any():
+        return None
+    moe = layers - min(tf.layer_counts(m)[0], layers)
+    f = tf.ffn_params(m, tf.expert_width(m))
+    n, k = m.num_experts, m.experts_per_token
+    d_max, c_max = routing.busiest_rank(n, k, E, tokens)
+    d_mean, c_mean = routing.mean_rank(n, k, E, tokens)
+    per_chip = moe * f / (np.asarray(chips, dtype=np.float64) / E)
+    return per_chip * (d_max - d_mean), 2.0 * per_chip * (c_max - c_mean)
