@@ -42,13 +42,22 @@ RUNTIME_FIELDS = ("kernels_per_layer", "mla_extra_kernels", "moe_extra_kernels",
 
 
 def hardware_arrays(dev: DeviceSpec, rt: RuntimeSpec, chips, dtype: str,
-                    kv_dtype: str | None = None) -> HardwareArrays:
+                    kv_dtype: str | None = None, tech=None) -> HardwareArrays:
     """A device and runtime as length-1 (or broadcast) arrays; a device's own fixed costs
     (kernel_launch_us, step_overhead_us) override the runtime's. Attention runs at the
     KV dtype's rate (16-bit unless given); a format whose math the part lacks (fp8 on an
-    A100) runs weight-only (DeviceSpec.native_math)."""
+    A100) runs weight-only (DeviceSpec.native_math). With ``tech`` (technology constants), the
+    energy constants of the part (technology.known_part_energy): a FLOP at a dtype costs the BF16
+    FLOP's energy x peak BF16 / peak at that dtype (a chip draws the same power at either peak)."""
     kv_dtype = kv_dtype or default_kv_dtype(dtype)
     compute = WEIGHT_FORMATS[dtype].compute_dtype
+    energy = {}
+    if tech is not None:
+        e = _part_energy(tech, dev)
+        bf16 = dev.peak_bf16_flop_s
+        energy = dict(mem_j_per_byte=e["mem_j_per_byte"], link_j_per_byte=e["link_j_per_byte"], static_w=e["static_w"],
+                      j_per_flop=e["j_per_flop"] * bf16 / dev.peak_flop_s(compute),
+                      attention_j_per_flop=e["j_per_flop"] * bf16 / dev.peak_flop_s(kv_dtype))
     return HardwareArrays(
         chips=np.atleast_1d(chips), capacity_bytes=dev.memory_bytes, mem_bw_bytes_s=dev.mem_bw_bytes_s,
         peak_flop_s=dev.peak_flop_s(WEIGHT_FORMATS[dtype].compute_dtype), mem_efficiency=dev.mem_efficiency,
@@ -69,7 +78,14 @@ def hardware_arrays(dev: DeviceSpec, rt: RuntimeSpec, chips, dtype: str,
         scale_out_bw_bytes_s=dev.scale_out_bw_bytes_s,
         scale_out_latency_s=0.0 if dev.scale_out_latency_s is None else dev.scale_out_latency_s,
         scale_out_efficiency=1.0 if dev.scale_out_efficiency is None else dev.scale_out_efficiency,
-        tree_kernels_per_layer=rt.tree_kernels_per_layer, draft_step_overhead_s=rt.draft_step_overhead_s)
+        tree_kernels_per_layer=rt.tree_kernels_per_layer, draft_step_overhead_s=rt.draft_step_overhead_s, **energy)
+
+
+@functools.lru_cache(maxsize=64)
+def _part_energy(tech, dev: DeviceSpec) -> dict:
+    """technology.known_part_energy, once per (technology constants, device spec) pair."""
+    from .model.technology import known_part_energy
+    return known_part_energy(tech, dev)
 
 
 def check_group(dev: DeviceSpec, chips: int, where: str = "--chips") -> None:
@@ -98,7 +114,9 @@ def apply_overrides(dev: DeviceSpec, rt: RuntimeSpec, assignments: dict[str, Any
     numeric += [k for k in RUNTIME_FIELDS]
     d_set, r_set = {}, {}
     for key, value in assignments.items():
-        if key in dev_fields and dev_fields[key][1].kind in ("float", "int"):
+        if key in ("memory_capacity_gib", "memory_capacity_gb"):      # one capacity, in the unit of its name
+            dev = dev.with_capacity(key, as_number(value, f"--set {key}"))
+        elif key in dev_fields and dev_fields[key][1].kind in ("float", "int"):
             d_set[key] = as_number(value, f"--set {key}")
         elif key in rt_fields and rt_fields[key][1].kind in ("float", "int"):
             r_set[key] = as_number(value, f"--set {key}")
@@ -166,7 +184,9 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     raise_collected(check_tensor_parallel(tgt, (chips,)))
     if drafter.kind == "model" and not on_chip:        # a draft model on the target chips shards like it
         raise_collected(check_tensor_parallel(drafter.model, (chips,), role="the draft "))
-    target_hw = hardware_arrays(dev, rt, chips, dtype, kv_dtype)
+    from .catalog.technology import load_technology
+    tech = load_technology(db.root)
+    target_hw = hardware_arrays(dev, rt, chips, dtype, kv_dtype, tech)
     if on_chip:
         ddev = db.device(draft_hw, where="--draft-hw: ")
         check_group(ddev, draft_chips, "--draft-chips")
@@ -177,7 +197,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                 raise SpecError(None, "--draft-hw", draft_hw, f"{end.name} has no link (link_bw_gb_s = 0) between "
                                 "the target and the draft chip")
         draft_arrays = hardware_arrays(ddev, db.runtime(runtime or ddev.default_runtime), draft_chips, dtype,
-                                       kv_dtype)
+                                       kv_dtype, tech)
         link_bw, link_lat = min(ddev.link_bw_bytes_s, dev.link_bw_bytes_s), ddev.link_latency_s
     else:
         ddev, draft_arrays, link_bw, link_lat = None, target_hw, 0.0, 0.0

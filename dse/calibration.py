@@ -65,7 +65,7 @@ FIT_PARAMETERS = {
 }
 
 #: CSV hardware text -> (device, --set overrides, mapping note)
-_ONE_GCD = {"mem_bw_tb_s": 1.6, "memory_capacity_gb": 64, "peak_tflops_bf16": 191.5, "peak_tops_int8": 191.5}
+_ONE_GCD = {"mem_bw_tb_s": 1.6, "memory_capacity_gib": 64, "peak_tflops_bf16": 191.5, "peak_tops_int8": 191.5}
 HARDWARE = {
     "A100-SXM4-80GB (power-limited 330 W)": ("a100-80gb", {}, ""),
     "MI250X (one GCD)": ("mi250x", _ONE_GCD, "one GCD = half the MI250X package (1.6 TB/s, 64 GB)"),

@@ -343,8 +343,17 @@ def _entries(kind: str):
     rows = []
     for name in db.names(kind):
         spec = db.device(name) if kind == "device" else db.get(kind, name)   # links filled from their class
-        rows.append(to_display(spec))
+        row = to_display(spec)
+        if kind == "device":        # the capacity in both units, whichever the file gives (dse.units)
+            row["memory_capacity_gib"], row["memory_capacity_gb"] = _capacities(spec)
+        rows.append(row)
     return rows
+
+
+def _capacities(dev) -> tuple[float, float]:
+    """(GiB, GB) of a device's capacity, to 4 significant digits."""
+    from .units import FACTOR
+    return (float(f"{dev.memory_bytes / FACTOR['gib']:.4g}"), float(f"{dev.memory_bytes / FACTOR['gb']:.4g}"))
 
 
 def _print_entries(rows: list[dict], as_json: bool, cols: list[str]) -> None:
@@ -361,9 +370,10 @@ def hw_group():
 @hw_group.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Every field of every accelerator as JSON.")
 def hw_list(as_json):
-    """List accelerators (name, memory, bandwidth, BF16 TFLOP/s)."""
-    _print_entries(_entries("device"), as_json, ["name", "display_name", "memory_capacity_gb", "mem_bw_tb_s",
-                                                 "peak_tflops_bf16", "peak_tflops_fp8", "link_bw_gb_s", "tdp_w"])
+    """List accelerators (name, memory in GiB and GB, bandwidth, BF16 TFLOP/s)."""
+    _print_entries(_entries("device"), as_json, ["name", "display_name", "memory_capacity_gib", "memory_capacity_gb",
+                                                 "mem_bw_tb_s", "peak_tflops_bf16", "peak_tflops_fp8", "link_bw_gb_s",
+                                                 "tdp_w"])
 
 
 @hw_group.command("show")
@@ -434,7 +444,12 @@ def _show(kind: str, name: str, as_json: bool):
     except DseError:
         raw = {}
     sources, estimates = raw.get("sources") or {}, set(raw.get("estimates") or [])
-    if kind == "device":      # link numbers the device takes from its class (technology/links.yaml)
+    if kind == "device":      # the capacity in the other unit, and link numbers from the class (links.yaml)
+        gib, gb = _capacities(spec)
+        given = "memory_capacity_gib" if spec.capacity_gib_bytes is not None else "memory_capacity_gb"
+        other = "memory_capacity_gb" if given == "memory_capacity_gib" else "memory_capacity_gib"
+        fields[other] = gb if other == "memory_capacity_gb" else gib
+        sources[other] = f"= {given} in {'GB (1e9 bytes)' if other.endswith('_gb') else 'GiB (2^30 bytes)'}"
         from .catalog.yamlio import load_yaml
         classes = load_yaml(db.root / "technology" / "links.yaml")["classes"]
         for prefix, name in (("link", spec.link_class), ("scale_out", "scale-out")):

@@ -76,15 +76,7 @@ def eval_table(r: dict) -> str:
                 f"{r['rank_profile']})" if r.get("tree_nodes") else "")
         out.append(f"draft {r['draft']} {where}; {r['acceptance']}; k={r['k']} ({r['k_mode']}){tree}")
     out.append("")
-    short_d = r.get("draft_memory_shortfall_gb") or 0.0
-    fit = ("fits" if not r["memory_shortfall_gb"] else
-           f"DOES NOT FIT: short by {r['memory_shortfall_gb']:.2f} GB")
-    out.append(f"memory       {r['memory_required_gb']:.2f} GB needed of {r['memory_capacity_gb']:.2f} GB   {fit}")
-    if r["draft"] != "none" and r["draft_memory_required_gb"]:
-        what = "head weights" if str(r["draft"]).startswith(("medusa", "hydra")) else "weights + KV"
-        out.append(f"  draft      {r['draft_memory_required_gb']:.2f} GB ({what}) on a device of "
-                   f"{r['draft_memory_capacity_gb']:.2f} GB"
-                   + (f"   DRAFT CHIP DOES NOT FIT: short by {short_d:.2f} GB" if short_d else ""))
+    out += memory_lines(r)
     if r.get("datastore_gb"):
         out.append(f"  datastore  {r['datastore_gb']:.2f} GB in host memory (not device memory)")
     if not r["fits"]:
@@ -94,6 +86,7 @@ def eval_table(r: dict) -> str:
                f"AI {fmt(r['baseline_arithmetic_intensity'])} FLOP/B, {r['baseline_bound']}-bound")
     if r["draft"] == "none":
         out.append(_overhead_line(r, r["baseline_ms_per_token"]))
+        out.append(energy_line(r))
         out.append(f"TTFT         {r['ttft_ms']:.2f} ms   request {r['request_latency_ms']:.1f} ms")
         return "\n".join(out)
     out.append(f"speculative  {r['spec_ms_per_token']:.3f} ms/token  {fmt(r['tokens_per_s'])} tok/s  "
@@ -108,6 +101,7 @@ def eval_table(r: dict) -> str:
     window = f"  P(window usable) {r['p_window']:.3f}" if r.get("overlap") and r.get("p_window") is not None else ""
     out.append(f"accounting   tau {r['tau']:.3f} tokens/pass  alpha {alpha}  k {r['k']}  "
                f"c {r['draft_cost_ratio']:.3f}  {reach} {r['p_all_accepted']:.3f}{window}")
+    out.append(energy_line(r))
     out.append(f"TTFT         {r['ttft_ms']:.2f} ms   request {r['request_latency_ms']:.1f} ms")
     if r.get("anchor"):
         a = r["anchor"]
@@ -123,6 +117,57 @@ def _overhead_line(r: dict, per_token_ms: float) -> str:
     share = ovh / per_token_ms if per_token_ms else 0.0
     return (f"overhead     {ovh:.3f} ms/token ({100 * share:.0f}%) fixed costs of the {r['runtime']} runtime "
             "(kernel launches, per step, per iteration)")
+
+
+def memory_lines(r: dict) -> list[str]:
+    """The capacity check: what the model needs (weights + KV caches) and the runtime's reserve apart,
+    against the capacity; for a group of chips, per chip beside the group (state every chip holds whole
+    counts once per chip in the group figures), and whether more chips could help."""
+    t = r["chips"]
+    cap_chip = r["memory_capacity_gb"] / t
+    gib = f" ({cap_chip * 1e9 / 2 ** 30:.4g} GiB)"
+    pct = f"{100 * r['memory_reserve_gb'] / r['memory_capacity_gb']:.0f}%" if r["memory_capacity_gb"] else "-"
+    short = r["memory_shortfall_gb"]
+    fit = "fits" if not short else "DOES NOT FIT"
+    where = f"{gib}" if t == 1 else f" on {t} chips"
+    out = [f"memory       {r['memory_required_gb']:.2f} GB weights + KV + {r['memory_reserve_gb']:.2f} GB runtime "
+           f"reserve ({pct}) of {r['memory_capacity_gb']:.2f} GB{where}   {fit}"]
+    if t > 1:
+        out.append(f"  per chip   {r['chip_memory_required_gb']:.2f} GB + {r['memory_reserve_gb'] / t:.2f} GB reserve of "
+                   f"{cap_chip:.2f} GB{gib}"
+                   + (f": short by {r['chip_memory_shortfall_gb']:.2f} GB a chip ({short:.2f} GB over {t} chips)"
+                      if short else ""))
+    elif short:
+        out[-1] += f": short by {short:.2f} GB"
+    floor = r.get("chip_memory_floor_gb")
+    if short and floor is not None and floor + r["memory_reserve_gb"] / t > cap_chip:
+        out.append(f"  more chips cannot help: a chip holds at least {floor:.2f} GB at any chip count "
+                   "(replicated weights and KV) + its reserve")
+    if r["draft"] != "none" and r["draft_memory_required_gb"]:
+        what = "head weights" if str(r["draft"]).startswith(("medusa", "hydra")) else "weights + KV"
+        if r.get("draft_hw"):
+            short_d = r.get("draft_memory_shortfall_gb") or 0.0
+            out.append(f"  draft      {r['draft_memory_required_gb']:.2f} GB ({what}) + "
+                       f"{r['draft_memory_reserve_gb']:.2f} GB reserve on a device of "
+                       f"{r['draft_memory_capacity_gb']:.2f} GB"
+                       + (f"   DRAFT CHIP DOES NOT FIT: short by {short_d:.2f} GB" if short_d else ""))
+        else:
+            out.append(f"  draft      {r['draft_memory_required_gb']:.2f} GB of that ({what}), on the target chips")
+    return out
+
+
+def energy_line(r: dict) -> str:
+    """Energy per generated token (speculative, and the baseline's when speculating), tokens per joule,
+    and the mean power it implies (energy per token x tokens/s) beside the provisioned power_w."""
+    e = r.get("energy_j_per_token")
+    if e is None:
+        return (f"energy       - (no energy model for {r['hw']}: its process node or memory type is outside "
+                "hardware_db/technology)")
+    base = (f" (baseline {r['baseline_energy_j_per_token']:#.3g} J/token)"
+            if r["draft"] != "none" and r.get("baseline_energy_j_per_token") is not None else "")
+    draw = e * r["tokens_per_s"]
+    cap = f" of {fmt(r['power_w'])} W provisioned" if r.get("power_w") is not None and not r.get("draft_hw") else ""
+    return f"energy       {e:#.3g} J/token  {r['tokens_per_j']:#.3g} tokens/J{base}; draws {fmt(draw)} W{cap}"
 
 
 def short_name(column: str) -> str:

@@ -21,13 +21,20 @@ from .catalog.specs import DeviceSpec, RuntimeSpec
 from .catalog.technology import TechConstants
 from .model.arrays import DesignBatch, HardwareArrays
 from .model.evaluate import MIN_ROWS_DEDUPE, Metrics, distinct_rows, evaluate
-from .model.technology import known_part_estimate, known_part_power_w, link_power_w, synthesize_chip
+from .model.technology import (
+    known_part_energy,
+    known_part_estimate,
+    known_part_power_w,
+    link_power_w,
+    synthesize_chip,
+)
 from .model.transformer import WEIGHT_FORMATS, default_kv_dtype
 from .study.space import category_codes, fill_inactive, knob_names
 from .study.spec import DEFAULT_SCALE_OUT_GB_S, DEFAULT_SCALE_UP_DOMAIN, StudySpec
 from .units import FACTOR
 
 _NAN = float("nan")
+_BITS_PER_BYTE = 8.0
 
 
 @dataclass(frozen=True)
@@ -146,6 +153,9 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
         table["cost_usd"] = np.array([known_part_estimate(tech, d)[0] for d in devs], dtype=np.float64)
         # and the same energy model (technology.known_part_power_w; the vendor TDP where it cannot run)
         table["power_w"] = np.array([known_part_power_w(tech, d)[0] for d in devs], dtype=np.float64)
+        energy = [known_part_energy(tech, d) for d in devs]
+        for key in ("mem_j_per_byte", "j_per_flop", "static_w", "link_j_per_byte"):
+            table[key] = np.array([e[key] for e in energy], dtype=np.float64)
         col = {k: v[code] for k, v in table.items()}
         link_bw = np.asarray(get("link_bw_gb_s"), dtype=np.float64) * FACTOR["gb_s"] if prefix + "link_bw_gb_s" in knobs \
             else col["link_bw_bytes_s"]
@@ -169,6 +179,7 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
         native_w, native_a = col["weight_math_native"] > 0, col["attention_math_native"] > 0
         domain, out_bw = col["scale_up_domain"], col["scale_out_bw_bytes_s"]
         out_lat, out_eff = col["scale_out_latency_s"], col["scale_out_efficiency"]
+        mem_j, j_bf16, static_w, link_j = col["mem_j_per_byte"], col["j_per_flop"], col["static_w"], col["link_j_per_byte"]
         buildable = np.ones(n, dtype=bool)
     else:
         node_names, node_codes = coded("process_node")
@@ -222,11 +233,18 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
         cost_chip, power_chip, area = chip.cost_usd, chip.power_w, chip.die_area_mm2
         price_chip = np.full(n, _NAN)           # a hypothetical chip has no street price
         buildable = chip.shoreline_ok & chip.stack_height_ok
+        # energy from the same tables as its power (technology.power_w)
+        mem_j = tech.memory_table().j_per_bit[mem] * _BITS_PER_BYTE
+        j_bf16, static_w = tech.node_table().j_per_flop[node], chip.static_power_w
+        link_j = np.full(n, tech.link_j_per_bit * _BITS_PER_BYTE)
     hw = HardwareArrays(chips=chips, capacity_bytes=cap, mem_bw_bytes_s=bw, peak_flop_s=peak,
                         mem_efficiency=eff_m, compute_efficiency=eff_c, link_bw_bytes_s=link_bw,
                         link_latency_s=lat, link_efficiency=eta_link, peak_attention_flop_s=peak_att,
                         weight_math_native=native_w, attention_math_native=native_a, scale_up_domain=domain,
                         scale_out_bw_bytes_s=out_bw, scale_out_latency_s=out_lat, scale_out_efficiency=out_eff,
+                        # a FLOP at a dtype costs the BF16 FLOP's energy x peak BF16 / peak at that dtype
+                        mem_j_per_byte=mem_j, j_per_flop=j_bf16 * peak_bf16 / peak,
+                        attention_j_per_flop=j_bf16 * peak_bf16 / peak_att, link_j_per_byte=link_j, static_w=static_w,
                         **rcols)
     # past its scale-up domain a group must be whole domains on a scale-out network
     dom_b = np.broadcast_to(domain, (n,))
@@ -242,7 +260,7 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
 
 #: chip fields chip_group reads (synthesized_chips gathers these)
 _CHIP_FIELDS = ("capacity_bytes", "mem_bw_bytes_s", "peak_bf16_flop_s", "peak_fp8_flop_s", "cost_usd",
-                "die_area_mm2", "shoreline_ok", "stack_height_ok")
+                "die_area_mm2", "shoreline_ok", "stack_height_ok", "static_power_w")
 
 
 def synthesized_chips(tech: TechConstants, n: int, *, link_bw_gb_s, **knobs):
@@ -357,14 +375,14 @@ def constraint_values(cols: dict[str, np.ndarray], study) -> np.ndarray:
     """Optuna-style constraint values, (n, 1 + len(constraints)); <= 0 is feasible.
 
     Column 0 is the memory fit: shortfall in GB (target chips plus draft chip) when short, else
-    minus the target's slack in GB.
+    minus the target's slack in GB (capacity - required - the runtime's reserve).
     Column 1 is buildability (memory stacks fit the die edges, the stack height exists for
     that memory, the group has bandwidth and, across chips, a link; a design that fits must
     have a finite latency): +1 when not, -1 when it is. Then one column per study constraint (value - max, or min - value); a metric that is
     undefined (NaN, e.g. a latency of a design that does not fit) counts as violated (+1).
     """
     short = cols["memory_shortfall_gb"] + cols["draft_memory_shortfall_gb"]     # target chips + draft chip
-    fit = np.where(short > 0, short, cols["memory_required_gb"] - cols["memory_capacity_gb"])
+    fit = np.where(short > 0, short, cols["memory_required_gb"] + cols["memory_reserve_gb"] - cols["memory_capacity_gb"])
     finite = ~cols["fits"] | np.isfinite(cols["spec_ms_per_token"])
     out = [fit, np.where(cols["buildable"] & finite, -1.0, 1.0)]
     for c in study.constraints:

@@ -217,6 +217,7 @@ def test_hypervolume_history(dataset_dir):
     (2, "schema_version 2: written before power_w of known parts"),   # the vendor TDP in power_w
     (3, "schema_version 3: written before issue 17"),     # no overhead_ms_per_token, free TP past a domain
     (3, "trees from alpha at the geometric rank profile"),   # and no rank_profile column (issue 17, trees)
+    (3, "memory_required_gb then included the runtime reserve"),   # and no energy (issue 17, energy)
 ])
 def test_old_schema_version_read_with_a_warning(tmp_path, version, says):
     """Results of an older schema still load, with a message that says what changed since."""

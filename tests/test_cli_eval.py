@@ -12,7 +12,9 @@ KEYS = ["fits", "memory_required_gb", "memory_capacity_gb", "memory_shortfall_gb
         "draft_ms_per_iter", "verify_ms_per_iter", "link_ms_per_iter", "iter_ms", "draft_cost_ratio",
         "speedup_bound", "baseline_arithmetic_intensity", "verify_arithmetic_intensity",
         "draft_arithmetic_intensity", "baseline_bound", "verify_bound", "draft_bound", "tokens_per_s", "ttft_ms",
-        "request_latency_ms"]
+        "request_latency_ms", "memory_reserve_gb", "chip_memory_required_gb", "chip_memory_shortfall_gb",
+        "chip_memory_floor_gb", "draft_memory_reserve_gb", "energy_j_per_token", "baseline_energy_j_per_token",
+        "tokens_per_j"]
 
 
 def run(*args):

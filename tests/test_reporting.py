@@ -121,8 +121,9 @@ def test_known_parts_h100_by_hand(study):
     kp = reporting.known_parts(study, devices=("h100-sxm",), chips=(1, 2))
     one = evaluate_design(hw="h100-sxm", target="llama-3.1-70b", draft="llama-3.2-1b", alpha=0.8, batch=1,
                           prompt=2048, output=256, dtype="fp8", kv_dtype="fp8", runtime=study.runtime)
-    assert one["memory_required_gb"] > 70.6 + 0.05 * 80      # weights and reserve at least
-    assert one["fits"] == (one["memory_required_gb"] <= one["memory_capacity_gb"])
+    assert one["memory_required_gb"] > 70.6                  # the weights at least
+    assert one["memory_reserve_gb"] == pytest.approx(0.05 * 80 * 2 ** 30 / 1e9, rel=1e-12)     # 5% of 80 GiB
+    assert one["fits"] == (one["memory_required_gb"] + one["memory_reserve_gb"] <= one["memory_capacity_gb"])
     assert kp["chips"].iloc[0] == (1 if one["fits"] else 2)
 
 

@@ -48,7 +48,7 @@ from dse.analysis import load_results
 DB = Path(__file__).resolve().parent.parent / "hardware_db"
 #: bytes per "GB" of DRAM capacity in the database YAML (MODEL.md section 0, revised 2026-11-30:
 #: HBM/GDDR/LPDDR parts are sized in binary units, an H100's "80 GB" is 80 GiB; the technology
-#: table's gb_per_layer and usd_per_gb are per GiB too). Output `_gb` columns are 1e9 bytes.
+#: table's gib_per_layer and usd_per_gib are per GiB too). Output `_gb` columns are 1e9 bytes.
 GB = 2.0 ** 30
 OUT_GB = 1e9
 GLUE = 1e-9         # relative tolerance: unit conversions, sums, ratios
@@ -134,8 +134,12 @@ def step(m: dict, hw: dict, *, B: float, q: float, S: float, prefill: bool = Fal
     fixed = L * KPL * LAUNCH_S + STEP_S + B * SEQ_S       # the software's share (dense GQA layers: KPL each)
     t_ovh = fixed + ring
     bound = ("memory", "compute", "overhead")[int(np.argmax([t_mem, t_cmp, t_ovh]))]
+    # energy (MODEL.md section 5): every chip's bytes from memory x J/byte and FLOPs x J/FLOP (bf16 weights
+    # and KV: one rate), and the bytes the ring all-reduces send, 2(t-1) x the message, x the link's J/byte
+    ring_bytes = 2.0 * L * 2.0 * (t - 1) * (B * q * m["d"] * 2.0)
+    energy = t * ((w_bytes + kv_bytes) * hw["mem_j"] + (f_lin + f_att) * hw["j_flop"]) + ring_bytes * hw["link_j"]
     return dict(time=t_mem + t_cmp + t_ovh, ai=(f_lin + f_att) / (w_bytes + kv_bytes), bound=bound,
-                memory_bound=all(tm >= tc for tc, tm in parts), fixed=fixed)
+                memory_bound=all(tm >= tc for tc, tm in parts), fixed=fixed, energy=energy)
 
 
 #: HBM stacks of the known parts (shared/reference/accelerators.csv, column hbm_stacks: H100 SXM
@@ -161,25 +165,36 @@ def chip_cost(node: str, mem: str, area: float, stacks: int, cap_bytes: float) -
     x = n["defects_per_cm2"] / 100.0 * area
     assert g["yield_model"] == "murphy"
     y = ((1 - math.exp(-x)) / x) ** 2
-    return (n["wafer_cost_usd"] / (dpw * y) + m["usd_per_gb"] * cap_bytes / GB
+    return (n["wafer_cost_usd"] / (dpw * y) + m["usd_per_gib"] * cap_bytes / GB
             + g["packaging_base_usd"] + g["interposer_base_usd"] + g["packaging_usd_per_hbm_stack"] * stacks
             + g["test_usd_per_mm2"] * area)
 
 
 def device(name: str, chips: int) -> dict:
-    """A known part from its YAML, in SI: capacity in GiB (DRAM), link latency and efficiency of its
+    """A known part from its YAML, in SI: capacity memory_capacity_gib x 2^30, link latency and efficiency of its
     link class (nvlink: 0.44 us per ring step, 0.82) unless the YAML sets its own; cost = the manufacturing estimate of its die, node and memory (chip_cost);
     price = its street price."""
     d = _y(f"devices/{name}.yaml")
     assert d["process_node"] == "TSMC 4N" and d["memory_type"].startswith("hbm")
-    cap = d["memory_capacity_gb"] * GB
+    cap = d["memory_capacity_gib"] * GB
     return dict(chips=chips, bw=d["mem_bw_tb_s"] * 1e12, cap=cap,
                 peak=d["peak_tflops_bf16"] * 1e12, eta_m=d["mem_efficiency"], eta_c=d["compute_efficiency"],
                 link=d["link_bw_gb_s"] * 1e9,
                 lat=d.get("link_latency_us", LINKS[d["link_class"]]["latency_us"]["value"]) * 1e-6,
                 link_eff=d.get("link_efficiency", LINKS[d["link_class"]]["efficiency"]["value"]),
                 cost=chip_cost("n4", d["memory_type"], d["die_area_mm2"], KNOWN_STACKS[name], cap),
-                price=d["price_usd"], power=known_power("n4", d), area=d["die_area_mm2"])
+                price=d["price_usd"], power=known_power("n4", d), area=d["die_area_mm2"],
+                **energy_constants("n4", d["memory_type"], d["die_area_mm2"]))
+
+
+def energy_constants(node: str, mem: str, area: float) -> dict:
+    """Per chip: J per byte of its memory (pJ/bit x 8), J per BF16 FLOP at its node, static W (W/mm^2 x its
+    silicon), J per link byte (the SerDes pJ/bit x 8): technology/nodes.yaml and memory.yaml."""
+    tech, g = _tech()
+    n = {k: v["value"] for k, v in tech["nodes"][node].items()}
+    pj_bit = _y("technology/memory.yaml")["memory"][mem]["pj_per_bit"]["value"]
+    return dict(mem_j=pj_bit * 8e-12, j_flop=n["pj_per_flop"] * 1e-12, static=n["static_w_per_mm2"] * area,
+                link_j=g["link_pj_per_bit"] * 8e-12)
 
 
 def known_power(node: str, d: dict) -> float:
@@ -197,7 +212,7 @@ def known_power(node: str, d: dict) -> float:
 def synth(node: str, tflops: float, mem: str, stacks: int, height: int, sram_mb: float, link_gb_s: float,
           *, eta_m: float, eta_c: float, lat_us: float, chips: int = 1) -> dict:
     """A chip synthesised by hand (MODEL.md section 5) from hardware_db/technology (HBM, one die):
-    BW = stacks x bw_gb_s; capacity = stacks x height x gb_per_layer GiB; area = TFLOP/s / density
+    BW = stacks x bw_gb_s; capacity = stacks x height x gib_per_layer GiB; area = TFLOP/s / density
     + SRAM MB / density + stacks x PHY + fixed; cost = chip_cost (wafer / (dies per wafer x Murphy yield)
     + $/GiB x GiB + packaging (base + interposer + per stack + test per mm^2)); power = u x FLOP/s x J/FLOP
     + BW x 8 x J/bit + static W/mm^2 x area + link x 8 x link J/bit."""
@@ -207,7 +222,7 @@ def synth(node: str, tflops: float, mem: str, stacks: int, height: int, sram_mb:
     m = {k: v["value"] for k, v in mt["memory"][mem].items() if isinstance(v, dict)}
     assert mt["memory"][mem]["kind"] == "hbm" and height in m["stack_heights"]
     bw = stacks * m["bw_gb_s"] * 1e9
-    cap = stacks * height * m["gb_per_layer"] * GB
+    cap = stacks * height * m["gib_per_layer"] * GB
     area = tflops / n["tflops_per_mm2"] + sram_mb / n["sram_mb_per_mm2"] + stacks * m["phy_area_mm2"] \
         + g["fixed_die_area_mm2"]
     assert area <= g["reticle_limit_mm2"]                       # one die
@@ -218,7 +233,7 @@ def synth(node: str, tflops: float, mem: str, stacks: int, height: int, sram_mb:
              + link_gb_s * 1e9 * 8 * g["link_pj_per_bit"] * 1e-12)
     return dict(chips=chips, bw=bw, cap=cap, peak=tflops * 1e12, eta_m=eta_m, eta_c=eta_c, link=link_gb_s * 1e9,
                 lat=lat_us * 1e-6, link_eff=LINK_EFF, cost=cost, price=math.nan, power=power, area=area,
-                buildable=shoreline_ok)
+                buildable=shoreline_ok, **energy_constants(node, mem, area))
 
 
 def metrics(tm: dict, dm: dict, T: dict, D: dict | None, *, B: int, P: int, G: int, k: int, alpha: float) -> dict:
@@ -234,15 +249,25 @@ def metrics(tm: dict, dm: dict, T: dict, D: dict | None, *, B: int, P: int, G: i
     need_t = tm["stored"] * 2.0 / t + B * (P + G) * tm["kv_per_token_bytes"] / min(t, tm["hkv"])
     # the draft's cache is sized for P + G + k_max drafted tokens (k_max = 16, the study default)
     draft_chip = dm["stored"] * 2.0 / td + B * (P + G + K_MAX) * dm["kv_per_token_bytes"] / min(td, dm["hkv"])
-    req_t = (need_t + (0.0 if on else draft_chip) + RESERVE * T["cap"]) * t
+    chip_req = need_t + (0.0 if on else draft_chip)          # weights + KV per chip: the model's need
+    reserve = RESERVE * T["cap"]                              # the runtime's, per chip (not the model's need)
+    chip_short = max(0.0, chip_req + reserve - T["cap"])     # per chip: what one chip lacks
+    # what a chip holds however many chips share the model: dense weights all shard (t -> inf: 0), the KV
+    # cache stops shrinking at h_kv chips (one KV head's cache each) -- the target's and, on these chips, the draft's
+    floor = (B * (P + G) * tm["kv_per_token_bytes"] / tm["hkv"]
+             + (0.0 if on else B * (P + G + K_MAX) * dm["kv_per_token_bytes"] / dm["hkv"]))
     cap_t = T["cap"] * t
     cap_d = D["cap"] * td if on else cap_t
-    req_d = (draft_chip + RESERVE * D["cap"]) * td if on else draft_chip * t
-    short = max(0.0, req_t - cap_t)                          # the target chips' shortfall
-    short_d = max(0.0, req_d - cap_d) if on else 0.0         # the draft chip's, carried on its own
+    req_d = draft_chip * td if on else draft_chip * t
+    reserve_d = RESERVE * D["cap"] * td if on else 0.0
+    short = chip_short * t                                    # the target chips' shortfall, over the group
+    short_d = max(0.0, req_d + reserve_d - cap_d) if on else 0.0     # the draft chip's, carried on its own
     fits = short + short_d <= 0
-    out = dict(fits=fits, memory_required_gb=req_t / OUT_GB, memory_capacity_gb=cap_t / OUT_GB,
-               memory_shortfall_gb=short / OUT_GB, draft_memory_required_gb=req_d / OUT_GB,
+    out = dict(fits=fits, memory_required_gb=chip_req * t / OUT_GB, memory_reserve_gb=reserve * t / OUT_GB,
+               memory_capacity_gb=cap_t / OUT_GB, memory_shortfall_gb=short / OUT_GB,
+               chip_memory_required_gb=chip_req / OUT_GB, chip_memory_shortfall_gb=chip_short / OUT_GB,
+               chip_memory_floor_gb=floor / OUT_GB, draft_memory_required_gb=req_d / OUT_GB,
+               draft_memory_reserve_gb=reserve_d / OUT_GB,
                draft_memory_capacity_gb=cap_d / OUT_GB, draft_memory_shortfall_gb=short_d / OUT_GB,
                datastore_gb=0.0, k=k, tree_nodes=0, tree_shape="",    # a chain, no retrieval datastore
                rank_profile="")                        # no tree: no rank profile (tests/model/test_rank_profiles.py)
@@ -258,6 +283,13 @@ def metrics(tm: dict, dm: dict, T: dict, D: dict | None, *, B: int, P: int, G: i
     t_iter = t_draft + verify["time"] + t_link + SPEC_S          # serial drafting (no overlap)
     tau = (1 - alpha ** (k + 1)) / (1 - alpha)                   # Leviathan Eq. 1
     spec = t_iter / tau
+    # energy per generated token (MODEL.md section 5): the iteration's verify, k draft steps and link bytes
+    # (int32 ids at the SerDes J/byte), plus every chip's static power (target + draft chips) for the
+    # whole iteration, over the B x tau tokens it emits; the baseline: one plain step on the target chips
+    static = T["static"] * t + (D["static"] * td if on else 0.0)
+    e_link = (B * k * 4 + 2 * B * 4) * T["link_j"] if on else 0.0
+    e_iter = verify["energy"] + k * one_draft["energy"] + e_link + static * t_iter
+    e_base = (base["energy"] + T["static"] * t * base["time"]) / B
     pre_t = step(tm, T, B=B, q=P, S=0, prefill=True)["time"]
     pre_d = step(dm, Dg, B=B, q=P, S=0, prefill=True)["time"]
     # TTFT: both prefills (in parallel on a draft chip, after its link latency) + the runtime's
@@ -277,6 +309,7 @@ def metrics(tm: dict, dm: dict, T: dict, D: dict | None, *, B: int, P: int, G: i
         baseline_arithmetic_intensity=base["ai"], verify_arithmetic_intensity=verify["ai"],
         draft_arithmetic_intensity=one_draft["ai"],
         tokens_per_s=B / spec, baseline_tokens_per_s=B / base["time"],
+        energy_j_per_token=e_iter / (B * tau), baseline_energy_j_per_token=e_base, tokens_per_j=B * tau / e_iter,
         ttft_ms=ttft * 1e3, request_latency_ms=(ttft + (G - 1) * spec) * 1e3)   # first token with TTFT
     bounds = dict(baseline_bound=base["bound"], verify_bound=verify["bound"], draft_bound=one_draft["bound"])
     if fits:
@@ -297,10 +330,10 @@ def derived(row: dict) -> dict:
 
 
 def violation(row: dict, constraints: list[dict]) -> float:
-    """Sum of positive parts of the constraint values: memory fit (shortfall, or required minus
+    """Sum of positive parts of the constraint values: memory fit (shortfall, or required + reserve minus
     capacity), buildable (+1 / -1), then value - max or min - value; an undefined metric is +1."""
     short = row["memory_shortfall_gb"] + row["draft_memory_shortfall_gb"]     # target chips + draft chip
-    fit = short if short > 0 else row["memory_required_gb"] - row["memory_capacity_gb"]
+    fit = short if short > 0 else row["memory_required_gb"] + row["memory_reserve_gb"] - row["memory_capacity_gb"]
     total = max(fit, 0.0) + (0.0 if row["buildable"] else 1.0)
     for c in constraints:
         v = row[c["metric"]]
@@ -479,7 +512,8 @@ GLUE_ONLY = {"mem_bw_tb_s", "peak_tflops", "chip_memory_capacity_gb", "draft_chi
              "die_area_mm2", "chip_cost_usd", "chip_power_w", "chip_price_usd", "draft_mem_bw_tb_s",
              "draft_peak_tflops", "draft_die_area_mm2", "draft_chip_cost_usd", "draft_chip_power_w", "cost_usd",
              "price_usd", "power_w", "total_die_area_mm2", "memory_required_gb", "memory_capacity_gb",
-             "memory_shortfall_gb", "draft_memory_required_gb", "draft_memory_capacity_gb",
+             "memory_shortfall_gb", "memory_reserve_gb", "chip_memory_required_gb", "chip_memory_shortfall_gb",
+             "chip_memory_floor_gb", "draft_memory_reserve_gb", "draft_memory_required_gb", "draft_memory_capacity_gb",
              "draft_memory_shortfall_gb", "datastore_gb", "alpha", "tau", "p_all_accepted", "p_window",
              "link_ms_per_iter"}
 
@@ -564,14 +598,32 @@ def test_known_part_on_two_chips_every_column(known):
     assert (h1.price_usd, h1.chip_price_usd) == (60_000, 30_000)
     # required, per chip x 2: 70,552,387,584 x 2 B = 141.105 GB weights + 768 tokens x 327,680 B =
     # 0.252 GB KV (8 KV heads over 2 chips: halved per chip, so the same total) + 1,235,814,400 x 2 B
-    # = 2.472 GB draft + (768 + 16) x 32,768 B = 0.026 GB draft KV (16: k_max) + 5% of 141 GiB per chip x 2
-    assert h.memory_required_gb == pytest.approx(141.104775168 + 0.25165824 + 2.471493632 + 0.025690112
-                                                 + 0.05 * 282 * 2 ** 30 / 1e9, rel=GLUE)
-    assert h.memory_shortfall_gb == 0.0
-    # h100-sxm x 1: 141.105 + 0.252 + 2.472 + 0.026 + 5% of 85.899 = 148.148 GB needed, 85.899 GB there
+    # = 2.472 GB draft + (768 + 16) x 32,768 B = 0.026 GB draft KV (16: k_max) = 143.854 GB (71.927 GB a
+    # chip); the runtime's reserve apart: 5% of 141 GiB per chip x 2 = 15.140 GB
+    assert h.memory_required_gb == pytest.approx(141.104775168 + 0.25165824 + 2.471493632 + 0.025690112, rel=GLUE)
+    assert h.memory_required_gb == pytest.approx(143.853617152, rel=GLUE)
+    assert h.chip_memory_required_gb == pytest.approx(143.853617152 / 2, rel=GLUE)
+    assert h.memory_reserve_gb == pytest.approx(0.05 * 282 * 2 ** 30 / 1e9, rel=GLUE)
+    assert h.memory_reserve_gb == pytest.approx(15.1397597184, rel=GLUE)
+    assert h.memory_shortfall_gb == 0.0 and h.chip_memory_shortfall_gb == 0.0
+    # however many chips: dense weights all shard, the caches stop at 8 KV heads: 768 x 327,680 / 8
+    # + 784 x 32,768 / 8 = 31,457,280 + 3,211,264 = 34,668,544 B a chip
+    assert h.chip_memory_floor_gb == pytest.approx(0.034668544, rel=GLUE)
+    # h100-sxm x 1: 143.854 GB needed + 4.295 GB reserve (5% of 80 GiB), 85.899 GB there: short by 62.249
     s = df[(df.params_target_chip_device == "h100-sxm") & (df.params_target_chip_chips == 1)].iloc[0]
     assert s.memory_shortfall_gb == pytest.approx(143.853617152 + 0.05 * 80 * 2 ** 30 / 1e9 - 80 * 2 ** 30 / 1e9,
                                                   rel=GLUE)
+    assert s.chip_memory_shortfall_gb == s.memory_shortfall_gb and s.memory_reserve_gb == pytest.approx(4.294967296)
+    # energy, h200 x 2, baseline step (technology: hbm3e 5 pJ/bit = 4e-11 J/B, n4 0.5 pJ/FLOP, SerDes 5 pJ/bit,
+    # n4 static 0.07 W/mm^2 x 814 mm^2 = 56.98 W a chip): each chip reads 69,501,714,432 weights (80 layers
+    # + LM head) x 2 B / 2 + 641 tokens x 327,680 B / 2 = 69,606,735,872 B, x 2 chips x 4e-11 = 5.568539 J;
+    # FLOPs 2 x 69,501,714,432 + 4 x 64 x 128 x 80 x 641 = 140,683,771,904 x 0.5e-12 = 0.070342 J; two ring
+    # all-reduces a layer of 16,384 B, 2 x (2-1) x 16,384 B sent each: 80 x 2 x 32,768 B x 4e-11 = 0.000210 J;
+    # 5.639090 J + 113.96 W x the step's time, for B = 1 token
+    assert h.baseline_energy_j_per_token - 2 * 56.98 * h.baseline_ms_per_token * 1e-3 == pytest.approx(5.639090, rel=1e-6)
+    assert h.tokens_per_j == pytest.approx(1.0 / h.energy_j_per_token, rel=GLUE)
+    # speculation: tau 3.3616 tokens for one verify (5 tokens), 4 steps of the 1B and 100 us of overhead
+    assert h.energy_j_per_token < 0.4 * h.baseline_energy_j_per_token
     assert s.chip_power_w == pytest.approx(586.67, rel=GLUE)
     # violation = shortfall + 1 (latency cap on an undefined latency) + 0 (586.67 W <= 1,500 W)
     assert s.constraint_violation == pytest.approx(s.memory_shortfall_gb + 1.0, rel=GLUE)
@@ -614,9 +666,14 @@ def test_synthesised_chip_with_draft_chip_every_column(synth_grid):
     assert on.link_ms_per_iter == pytest.approx(0.006000375, rel=GLUE) and off.link_ms_per_iter == 0.0
     # on the draft chips the draft's KV and weights leave the target: required differs by the draft
     # bytes (2.471493632 + 0.025690112 GB: (768 + 16) x 32,768 B of KV), and the draft chips hold them
-    # (half each) plus 5% of 24 GiB each
+    # (half each), their runtime reserve apart: 5% of 24 GiB each
     assert off.memory_required_gb - on.memory_required_gb == pytest.approx(2.497183744, rel=1e-6)
-    assert on.draft_memory_required_gb == pytest.approx(2.497183744 + 0.05 * 48 * 2 ** 30 / 1e9, rel=GLUE)
+    assert on.draft_memory_required_gb == pytest.approx(2.497183744, rel=GLUE)
+    assert on.draft_memory_reserve_gb == pytest.approx(0.05 * 48 * 2 ** 30 / 1e9, rel=GLUE)
+    assert off.draft_memory_reserve_gb == 0.0           # the draft lives on the target chips: their reserve
+    # energy per token with the draft chips: their static power (2 x 0.07 W/mm^2 x 167.414 mm^2 at n5) runs for
+    # the whole iteration, and the link carries 24 B of int32 ids at 4e-11 J/B (9.6e-10 J)
+    assert on.energy_j_per_token > off.energy_j_per_token
     # the draft chips' row breaks both constraints: power - 700 W and 1.2 - speedup
     assert on.speedup < 1.2 and not on.feasible and on.constraint_violation == pytest.approx(
         (on.power_w - 700.0) + (1.2 - on.speedup), rel=GLUE)
@@ -657,7 +714,8 @@ def test_designs_that_do_not_fit_have_no_latency(known):
                "draft_ms_per_iter", "verify_ms_per_iter", "link_ms_per_iter", "iter_ms", "draft_cost_ratio",
                "speedup_bound", "baseline_arithmetic_intensity", "verify_arithmetic_intensity",
                "draft_arithmetic_intensity", "tokens_per_s", "baseline_tokens_per_s", "ttft_ms",
-               "request_latency_ms", "tokens_per_s_per_kusd", "tokens_per_s_per_w", "tokens_per_s_per_cm2",
+               "request_latency_ms", "energy_j_per_token", "baseline_energy_j_per_token", "tokens_per_j",
+               "tokens_per_s_per_kusd", "tokens_per_s_per_w", "tokens_per_s_per_cm2",
                "speedup_per_kusd"]
     assert bad[latency].isna().all().all()
     assert bad[["baseline_bound", "verify_bound", "draft_bound", "is_pareto", "pareto_rank"]].isna().all().all()

@@ -70,10 +70,10 @@ def test_malformed_yaml_exit_2(tmp_path):
 
 
 def test_technology_override_is_validated(tmp_path):
-    p = _write(tmp_path, lambda r: r.update(technology={"memory": {"hbm3e": {"usd_per_gb": -3}}}))
+    p = _write(tmp_path, lambda r: r.update(technology={"memory": {"hbm3e": {"usd_per_gib": -3}}}))
     with pytest.raises((SpecError, SpecErrors)) as e:
         load_study(p)
-    assert "usd_per_gb" in str(e.value)
+    assert "usd_per_gib" in str(e.value)
 
 
 @pytest.mark.parametrize("mutate,field", [

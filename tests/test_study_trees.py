@@ -66,14 +66,15 @@ def test_bad_tree_study_inputs(tmp_path, workload, field):
 
 
 def test_a_draft_chip_that_does_not_fit_violates_the_memory_constraint():
-    # target fits with 20 GB to spare; the draft chip is 31.75 GB short: the Optuna memory
-    # constraint is the total shortfall, +31.75, not the target's slack (-20)
+    # target fits with 16 GB to spare (60 GB + a 4 GB reserve of 80); the draft chip is 31.75 GB short: the
+    # Optuna memory constraint is the total shortfall, +31.75, not the target's slack (-16)
     from types import SimpleNamespace
 
     from dse.evaluation import constraint_values
     cols = {"memory_shortfall_gb": np.array([0.0, 0.0]), "draft_memory_shortfall_gb": np.array([31.75, 0.0]),
             "memory_required_gb": np.array([60.0, 60.0]), "memory_capacity_gb": np.array([80.0, 80.0]),
+            "memory_reserve_gb": np.array([4.0, 4.0]),
             "fits": np.array([False, True]), "spec_ms_per_token": np.array([np.nan, 2.0]),
             "buildable": np.array([True, True])}
     c = constraint_values(cols, SimpleNamespace(constraints=()))
-    assert c[0, 0] == pytest.approx(31.75) and c[1, 0] == pytest.approx(-20.0)
+    assert c[0, 0] == pytest.approx(31.75) and c[1, 0] == pytest.approx(-16.0)

@@ -63,19 +63,19 @@ def test_every_constant_has_provenance(tech):
         assert {f"nodes.{n.name}.{f.yaml}" for f in NODE_FIELDS} <= got
     assert {f.yaml for f in GLOBAL_FIELDS} <= got
     assert all(p.text for p in tech.provenance)
-    assert "memory.hbm3e.usd_per_gb" in tech.estimates()
+    assert "memory.hbm3e.usd_per_gib" in tech.estimates()
     assert not tech.source_of("memory.hbm2e.pj_per_bit").estimate
 
 
 def test_negative_and_missing_fields_name_file_and_field(db_copy):
     def broken(d):
-        d["memory"]["hbm3e"]["usd_per_gb"]["value"] = -3
+        d["memory"]["hbm3e"]["usd_per_gib"]["value"] = -3
         del d["memory"]["gddr7"]["pj_per_bit"]
     path = edit(db_copy, "memory.yaml", broken)
     with pytest.raises(SpecErrors) as info:
         load_technology(db_copy)
     text = str(info.value)
-    assert f"{path}: memory.hbm3e.usd_per_gb = -3: expected a number in [0, inf) USD/GB" in text
+    assert f"{path}: memory.hbm3e.usd_per_gib = -3: expected a number in [0, inf) USD/GiB" in text
     assert f"{path}: memory.gddr7.pj_per_bit: missing required field" in text
     assert len(info.value.errors) == 2
 
@@ -110,14 +110,14 @@ def test_every_number_needs_a_source(db_copy):
 
 def test_kind_specific_fields(db_copy):
     def broken(d):
-        d["memory"]["gddr6"]["gb_per_layer"] = {"value": 2, "source": "x"}
+        d["memory"]["gddr6"]["gib_per_layer"] = {"value": 2, "source": "x"}
         d["memory"]["hbm3"]["stack_heights"]["value"] = [8, 0]
         d["memory"]["sram"]["kind"] = "flash"
     edit(db_copy, "memory.yaml", broken)
     with pytest.raises(SpecErrors) as info:
         load_technology(db_copy)
     text = str(info.value)
-    assert "memory.gddr6.gb_per_layer: not used by memory kind 'device'" in text
+    assert "memory.gddr6.gib_per_layer: not used by memory kind 'device'" in text
     assert "memory.hbm3.stack_heights = [8, 0]: expected a non-empty list of integers" in text
     assert "memory.sram.kind = 'flash': expected one of hbm, device, sram" in text
 
@@ -133,10 +133,10 @@ def test_missing_file_and_schema_version(db_copy):
 
 
 def test_overrides(tech):
-    t = tech.with_overrides({"memory": {"hbm3e": {"usd_per_gb": 12}},
+    t = tech.with_overrides({"memory": {"hbm3e": {"usd_per_gib": 12}},
                              "nodes": {"n3": {"wafer_cost_usd": 20000}},
                              "reticle_limit_mm2": 800, "yield_model": "poisson"})
-    assert t.memory_by_name("hbm3e").usd_per_byte == pytest.approx(12 / 2**30)   # $ per DRAM (binary) GB
+    assert t.memory_by_name("hbm3e").usd_per_byte == pytest.approx(12 / 2**30)   # $ per GiB
     assert t.node_by_name("n3").wafer_cost_usd == 20000
     assert t.reticle_limit_mm2 == 800 and t.yield_model == "poisson"
     assert tech.reticle_limit_mm2 == 858                        # the original is untouched
@@ -147,9 +147,26 @@ def test_overrides(tech):
     assert len(tech.fingerprint()) == 16
 
 
+def test_old_capacity_names_are_refused_with_the_new_one(tech, db_copy):
+    """Capacity and price names carry their unit (issue 21): the old gb_per_layer / gb_per_device / usd_per_gb
+    held GiB; a study or file that still says them gets the new name, never a silent unit change."""
+    with pytest.raises(SpecError) as info:
+        tech.with_overrides({"memory": {"hbm3e": {"usd_per_gb": 15}}}, where="s.yaml: technology")
+    assert ("s.yaml: technology: memory.hbm3e.usd_per_gb: not a field of memory.hbm3e; renamed to usd_per_gib "
+            "(the same binary GB, 2^30 bytes)") in str(info.value)
+
+    def old(d):
+        d["memory"]["hbm3"]["gb_per_layer"] = d["memory"]["hbm3"].pop("gib_per_layer")
+    path = edit(db_copy, "memory.yaml", old)
+    with pytest.raises((SpecError, SpecErrors)) as info:
+        load_technology(db_copy)
+    assert (f"{path}: memory.hbm3.gb_per_layer: unknown field; renamed to gib_per_layer (the same binary GB, "
+            "2^30 bytes)") in str(info.value)
+
+
 def test_bad_overrides_are_collected(tech):
     with pytest.raises(SpecErrors) as info:
-        tech.with_overrides({"memory": {"hbm3x": {"usd_per_gb": 1},
+        tech.with_overrides({"memory": {"hbm3x": {"usd_per_gib": 1},
                                         "gddr7": {"stack_heights": [8], "kind": "hbm"}},
                              "nodes": {"n3": {"wafer_cost_usd": -1}},
                              "reticel_limit_mm2": 800}, where="studies/x.yaml: technology")

@@ -159,8 +159,12 @@ class DeviceSpec:
     year: int | None = num("year", "", 1990, 2100, integer=True, default=None)
     memory_type: str = text("memory_type", default="")
     process_node: str = text("process_node", default="")
-    capacity_bytes: float = num("memory_capacity_gb", "gb", 0, 1e6, lo_open=True,
-                                desc="memory capacity per chip as the vendor states it (DRAM: binary GB)")
+    capacity_gib_bytes: float | None = num("memory_capacity_gib", "gib", 0, 1e6, lo_open=True, default=None,
+                                           desc="memory capacity per chip in GiB (2^30 bytes): how DRAM (HBM, GDDR, "
+                                                "LPDDR) is sized; an H100's '80 GB' is 80 GiB")
+    capacity_gb_bytes: float | None = num("memory_capacity_gb", "gb", 0, 1e6, lo_open=True, default=None,
+                                          desc="memory capacity per chip in GB (1e9 bytes): on-die SRAM and other "
+                                               "decimal figures; give this or memory_capacity_gib")
     mem_bw_bytes_s: float = num("mem_bw_tb_s", "tb_s", 0, 1e5, lo_open=True,
                                 desc="peak memory bandwidth per chip")
     peak_bf16_flop_s: float = num("peak_tflops_bf16", "tflops", 0, 1e6, lo_open=True,
@@ -211,10 +215,35 @@ class DeviceSpec:
 
     @property
     def memory_bytes(self) -> float:
-        """Capacity in bytes as vendors mean it (MODEL.md section 0): DRAM parts (HBM, GDDR,
-        LPDDR) are sized in binary units, so "80 GB" = 80 GiB = 85.9e9 bytes; SRAM and
-        unnamed memory types are read as decimal GB."""
-        return self.capacity_bytes * (FACTOR["gib"] / FACTOR["gb"] if is_dram(self.memory_type) else 1.0)
+        """Capacity in bytes: memory_capacity_gib x 2^30 or memory_capacity_gb x 1e9, whichever the entry
+        gives (MODEL.md section 0: DRAM parts are sized in binary units, "80 GB" = 80 GiB = 85.9e9 bytes)."""
+        return self.capacity_gib_bytes if self.capacity_gib_bytes is not None else self.capacity_gb_bytes
+
+    def with_capacity(self, name: str, value) -> DeviceSpec:
+        """A copy with its capacity set through ``name`` (memory_capacity_gib or memory_capacity_gb, in
+        that unit), the other one cleared: `--set memory_capacity_gb=100` means 100e9 bytes on any part."""
+        table = spec_fields(DeviceSpec)
+        f, info = table[name]
+        v = check_value(info, f, value, "--set")
+        gib = v if name == "memory_capacity_gib" else None
+        return dataclasses.replace(self, capacity_gib_bytes=gib, capacity_gb_bytes=None if gib is not None else v)
+
+    def cross_check(self, path):
+        """One capacity, in its unit: a DRAM part's capacity is binary (memory_capacity_gib); a DRAM part
+        that says memory_capacity_gb (which device files used to mean as GiB) is refused, not misread."""
+        gib, gb = self.capacity_gib_bytes, self.capacity_gb_bytes
+        if gib is None and gb is None:
+            return [SpecError(path, "memory_capacity_gib", MISSING, "missing required field: the capacity per "
+                              "chip, memory_capacity_gib (binary: DRAM) or memory_capacity_gb (decimal: SRAM)")]
+        if gib is not None and gb is not None:
+            return [SpecError(path, "memory_capacity_gb", gb / FACTOR["gb"], "give one capacity: memory_capacity_gib "
+                              "(binary) or memory_capacity_gb (decimal), not both")]
+        if gb is not None and is_dram(self.memory_type):
+            v = gb / FACTOR["gb"]
+            v = int(v) if float(v).is_integer() else v
+            return [SpecError(path, "memory_capacity_gb", v, f"{self.memory_type} is sized in binary units: write "
+                              f"memory_capacity_gib: {v:g} ({v:g} GiB = {v * FACTOR['gib'] / FACTOR['gb']:.2f} GB)")]
+        return []
 
     def peak_flop_s(self, dtype: str) -> float:
         """Dense FLOP/s the matmuls run at for a weight dtype: fp8 is W8A8 (FP8 rate); int8 and

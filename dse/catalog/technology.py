@@ -80,12 +80,12 @@ MEMORY_FIELDS: tuple[Field, ...] = (
           kinds=_HBM_DEV),
     Field("bw_gb_s_per_mb", "sram_bw_bytes_s_per_byte", FACTOR["gb_s"] / FACTOR["mb"],
           "GB/s per MB", lo_open=True, kinds=("sram",)),
-    Field("gb_per_layer", "bytes_per_layer", FACTOR["gib"], "GB (DRAM, binary)", lo_open=True, kinds=("hbm",)),
+    Field("gib_per_layer", "bytes_per_layer", FACTOR["gib"], "GiB", lo_open=True, kinds=("hbm",)),
     Field("stack_heights", "stack_heights", 1.0, "", 1, MAX_STACK_HEIGHT, kinds=("hbm",),
           kind="heights"),
-    Field("gb_per_device", "bytes_per_device", FACTOR["gib"], "GB (DRAM, binary)", lo_open=True,
+    Field("gib_per_device", "bytes_per_device", FACTOR["gib"], "GiB", lo_open=True,
           kinds=("device",)),
-    Field("usd_per_gb", "usd_per_byte", 1.0 / FACTOR["gib"], "USD/GB (DRAM, binary)", kinds=_HBM_DEV),
+    Field("usd_per_gib", "usd_per_byte", 1.0 / FACTOR["gib"], "USD/GiB", kinds=_HBM_DEV),
     Field("pj_per_bit", "j_per_bit", FACTOR["pj"], "pJ/bit"),
     Field("phy_area_mm2", "phy_area_mm2", 1.0, "mm^2 per stack or device", kinds=_HBM_DEV),
     Field("shoreline_mm", "shoreline_mm", 1.0, "mm per stack or device", kinds=_HBM_DEV),
@@ -118,6 +118,16 @@ GLOBAL_FIELDS: tuple[Field, ...] = (
     Field("tdp_compute_utilization", "tdp_compute_utilization", 1.0, "", 0, 1, lo_open=True),
     Field("link_pj_per_bit", "link_j_per_bit", FACTOR["pj"], "pJ/bit"),
 )
+
+
+#: memory fields renamed when every capacity name took the unit it holds (`_gib` binary, `_gb` decimal):
+#: an old name is refused with the new one, never read as another unit
+RENAMED = {"gb_per_layer": "gib_per_layer", "gb_per_device": "gib_per_device", "usd_per_gb": "usd_per_gib"}
+
+
+def renamed(key: str) -> str:
+    """' (renamed to NEW: the same binary GB, 2^30 bytes)' for an old memory field name, else ''."""
+    return f"; renamed to {RENAMED[key]} (the same binary GB, 2^30 bytes)" if key in RENAMED else ""
 
 
 class Provenance(NamedTuple):
@@ -290,7 +300,7 @@ class TechConstants:
 
     # -- provenance, overrides, fingerprint ------------------------------------------------
     def source_of(self, field: str) -> Provenance:
-        """Provenance of a dotted field path, e.g. ``memory.hbm3e.usd_per_gb``."""
+        """Provenance of a dotted field path, e.g. ``memory.hbm3e.usd_per_gib``."""
         for p in self.provenance:
             if p.field == field:
                 return p
@@ -304,7 +314,7 @@ class TechConstants:
                        ) -> TechConstants:
         """A copy with some constants replaced, validated like the files.
 
-        ``mapping`` mirrors the files, in display units: ``{"memory": {"hbm3e": {"usd_per_gb":
+        ``mapping`` mirrors the files, in display units: ``{"memory": {"hbm3e": {"usd_per_gib":
         12}}, "nodes": {"n3": {"wafer_cost_usd": 20000}}, "reticle_limit_mm2": 800}``. A value is
         a plain number (recorded as an override) or a ``{value, source | estimate+reason}``
         mapping. New memory types or nodes cannot be added here. Every bad entry is reported at
@@ -441,7 +451,9 @@ def _load_memory(raw: dict, path: str, errors: list[SpecError],
             if key == "kind":
                 continue
             fpath = f"{prefix}.{key}"
-            if key not in fields:
+            if key in RENAMED:
+                errors.append(SpecError(path, fpath, MISSING, f"unknown field{renamed(key)}"))
+            elif key not in fields:
                 errors.append(_unknown(path, fpath, list(used), key))
             elif key not in used:
                 errors.append(SpecError(path, fpath, MISSING,
@@ -616,7 +628,7 @@ def _override_entries(items: list, block: Any, fields: tuple[Field, ...], sectio
             if key not in used:
                 allowed = ", ".join(used)
                 why = (f"cannot be overridden (fields: {allowed})" if key == "kind" else
-                       f"not a field of {prefix} (fields: {allowed})")
+                       f"not a field of {prefix}{renamed(key)} (fields: {allowed})")
                 errors.append(SpecError(where, fpath, MISSING, why))
                 continue
             v = _parse_value(value, used[key], where, fpath, errors, prov, require_source=False)

@@ -56,6 +56,7 @@ class HardwareArrays:
     the host. A retrieval draft (REST, prompt lookup) copies its tree to the device each
     iteration: host_copy_s + bytes / host_link_bw_bytes_s. Defaults are ESTIMATES: 10 us for a
     small pinned host-to-device copy (launch + completion), 25 GB/s for PCIe 4.0 x16 one way.
+    Energy constants per chip (J per byte, per FLOP, W static) feed the energy per token.
     """
 
     chips: np.ndarray
@@ -95,6 +96,13 @@ class HardwareArrays:
     scale_out_efficiency: np.ndarray = 1.0
     tree_kernels_per_layer: np.ndarray = 0.0   # extra kernels per layer of a tree-masked verify pass
     draft_step_overhead_s: np.ndarray = 0.0    # host cost per draft-head step / tree draft step (eager loops)
+    # Energy (MODEL.md section 5; technology.known_part_energy, evaluation.chip_group): NaN = unknown,
+    # and then every energy metric is NaN
+    mem_j_per_byte: np.ndarray = np.nan        # a byte moved from the chip's memory (DRAM, or SRAM for SRAM-only chips)
+    j_per_flop: np.ndarray = np.nan            # a linear-layer FLOP at the weight format's compute dtype
+    attention_j_per_flop: np.ndarray = np.nan  # an attention FLOP at the KV dtype
+    link_j_per_byte: np.ndarray = np.nan       # a byte sent over the scale-up (or draft-chip) link
+    static_w: np.ndarray = np.nan              # leakage and always-on power per chip, W
 
     def __post_init__(self):
         _as_arrays(self, int_fields=("chips",), bool_fields=("weight_math_native", "attention_math_native"))

@@ -35,9 +35,14 @@ class Metrics:
 
     fits: np.ndarray
     memory_required_bytes: np.ndarray
+    memory_reserve_bytes: np.ndarray
     memory_capacity_bytes: np.ndarray
     memory_shortfall_bytes: np.ndarray
+    chip_memory_required_bytes: np.ndarray
+    chip_memory_shortfall_bytes: np.ndarray
+    chip_memory_floor_bytes: np.ndarray
     draft_memory_required_bytes: np.ndarray
+    draft_memory_reserve_bytes: np.ndarray
     draft_memory_capacity_bytes: np.ndarray
     draft_memory_shortfall_bytes: np.ndarray
     datastore_bytes: np.ndarray
@@ -67,6 +72,9 @@ class Metrics:
     draft_bound: np.ndarray
     tokens_per_s: np.ndarray
     baseline_tokens_per_s: np.ndarray
+    energy_j_per_token: np.ndarray
+    baseline_energy_j_per_token: np.ndarray
+    tokens_per_j: np.ndarray
     ttft_s: np.ndarray
     request_latency_s: np.ndarray
 
@@ -96,9 +104,14 @@ class Metrics:
 METRIC_COLUMNS = (
     ("fits", "fits", None),
     ("memory_required_gb", "memory_required_bytes", FACTOR["gb"]),
+    ("memory_reserve_gb", "memory_reserve_bytes", FACTOR["gb"]),
     ("memory_capacity_gb", "memory_capacity_bytes", FACTOR["gb"]),
     ("memory_shortfall_gb", "memory_shortfall_bytes", FACTOR["gb"]),
+    ("chip_memory_required_gb", "chip_memory_required_bytes", FACTOR["gb"]),
+    ("chip_memory_shortfall_gb", "chip_memory_shortfall_bytes", FACTOR["gb"]),
+    ("chip_memory_floor_gb", "chip_memory_floor_bytes", FACTOR["gb"]),
     ("draft_memory_required_gb", "draft_memory_required_bytes", FACTOR["gb"]),
+    ("draft_memory_reserve_gb", "draft_memory_reserve_bytes", FACTOR["gb"]),
     ("draft_memory_capacity_gb", "draft_memory_capacity_bytes", FACTOR["gb"]),
     ("draft_memory_shortfall_gb", "draft_memory_shortfall_bytes", FACTOR["gb"]),
     ("datastore_gb", "datastore_bytes", FACTOR["gb"]),
@@ -128,6 +141,9 @@ METRIC_COLUMNS = (
     ("draft_bound", "draft_bound", "bound"),
     ("tokens_per_s", "tokens_per_s", None),
     ("baseline_tokens_per_s", "baseline_tokens_per_s", None),
+    ("energy_j_per_token", "energy_j_per_token", None),
+    ("baseline_energy_j_per_token", "baseline_energy_j_per_token", None),
+    ("tokens_per_j", "tokens_per_j", None),
     ("ttft_ms", "ttft_s", FACTOR["ms"]),
     ("request_latency_ms", "request_latency_s", FACTOR["ms"]),
 )
@@ -183,7 +199,7 @@ def draft_weight_bytes_per_chip(w: Workload, chips):
         return (tf.non_embedding_params(head) + 2 * t.hidden_size ** 2) * wb / c
     if d.kind in ("medusa", "hydra"):
         return d.heads * medusa_head_params(t) * wb / c
-    return 0.0 * c
+    return np.zeros_like(c)
 
 
 def weights_per_chip(m: ModelSpec, chips, weight_format: str):
@@ -292,8 +308,9 @@ def evaluate(batch: DesignBatch, w: Workload, *, dedupe: bool = True, k_bound: b
 
     A design without bandwidth or link gets infinite times (no warning); the study marks it
     not buildable. Capacity is per design; the latency terms read every DesignBatch field but
-    the memory capacities and reserves, so with ``dedupe`` they are evaluated once per
-    distinct row of those inputs and gathered (when that is under half the rows), and with
+    the memory capacities and reserves and the energy constants energy_metrics reads (static power,
+    J/FLOP), so with ``dedupe`` they are evaluated once per distinct row of those inputs and
+    gathered (when that is under half the rows), and with
     ``k_bound`` k = auto stops at the k past which a bound rules out a better k for every
     row. Both give the same bits as without them (tests/model/test_evaluate_fast.py). Every
     row is independent of the others, so a batch of more than 2 x ``block_rows`` rows is
@@ -309,25 +326,28 @@ def evaluate(batch: DesignBatch, w: Workload, *, dedupe: bool = True, k_bound: b
         caps = _capacity(batch, w)
         rows = _distinct_rows(batch) if dedupe and batch.n >= MIN_ROWS_DEDUPE else None
         if rows is None:
-            return _finish(_latency(batch, w, k_bound), *caps)
+            return _finish(energy_metrics(_latency(batch, w, k_bound), batch, w), caps)
         first, inverse = rows
         # gather, and blank latencies of designs that do not fit on the way: row m is NaN
-        blanked = np.where(caps[0], inverse, first.size)
+        blanked = np.where(caps["fits"], inverse, first.size)
         out = {}
         for attr, v in _latency(batch.take(first), w, k_bound).items():
             v = np.asarray(v)
             out[attr] = np.take(np.append(v, np.nan), blanked) if attr in _LATENCY_ATTRS and v.dtype.kind == "f" \
                 else np.take(v, inverse)
-        return _finish(out, *caps, blank=False)
+        return _finish(energy_metrics(out, batch, w), caps, blank=False)
+
+
+#: HardwareArrays fields the latency terms do not read: the capacity check's, and the energy constants
+#: energy_metrics applies per design after the gather (static power, J/FLOP)
+NOT_LATENCY_INPUTS = ("capacity_bytes", "memory_reserve_fraction", "static_w", "j_per_flop", "attention_j_per_flop")
 
 
 def latency_columns(batch: DesignBatch) -> list[np.ndarray]:
-    """The per-design inputs of the latency terms: every DesignBatch field but the groups'
-    capacity_bytes and memory_reserve_fraction (read by the capacity check only)."""
+    """The per-design inputs of the latency terms: every DesignBatch field but NOT_LATENCY_INPUTS."""
     cols, groups = [], [batch.target] if batch.draft is batch.target else [batch.target, batch.draft]
     for hw in groups:
-        cols += [getattr(hw, f.name) for f in dataclasses.fields(hw)
-                 if f.name not in ("capacity_bytes", "memory_reserve_fraction")]
+        cols += [getattr(hw, f.name) for f in dataclasses.fields(hw) if f.name not in NOT_LATENCY_INPUTS]
     cols += [getattr(batch, f.name) for f in dataclasses.fields(batch)
              if not isinstance(getattr(batch, f.name), HardwareArrays)]
     return cols
@@ -375,10 +395,14 @@ def distinct_rows(columns: list[np.ndarray], n: int) -> tuple[np.ndarray, np.nda
     return first, inverse
 
 
-def _capacity(batch: DesignBatch, w: Workload):
-    """Capacity (MODEL.md section 4), checked per chip; reported for the whole group (per-chip
-    need x chips, so replicated weights and KV count once per chip); the target's and the draft
-    chip's shortfalls apart. Returns (fits, req_t, cap_t, short, req_d, cap_d, short_d, store)."""
+def _capacity(batch: DesignBatch, w: Workload) -> dict[str, np.ndarray]:
+    """Capacity (MODEL.md section 4), checked per chip: weights + KV caches (+ the draft's where it
+    lives on the target chips) + the runtime's reserve (a fraction of the capacity, for activations
+    and workspace) <= capacity. Reported per chip and for the whole group (per-chip figure x chips, so
+    state every chip holds whole counts once per chip), the reserve apart from what the model needs;
+    the target's and the draft chip's apart. ``chip_memory_floor`` is what a chip holds however many
+    chips share the model (transformer.per_chip and kv_shards at t -> inf: replicated weights, one KV
+    head's cache, an MLA latent cache): where it and the reserve exceed a chip, more chips cannot help."""
     tgt, d = w.target, w.drafter
     kvb = tf.KV_BYTES[w.kv_dtype]
     n, T = batch.n, batch.target
@@ -387,39 +411,59 @@ def _capacity(batch: DesignBatch, w: Workload):
     G = batch.output_tokens.astype(np.float64)
     nodes = np.where(batch.tree_nodes > 0, batch.tree_nodes, w.tree_nodes) if d.kind != "none" else np.zeros(n, int)
     on_chip = batch.draft_on_chip & d.can_use_draft_chip
-    D = SimpleNamespace(**{f: np.where(on_chip, getattr(batch.draft, f), getattr(T, f))
-                           for f in ("chips", "capacity_bytes", "memory_reserve_fraction")})
+    any_on = bool(on_chip.any())
     K = _k_range(w)
     t_chips = T.chips.astype(np.float64)
-    need_t = memory_per_chip(tgt, t_chips, B, P + G, w.dtype, w.kv_dtype)
     extra = np.maximum(K, nodes)              # draft-cache slots for the drafted tokens (chain or tree)
+    d_chips = np.where(on_chip, batch.draft.chips, T.chips).astype(np.float64) if any_on else t_chips
+    # the draft's weights and KV cache on one of the chips it runs on, and however many share it (t -> inf)
+    d_kv, d_shards = 0.0, None
+    if d.kind == "model":
+        d_kv, d_shards = tf.kv_cache_bytes(d.model, B, P + G + extra, kvb), lambda c: tf.kv_shards(d.model, c)
+    elif d.kind == "eagle":
+        d_kv, d_shards = tf.kv_cache_bytes(eagle_head(tgt), B, P + G + extra, kvb), lambda c: tf.kv_shards(tgt, c)
 
     def draft_per_chip(chips):
-        out = draft_weight_bytes_per_chip(w, chips) + np.zeros(n)
-        if d.kind == "model":
-            out = out + tf.kv_cache_bytes(d.model, B, P + G + extra, kvb) / tf.kv_shards(d.model, chips)
-        elif d.kind == "eagle":
-            out = out + tf.kv_cache_bytes(eagle_head(tgt), B, P + G + extra, kvb) / tf.kv_shards(tgt, chips)
-        return out
+        out = draft_weight_bytes_per_chip(w, chips)
+        return out + d_kv / d_shards(chips) if d_shards else out + np.zeros(n)
 
-    d_chips = np.where(on_chip, D.chips, T.chips).astype(np.float64)
     draft_chip = draft_per_chip(d_chips)          # on the draft group, or on the target chips
-    req_t = (need_t + np.where(on_chip, 0.0, draft_chip) + T.memory_reserve_fraction * T.capacity_bytes) * t_chips
+    here = ~on_chip                               # the draft lives on the target chips
+    kv = tf.kv_cache_bytes(tgt, B, P + G, kvb)                   # memory_per_chip, at t and at t -> inf
+    chip_req = weights_per_chip(tgt, t_chips, w.dtype) + kv / tf.kv_shards(tgt, t_chips)
+    chip_floor = weights_per_chip(tgt, np.inf, w.dtype) + kv / tf.kv_shards(tgt, np.inf)
+    if d.kind != "none" and not any_on:
+        chip_req, chip_floor = chip_req + draft_chip, chip_floor + draft_per_chip(np.inf)
+    elif d.kind != "none" and here.any():
+        chip_req = chip_req + np.where(here, draft_chip, 0.0)
+        chip_floor = chip_floor + np.where(here, draft_per_chip(np.inf), 0.0)
+    chip_reserve = T.memory_reserve_fraction * T.capacity_bytes
+    chip_short = np.maximum(0.0, chip_req + chip_reserve - T.capacity_bytes)
     cap_t = T.capacity_bytes * t_chips
-    cap_d = np.where(on_chip, D.capacity_bytes * d_chips, cap_t)
-    req_d = np.where(on_chip, (draft_chip + D.memory_reserve_fraction * D.capacity_bytes) * d_chips,
-                     draft_chip * t_chips)
-    short = np.maximum(0.0, req_t - cap_t)
-    short_d = np.where(on_chip, np.maximum(0.0, req_d - cap_d), 0.0)
-    fits = (short <= 0.0) & (short_d <= 0.0)
-    store = np.full(n, w.datastore_bytes if d.kind == "ngram" else 0.0)
-    return fits, req_t, cap_t, short, req_d, cap_d, short_d, store
+    if any_on:
+        D = batch.draft
+        reserve_d = np.where(on_chip, D.memory_reserve_fraction * D.capacity_bytes * d_chips, 0.0)
+        req_d = draft_chip * d_chips            # d_chips is the target's where the draft lives there
+        cap_d = np.where(on_chip, D.capacity_bytes * d_chips, cap_t)
+        short_d = np.where(on_chip, np.maximum(0.0, req_d + reserve_d - cap_d), 0.0)
+        fits = (chip_short <= 0.0) & (short_d <= 0.0)
+    else:
+        reserve_d = short_d = np.broadcast_to(0.0, (n,))
+        req_d, cap_d, fits = draft_chip * t_chips, cap_t, chip_short <= 0.0
+    return dict(fits=fits, memory_required_bytes=chip_req * t_chips,
+                memory_reserve_bytes=chip_reserve * t_chips, memory_capacity_bytes=cap_t,
+                memory_shortfall_bytes=chip_short * t_chips, chip_memory_required_bytes=chip_req,
+                chip_memory_shortfall_bytes=chip_short, chip_memory_floor_bytes=chip_floor,
+                draft_memory_required_bytes=req_d, draft_memory_reserve_bytes=reserve_d,
+                draft_memory_capacity_bytes=cap_d, draft_memory_shortfall_bytes=short_d,
+                datastore_bytes=np.broadcast_to(w.datastore_bytes if d.kind == "ngram" else 0.0, (n,)))
 
 
 def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str, np.ndarray]:
     """Every latency metric (Metrics attribute -> array); _finish blanks those of designs that
     do not fit."""
     tgt, d = w.target, w.drafter
+    zero_n = np.broadcast_to(0.0, (batch.n,))
     wb = tf.WEIGHT_BYTES[w.dtype]
     fmt = tf.WEIGHT_FORMATS[w.dtype]
     n = batch.n
@@ -448,7 +492,7 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
     x_base = share
     base = step_cost(tgt, T, batch=B, q=1.0, context=S, prefill_tokens=x_base, prefill_len=P, **kw_t)
     B_pre = np.ones_like(B) if cont else B
-    prefill = step_cost(tgt, T, batch=B_pre, q=P, context=0.0, lm_head_last_only=True, **kw_t)
+    prefill = step_cost(tgt, T, batch=B_pre, q=P, context=0.0, lm_head_last_only=True, energy=False, **kw_t)
     wait = 0.5 * base.time_s + prefill_queue_s(prefill.time_s, B, G, base.time_s) if cont else 0.0
 
     on_chip = batch.draft_on_chip & d.can_use_draft_chip
@@ -456,10 +500,17 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
     K = _k_range(w)
     ttft = prefill.time_s + wait + T.request_overhead_s
 
+    # ---- energy (MODEL.md section 5): each step's memory and link energy and its FLOPs, per group
+    # (energy_metrics prices the FLOPs and adds static power per design, after any dedupe gather) ----
+    energy_in = dict(_e_base=np.broadcast_to(base.energy_j, (n,)), _fl_base=np.broadcast_to(base.group_flops_lin, (n,)),
+                     _fa_base=np.broadcast_to(base.group_flops_att, (n,)))
+
     if d.kind == "none":
         one = np.ones(n)
         zero = np.zeros(n)
         spec = base.time_s
+        energy_in.update(_e_iter=energy_in["_e_base"], _fl_t=energy_in["_fl_base"], _fa_t=energy_in["_fa_base"],
+                         _fl_d=zero, _fa_d=zero)
         return dict(
             baseline_s_per_token=base.time_s, spec_s_per_token=spec, overhead_s_per_token=base.t_fixed_s + zero,
             speedup=one,
@@ -473,7 +524,7 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
             draft_arithmetic_intensity=zero, baseline_bound=base.bound, verify_bound=base.bound,
             draft_bound=np.full(n, OVERHEAD), tokens_per_s=B / spec,
             baseline_tokens_per_s=B / base.time_s, ttft_s=ttft,
-            request_latency_s=request_latency_s(ttft, G, spec))
+            request_latency_s=request_latency_s(ttft, G, spec), **energy_in)
 
     # ---- k candidates: 1..K for auto rows, the row's k where fixed. For a tree, k is its depth
     # bound. ----
@@ -495,6 +546,7 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
     tree_c = is_tree[:, None] if any_tree else False
     nodes_c = nodes[:, None]
     on_c = on_chip[:, None]
+    any_on = bool(on_chip.any())
     tree_depth = int(batch.k.max()) if all_fixed else K      # deepest tree any row may use
     tau_tab, p_tab, win_tab = _tau_table(w, K)
 
@@ -530,7 +582,8 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
             f_m = fc * wb / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * sf_t) / Tc.chips
             seq = Bc * Dc.sequence_overhead_s
             return c._replace(time_s=c.time_s + np.maximum(f_c, f_m) + seq, t_overhead_s=c.t_overhead_s + seq,
-                              t_fixed_s=c.t_fixed_s + seq)
+                              t_fixed_s=c.t_fixed_s + seq, energy_j=c.energy_j + fc * wb * Tc.mem_j_per_byte,
+                              group_flops_lin=c.group_flops_lin + 2 * fc * Bc * (q + x))
 
         one_step = draft_step(1.0)
         one_ai, one_bound = one_step.arithmetic_intensity, one_step.bound
@@ -547,10 +600,12 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
         mem_bound = t_m >= t_c
         fixed = Tc.kernels_per_layer * Tc.kernel_launch_s + Tc.draft_step_overhead_s + 0.0 * t_m
         return StepCost(np.maximum(t_m, t_c) + fixed, flops, nbytes, np.where(mem_bound, t_m, 0.0),
-                        np.where(mem_bound, 0.0, t_c), fixed, fixed)
+                        np.where(mem_bound, 0.0, t_c), fixed, fixed, Tc.chips * nbytes * Tc.mem_j_per_byte,
+                        Tc.chips * flops, 0.0)
 
-    def terms(kc) -> SimpleNamespace:
-        """Every k-dependent term at k candidates ``kc``: (1, b) for every row, or (n, 1)."""
+    def terms(kc, energy: bool = True) -> SimpleNamespace:
+        """Every k-dependent term at k candidates ``kc``: (1, b) for every row, or (n, 1); without
+        ``energy`` (choosing k, _auto_k) the energy terms are not computed (e_iter NaN)."""
         kf = kc.astype(np.float64)
         # ---- acceptance: chains by Leviathan / per-position rates; trees by their best shape ----
         tau, p_all, p_win = tau_tab[kc], p_tab[kc], win_tab[kc]
@@ -566,7 +621,7 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
         q_verify = tree_or(nodes_c + 1.0, kf + 1.0)
         x_verify = share[:, None] * tau if cont else 0.0
         verify = step_cost(tgt, Tc, batch=Bc, q=q_verify, context=Sc, tree_mask=tree_c, prefill_tokens=x_verify,
-                           prefill_len=P[:, None], **kw_tc)
+                           prefill_len=P[:, None], energy=energy, **kw_tc)
 
         # ---- draft ----
         per_k = None        # one draft step's time where the draft time is k times it
@@ -574,37 +629,47 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
         # arrive per iteration, tau times a step's, in its first step (early exit shares the
         # target's cache: the verify pass fills it)
         x_draft = x_verify if cont and d.kind in ("model", "eagle") else 0.0
+        # the drafter's memory and link energy (J) and FLOPs per iteration (host-side n-gram lookups: outside
+        # the model), on the group it runs on
+        e_draft = fl_draft = fa_draft = 0.0
         if model_draft:
             per_k = one_step.time_s
             t_draft = kf * one_step.time_s
             fixed_draft = kf * one_step.t_fixed_s
+            e_draft, fl_draft, fa_draft = (kf * one_step.energy_j, kf * one_step.group_flops_lin,
+                                           kf * one_step.group_flops_att)
             draft_ai, draft_bound = np.broadcast_to(one_ai, t_draft.shape), np.broadcast_to(one_bound, t_draft.shape)
             if cont and d.kind in ("model", "eagle"):
                 first = draft_step(1.0, x_draft)
                 chain = StepCost(*((kf - 1.0) * a + b for a, b in zip(one_step, first)))
                 t_draft, fixed_draft = chain.time_s, chain.t_fixed_s
                 draft_ai, draft_bound = chain.arithmetic_intensity, chain.bound
+                e_draft, fl_draft, fa_draft = chain.energy_j, chain.group_flops_lin, chain.group_flops_att
             if any_tree:
                 # a tree: one step per depth, over as many positions as that depth holds (EAGLE-2)
                 parts = [draft_step(np.maximum(level[..., i], 1).astype(np.float64), x_draft if i == 0 else 0.0,
                                     tree=True) for i in range(K)]
                 used = [level[..., i] > 0 for i in range(K)]
-                tot = [sum(np.where(u, getattr(c, f), 0.0) for c, u in zip(parts, used))
-                       for f in ("time_s", "flops", "bytes", "t_memory_s", "t_compute_s", "t_overhead_s", "t_fixed_s")]
+                tot = [sum(np.where(u, getattr(c, f), 0.0) for c, u in zip(parts, used)) for f in StepCost._fields]
                 tree_cost = StepCost(*tot)
                 t_draft = np.where(tree_c, tree_cost.time_s, t_draft)
                 fixed_draft = np.where(tree_c, tree_cost.t_fixed_s, fixed_draft)
+                e_draft = np.where(tree_c, tree_cost.energy_j, e_draft)
+                fl_draft = np.where(tree_c, tree_cost.group_flops_lin, fl_draft)
+                fa_draft = np.where(tree_c, tree_cost.group_flops_att, fa_draft)
                 draft_ai = np.where(tree_c, tree_cost.arithmetic_intensity, draft_ai)
                 draft_bound = np.where(tree_c, tree_cost.bound, draft_bound)
         elif d.kind == "hydra":
             # sequentially dependent heads (Hydra): head i drafts depth i, one step per depth over its
             # nodes (a chain: one position), each step its weights, its kernels and the runtime's
             # draft-step cost
-            per_k = hydra_step(1.0).time_s
+            head = hydra_step(1.0)
+            per_k = head.time_s
             t_draft = kf * per_k
-            fixed_draft = kf * hydra_step(1.0).t_fixed_s
-            draft_ai = np.broadcast_to(hydra_step(1.0).arithmetic_intensity, t_draft.shape)
-            draft_bound = np.broadcast_to(hydra_step(1.0).bound, t_draft.shape)
+            fixed_draft = kf * head.t_fixed_s
+            e_draft, fl_draft = kf * head.energy_j, kf * head.group_flops_lin
+            draft_ai = np.broadcast_to(head.arithmetic_intensity, t_draft.shape)
+            draft_bound = np.broadcast_to(head.bound, t_draft.shape)
             if any_tree:
                 parts = [hydra_step(np.maximum(level[..., i], 1).astype(np.float64)) for i in range(K)]
                 used = [level[..., i] > 0 for i in range(K)]
@@ -612,6 +677,8 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
                                        for f in StepCost._fields])
                 t_draft = np.where(tree_c, tree_cost.time_s, t_draft)
                 fixed_draft = np.where(tree_c, tree_cost.t_fixed_s, fixed_draft)
+                e_draft = np.where(tree_c, tree_cost.energy_j, e_draft)
+                fl_draft = np.where(tree_c, tree_cost.group_flops_lin, fl_draft)
                 draft_ai = np.where(tree_c, tree_cost.arithmetic_intensity, draft_ai)
                 draft_bound = np.where(tree_c, tree_cost.bound, draft_bound)
         elif d.kind == "medusa":
@@ -625,9 +692,11 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
             mem_bound = t_m >= t_c
             launches = Tc.kernels_per_layer * Tc.kernel_launch_s
             heads = StepCost(np.maximum(t_m, t_c) + launches, flops, nbytes,
-                             np.where(mem_bound, t_m, 0.0), np.where(mem_bound, 0.0, t_c), launches, launches)
+                             np.where(mem_bound, t_m, 0.0), np.where(mem_bound, 0.0, t_c), launches, launches,
+                             Tc.chips * nbytes * Tc.mem_j_per_byte, Tc.chips * flops, 0.0)
             t_draft, draft_ai, draft_bound = heads.time_s, heads.arithmetic_intensity, heads.bound
             fixed_draft = heads.t_fixed_s
+            e_draft, fl_draft = heads.energy_j, heads.group_flops_lin
         else:  # ngram / retrieval: host lookup, then copy the drafts (a tree: ids + mask) to the device
             copy_bytes = tree_or(Bc * q_verify * TOKEN_ID_BYTES + Bc * q_verify ** 2 * MASK_BYTES,
                                  Bc * kf * TOKEN_ID_BYTES)
@@ -657,9 +726,23 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
         else:                       # serial drafting: all of it
             shown_draft = fixed_draft
         t_fixed = shown_draft + verify.t_fixed_s + Tc.spec_overhead_s
+        e_iter = fl_t = fa_t = fl_d = fa_d = np.nan
+        if energy:
+            if w.overlap and any_on:
+                # overlapped, the window drafted during verification is drafted again unless usable (1 - p_win)
+                again = np.where(on_c, 2.0 - p_win, 1.0)
+                e_draft, fl_draft, fa_draft = again * e_draft, again * fl_draft, again * fa_draft
+            e_iter = verify.energy_j + e_draft
+            fl_t, fa_t, fl_d, fa_d = verify.group_flops_lin + fl_draft, verify.group_flops_att + fa_draft, 0.0, 0.0
+            if any_on:          # a draft chip: its FLOPs at its own J/FLOP, the link's bytes at the SerDes'
+                e_iter = e_iter + np.where(on_c, link_bytes * Tc.link_j_per_byte, 0.0)
+                fl_t = verify.group_flops_lin + np.where(on_c, 0.0, fl_draft)
+                fa_t = verify.group_flops_att + np.where(on_c, 0.0, fa_draft)
+                fl_d, fa_d = np.where(on_c, fl_draft, 0.0), np.where(on_c, fa_draft, 0.0)
         return SimpleNamespace(tau=tau, p_all=p_all, p_win=p_win, level=level, verify=verify, t_draft=t_draft,
                                draft_ai=draft_ai, draft_bound=draft_bound, t_link=t_link, t_iter=t_iter,
-                               exposed=exposed, per_k=per_k, t_fixed=t_fixed)
+                               exposed=exposed, per_k=per_k, t_fixed=t_fixed, e_iter=e_iter, fl_t=fl_t, fa_t=fa_t,
+                               fl_d=fl_d, fa_d=fa_d)
 
     overlapped = on_chip & w.overlap
     floor_s = base.time_s + T.spec_overhead_s
@@ -699,7 +782,8 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
                 kc = np.concatenate([kc, more[None, :]], axis=1)
     else:                                       # k by k, stopping where a bound allows
         bound = _auto_k_bound(tau_tab, win_tab, K1, fixed, overlapped, floor_s)
-        kc = np.where(fixed, batch.k, _auto_k(terms, K, bound if k_bound else None, K1, larger_k))[:, None]
+        kc = np.where(fixed, batch.k, _auto_k(lambda k: terms(k, energy=False), K, bound if k_bound else None, K1,
+                                              larger_k))[:, None]
     if t is None:
         t = terms(kc)
     if kc.shape[1] == 1:
@@ -707,10 +791,12 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
     else:
         idx = np.where(fixed, batch.k - 1, np.argmin(t.t_iter / t.tau, axis=1))
 
-    def pick(a):
-        if kc.shape[1] == 1:            # one k per row: its column, no gather
+    def pick(a, copy=True):
+        if kc.shape[1] == 1:            # one k per row: its column, no gather (a view where ``copy`` is False)
             a = np.asarray(a)
             col = a[:, 0] if a.ndim == 2 else a
+            if not copy:
+                return np.broadcast_to(col, (n,))
             return col.copy() if col.shape == (n,) else np.broadcast_to(col, (n,)).copy()
         a = np.broadcast_to(a, np.broadcast_shapes(np.shape(a), (n, kc.shape[1])))
         return np.take_along_axis(a, idx[:, None], axis=1)[:, 0]
@@ -719,6 +805,8 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
     tau, p_all, p_win, t_iter, exposed = pick(t.tau), pick(t.p_all), pick(t.p_win), pick(t.t_iter), pick(t.exposed)
     t_fixed = pick(t.t_fixed)
     t_draft, t_link, t_verify = pick(t.t_draft), pick(t.t_link), pick(t.verify.time_s)
+    e_iter, fl_t, fa_t = pick(t.e_iter, copy=False), pick(t.fl_t, copy=False), pick(t.fa_t, copy=False)
+    fl_d, fa_d = (pick(t.fl_d, copy=False), pick(t.fa_d, copy=False)) if any_on else (zero_n, zero_n)
     verify_ai, verify_bound = pick(t.verify.arithmetic_intensity), pick(t.verify.bound)
     draft_ai, draft_bound = pick(t.draft_ai), pick(t.draft_bound)
     level = None
@@ -736,6 +824,8 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
         verify_ai = np.where(off, base.arithmetic_intensity, verify_ai)
         verify_bound = np.where(off, base.bound, verify_bound)
         draft_ai, draft_bound = np.where(off, 0.0, draft_ai), np.where(off, OVERHEAD, draft_bound)
+        e_iter, fl_d, fa_d = np.where(off, base.energy_j, e_iter), np.where(off, 0.0, fl_d), np.where(off, 0.0, fa_d)
+        fl_t, fa_t = np.where(off, base.group_flops_lin, fl_t), np.where(off, base.group_flops_att, fa_t)
     spec = t_iter / tau
     if w.acceptance.kind == "alpha":
         alpha = np.full(n, w.acceptance.alpha)
@@ -745,7 +835,7 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
 
     pre_d = np.zeros(n)
     if d.kind == "model":
-        pre_d = step_cost(d.model, D, batch=B_pre, q=P, context=0.0, lm_head_last_only=True, **kw).time_s
+        pre_d = step_cost(d.model, D, batch=B_pre, q=P, context=0.0, lm_head_last_only=True, energy=False, **kw).time_s
     ttft = np.where(on_chip, np.maximum(prefill.time_s, pre_d + batch.draft_link_latency_s),
                     prefill.time_s + pre_d)
     ttft = np.where(off, prefill.time_s, ttft)       # speculation off: no draft prefill either
@@ -766,7 +856,38 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
         draft_arithmetic_intensity=draft_ai, baseline_bound=base.bound,
         verify_bound=verify_bound, draft_bound=draft_bound,
         tokens_per_s=B / spec, baseline_tokens_per_s=B / base.time_s,
-        ttft_s=ttft, request_latency_s=request_latency_s(ttft, G, spec))
+        ttft_s=ttft, request_latency_s=request_latency_s(ttft, G, spec),
+        _e_iter=e_iter, _fl_t=fl_t, _fa_t=fa_t, _fl_d=fl_d, _fa_d=fa_d, **energy_in)
+
+
+def energy_metrics(metrics: dict, batch: DesignBatch, w: Workload) -> dict:
+    """Energy per generated token (MODEL.md section 5) from _latency's ingredients (popped from
+    ``metrics``): an iteration's memory and link energy (J), its FLOPs on the target chips and on a
+    draft chip, priced at each group's J/FLOP (linear at the weight format's compute dtype, attention
+    at the KV dtype), plus every chip's static power for the iteration's time (a draft chip idles, it is
+    not off), over the B x tau tokens it emits; the baseline's: one plain step on the target chips, B
+    tokens. Applied per design after any dedupe gather, so designs that differ only in static power
+    or J/FLOP (silicon area, process node) share their latency row."""
+    T, D = batch.target, batch.draft
+    on_chip = batch.draft_on_chip & w.drafter.can_use_draft_chip
+    B = batch.batch.astype(np.float64)
+    static_t = T.static_w * T.chips
+    base = (metrics.pop("_e_base") + metrics.pop("_fl_base") * T.j_per_flop
+            + metrics.pop("_fa_base") * T.attention_j_per_flop + static_t * metrics["baseline_s_per_token"]) / B
+    if w.drafter.kind == "none":            # the iteration is the baseline step
+        for key in ("_e_iter", "_fl_t", "_fa_t", "_fl_d", "_fa_d"):
+            metrics.pop(key)
+        metrics.update(energy_j_per_token=base, baseline_energy_j_per_token=base, tokens_per_j=1.0 / base)
+        return metrics
+    e_iter = (metrics.pop("_e_iter") + metrics.pop("_fl_t") * T.j_per_flop + metrics.pop("_fa_t") * T.attention_j_per_flop
+              + static_t * metrics["iter_s"])
+    fl_d, fa_d = metrics.pop("_fl_d"), metrics.pop("_fa_d")
+    if on_chip.any():
+        e_iter = e_iter + np.where(on_chip, fl_d * D.j_per_flop + fa_d * D.attention_j_per_flop
+                                   + D.static_w * D.chips * metrics["iter_s"], 0.0)
+    energy = e_iter / (B * metrics["tau"])
+    metrics.update(energy_j_per_token=energy, baseline_energy_j_per_token=base, tokens_per_j=1.0 / energy)
+    return metrics
 
 
 def _concat_terms(a: SimpleNamespace, b: SimpleNamespace, n: int, ka: int, kb: int) -> SimpleNamespace:
@@ -889,10 +1010,11 @@ def shape_text(level: np.ndarray) -> np.ndarray:
     return text[inv.reshape(level.shape[:-1])].astype(str)
 
 
-def _finish(metrics, fits, req_t, cap_t, short, req_d, cap_d, short_d, store, blank: bool = True) -> Metrics:
-    """Attach capacity results and blank every latency of a design that does not fit (unless
-    done already: ``blank=False``)."""
+def _finish(metrics, caps: dict[str, np.ndarray], blank: bool = True) -> Metrics:
+    """Attach capacity results (``_capacity``) and blank every latency of a design that does not fit
+    (unless done already: ``blank=False``)."""
     out = {}
+    fits = caps["fits"]
     blank = blank and not bool(np.all(fits))         # nothing to blank where every design fits
     for name, attr, _ in METRIC_COLUMNS:
         if attr in metrics:
@@ -900,7 +1022,4 @@ def _finish(metrics, fits, req_t, cap_t, short, req_d, cap_d, short_d, store, bl
             if blank and name in LATENCY_METRICS and v.dtype.kind == "f":
                 v = np.where(fits, v, np.nan)
             out[attr] = v
-    return Metrics(fits=fits, memory_required_bytes=req_t, memory_capacity_bytes=cap_t,
-                   memory_shortfall_bytes=short, draft_memory_required_bytes=req_d,
-                   draft_memory_capacity_bytes=cap_d, draft_memory_shortfall_bytes=short_d,
-                   datastore_bytes=store, **out)
+    return Metrics(**caps, **out)

@@ -241,25 +241,44 @@ def packaging_cost_usd(tech: TechConstants, is_hbm, units, num_dies, die_area_mm
 
 # -- power --------------------------------------------------------------------------------
 
+#: bytes a 16-bit matrix-vector product takes in per FLOP (a 2-byte weight feeds one multiply-add, 2
+#: FLOPs): the lowest arithmetic intensity any step runs at, so no step draws memory faster than
+#: its dense BF16 FLOP/s x this
+_GEMV16_BYTES_PER_FLOP = 2.0 / 2.0
+
+
+def usable_bandwidth_bytes_s(mem_bw_bytes_s, peak_bf16_flop_s):
+    """The memory bandwidth a chip can use: min(BW, peak BF16 FLOP/s x 1 B/FLOP). A byte read is only
+    used if a multiply-add consumes it, and a 16-bit matrix-vector product (decode at batch 1, the lowest
+    arithmetic intensity) consumes one byte per FLOP; any other step takes fewer bytes per FLOP.
+    Binds for SRAM-only chips, whose aggregate bank bandwidth can exceed what the compute takes in
+    (a 500 MB SRAM chip of 100 TFLOP/s: 175 TB/s aggregate, 100 TB/s usable); never for DRAM parts."""
+    return np.minimum(mem_bw_bytes_s, np.asarray(peak_bf16_flop_s) * _GEMV16_BYTES_PER_FLOP)
+
+
 def power_w(tech: TechConstants, *, peak_bf16_flop_s, j_per_flop, mem_bw_bytes_s, j_per_bit,
             die_area_mm2, static_w_per_mm2, link_bw_bytes_s
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Design power (a TDP-like figure), W (MODEL.md section 5):
+    """Provisioned power (a TDP-like figure, for power caps), W (MODEL.md section 5):
 
     P = u_tdp x FLOP/s x J/FLOP          (dense BF16 GEMM at the utilisation a TDP is sized for)
-      + BW x 8 x J/bit                   (memory at full peak bandwidth)
+      + BW_usable x 8 x J/bit            (memory at the bandwidth it can use, usable_bandwidth_bytes_s)
       + static W/mm^2 x silicon area     (leakage and always-on logic)
       + link BW x 8 x link J/bit         (scale-up SerDes at full rate)
 
     It is the sustained package power with compute at ``tdp_compute_utilization`` of peak and
     memory and links saturated at once: a sizing figure comparable to a vendor TDP, not a
-    measured draw, and higher than what memory-bound decode burns.
+    measured draw, and higher than what memory-bound decode burns (energy per token is computed
+    from each step's traffic instead, model/evaluate.py). Memory is charged at the bandwidth the
+    compute can take in, not an SRAM's full aggregate: a 500 MB SRAM-only chip of 100 TFLOP/s at
+    n5 was 762 W (175 TB/s x 8 x 0.5 pJ/bit), now 142 W; Cerebras WSE-3 111 kW, now 21.8 kW against
+    its 23 kW (with the SRAM's 0.1 pJ/bit and the wafer's 15.6 PFLOP/s dense, hardware_db).
 
     Returns:
         (total, compute, memory, static, link), each (n,).
     """
     compute = tech.tdp_compute_utilization * peak_bf16_flop_s * j_per_flop
-    memory = mem_bw_bytes_s * _BITS_PER_BYTE * j_per_bit
+    memory = usable_bandwidth_bytes_s(mem_bw_bytes_s, peak_bf16_flop_s) * _BITS_PER_BYTE * j_per_bit
     static = static_w_per_mm2 * die_area_mm2
     link = link_power_w(tech, link_bw_bytes_s)
     return compute + memory + static + link, compute, memory, static, link
@@ -479,3 +498,18 @@ def known_part_power_w(tech: TechConstants, dev) -> tuple[float, str]:
     if dev.tdp_w:
         return float(dev.tdp_w), "tdp"
     return float("nan"), ""
+
+
+def known_part_energy(tech: TechConstants, dev) -> dict[str, float]:
+    """Per-chip energy constants of a database device from the tables synthesised chips use (MODEL.md
+    section 5): ``mem_j_per_byte`` (its memory type's pJ/bit x 8), ``j_per_flop`` (dense BF16 at its
+    node), ``static_w`` (its node's leakage per mm^2 x its silicon, as in ``power_w``) and
+    ``link_j_per_byte`` (the SerDes pJ/bit x 8). NaN for what the tables cannot give (a node or
+    memory type outside them): energy per token is then undefined, not guessed."""
+    node, mem_i, _, area, _ = _known_part_shape(tech, dev)
+    nan = float("nan")
+    mem, nodes = tech.memory_table(), tech.node_table()
+    return {"mem_j_per_byte": float(mem.j_per_bit[mem_i]) * _BITS_PER_BYTE if mem_i >= 0 else nan,
+            "j_per_flop": float(nodes.j_per_flop[node]) if node >= 0 else nan,
+            "static_w": float(nodes.static_w_per_mm2[node]) * area if node >= 0 and area > 0 else nan,
+            "link_j_per_byte": tech.link_j_per_bit * _BITS_PER_BYTE}

@@ -73,7 +73,20 @@ def study_mapping(resolved: dict) -> dict:
             space.setdefault(section, {})[key] = value
     out = {k: resolved[k] for k in ("name", "description", "objectives", "constraints", "search", "grid",
                                     "output", "storage", "technology") if resolved.get(k) is not None}
+    if isinstance(out.get("technology"), dict):       # results written before the _gib names (schema < 4)
+        out["technology"] = _renamed_technology(out["technology"])
     return {**out, "workload": wl, "space": space}
+
+
+def _renamed_technology(tech: dict) -> dict:
+    """Technology overrides with the memory fields' old names (gb_per_layer, ..., which held GiB) under
+    their new ones (dse.catalog.technology.RENAMED): the same values, the same meaning."""
+    from ..catalog.technology import RENAMED
+    memory = tech.get("memory")
+    if not isinstance(memory, dict):
+        return tech
+    return {**tech, "memory": {name: ({RENAMED.get(k, k): v for k, v in entry.items()} if isinstance(entry, dict)
+                                      else entry) for name, entry in memory.items()}}
 
 
 def study_from_mapping(mapping: dict, db=None, source: str = "results metadata") -> StudySpec:
@@ -195,14 +208,15 @@ def _pick_designs(study: StudySpec, front_df: pd.DataFrame, limit: int) -> list[
 def short_metric(metric: str) -> str:
     """spec_ms_per_token -> latency, cost_usd -> cost; other metrics keep their name."""
     return {"spec_ms_per_token": "latency", "cost_usd": "cost", "power_w": "power",
-            "total_die_area_mm2": "area", "tokens_per_s": "throughput"}.get(metric, metric)
+            "total_die_area_mm2": "area", "tokens_per_s": "throughput",
+            "energy_j_per_token": "energy"}.get(metric, metric)
 
 
 def design_label(row: pd.Series) -> str:
     """A design by its key knobs: 'h200 x2', or '1122 TFLOP/s, 7x hbm4 (8-high), 1 chip'."""
     def get(name):
         v = row.get(f"params_target_chip_{name}")
-        return None if v is None or (isinstance(v, float) and np.isnan(v)) else v
+        return None if v is None or pd.isna(v) else v       # a knob that does not act: NaN or <NA>
     chips = int(row["chips"]) if "chips" in row and pd.notna(row["chips"]) else get("chips")
     if get("device") is not None:
         text = f"{get('device')} x{chips}"

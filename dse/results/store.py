@@ -347,7 +347,9 @@ def _warn_old_schema(root: Path, metas) -> None:
                "with 2 us, tensor parallel free past a scale-up domain, one kernel count for every layer, fp8 on "
                "parts without fp8 units slower than bf16; trees from alpha at the geometric rank profile, no "
                "rank_profile column, no tree costs beyond positions, k = auto capped at 8, no draft prefill "
-               "under continuous batching); re-run the study to compare with current results")
+               "under continuous batching; memory_required_gb then included the runtime reserve, now "
+               "memory_reserve_gb; no energy per token, per-chip memory or busiest expert rank; SRAM power at its "
+               "full aggregate bandwidth); re-run the study to compare with current results")
     warnings.warn(f"{where}: results schema_version {v}: {why}", stacklevel=5)
 
 

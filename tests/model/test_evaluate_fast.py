@@ -34,10 +34,11 @@ def _designs(db, n, rng, *, draft_chip=False, pathological=False, k_choices=(0,)
     """n designs around an H100 (8B-class target): random bandwidth, FLOP/s, chips, batch,
     prompt and output; with ``draft_chip``, half drafting on a second group over a link; with
     ``pathological``, some groups without bandwidth (infinite times, NaN when overlapped)."""
-    dev, rt = db.device("h100-sxm"), db.runtime("graphs")
+    from dse.catalog.technology import load_technology
+    dev, rt, tech = db.device("h100-sxm"), db.runtime("graphs"), load_technology(db.root)
 
     def group(chips):
-        hw = hardware_arrays(dev, rt, chips, "bf16")
+        hw = hardware_arrays(dev, rt, chips, "bf16", tech=tech)     # with its energy constants
         bw = rng.uniform(1e12, 8e12, n)
         if pathological:
             bw[rng.random(n) < 0.05] = 0.0
@@ -83,6 +84,18 @@ def test_rows_differing_only_in_capacity_share_their_latency_row(db):
     assert 0 < fast.fits.sum() < batch.n
     assert np.isnan(fast.spec_s_per_token[~fast.fits]).all()
     _assert_same(fast, plain)
+    # the same with per-row static power and J/FLOP (silicon area, process node) on both groups: still 60
+    # latency rows, and every energy the same bits as without dedupe
+    def energy_varied(hw):
+        return type(hw)(**{**{f: getattr(hw, f) for f in hw.__slots__}, "static_w": rng.uniform(20, 200, batch.n),
+                           "j_per_flop": rng.uniform(2e-13, 9e-13, batch.n),
+                           "attention_j_per_flop": rng.uniform(2e-13, 9e-13, batch.n)})
+    batch = DesignBatch(**{**{f: getattr(batch, f) for f in batch.__slots__}, "target": energy_varied(batch.target),
+                           "draft": energy_varied(batch.draft)})
+    assert E._distinct_rows(batch)[0].size == 60
+    fast, plain = evaluate(batch, w), evaluate(batch, w, dedupe=False)
+    _assert_same(fast, plain)
+    assert np.unique(fast.energy_j_per_token[fast.fits]).size > 60
 
 
 def test_a_large_batch_in_blocks_gives_the_bits_of_one_pass(db):
@@ -210,7 +223,8 @@ def test_a_bound_that_lies_is_caught(db, k_loop, monkeypatch):
 
 def test_every_latency_input_is_in_the_key_and_capacity_is_not(db):
     """Two halves of a batch that differ in one field: two distinct latency rows for every
-    field the latency terms read, one for the capacity and the memory reserve."""
+    field the latency terms read, one for the capacity, the memory reserve and the energy
+    constants evaluate.energy_metrics applies per row after the gather (static power, J/FLOP)."""
     base = _designs(db, 1, np.random.default_rng(9), draft_chip=True).take(np.zeros(2048, dtype=np.int64))
     half = np.arange(2048) >= 1024
 
@@ -228,7 +242,7 @@ def test_every_latency_input_is_in_the_key_and_capacity_is_not(db):
             new = type(hw)(**{**{f: getattr(hw, f) for f in hw.__slots__}, name: changed(hw, name)})
             batch = DesignBatch(**{**{f: getattr(base, f) for f in base.__slots__}, group: new}) if group else new
             got = E._distinct_rows(batch)
-            expect = 1 if name in ("capacity_bytes", "memory_reserve_fraction") else 2
+            expect = 1 if name in E.NOT_LATENCY_INPUTS else 2
             assert got is not None and got[0].size == expect, (group, name)
 
 

@@ -58,7 +58,7 @@ def test_deepseek_v3_weights_per_chip_under_ep8_hand_worked():
     assert experts == 81_738_596_352 and rest == pytest.approx(1_779_171_328, abs=1)
     hand = 84_779_335_680
     assert float(weights_per_chip(DSV3, 8, "fp8")[()]) == pytest.approx(hand, abs=1)
-    # through dse eval: required = 8 chips x (weights + KV + reserve), the same with --ep 8 and without
+    # through dse eval: required = 8 chips x (weights + KV), the reserve apart, the same with --ep 8 and without
     tp = evaluate_design(hw="h200", chips=8, target="deepseek-v3", dtype="fp8", batch=1, prompt=1000, output=24, db=DB)
     ep = evaluate_design(hw="h200", chips=8, ep=8, target="deepseek-v3", dtype="fp8", batch=1, prompt=1000,
                          output=24, db=DB)
@@ -66,7 +66,9 @@ def test_deepseek_v3_weights_per_chip_under_ep8_hand_worked():
     kv = 70_272 * 1024
     reserve = 0.05 * 141 * 2**30    # graphs runtime reserve 5% of 141 GiB
     assert DB.runtime("graphs").memory_reserve_fraction == 0.05
-    assert ep["memory_required_gb"] == pytest.approx(8 * (hand + kv + reserve) / 1e9, rel=1e-9)
+    assert ep["memory_required_gb"] == pytest.approx(8 * (hand + kv) / 1e9, rel=1e-9)
+    assert ep["memory_reserve_gb"] == pytest.approx(8 * reserve / 1e9, rel=1e-12)
+    assert ep["chip_memory_required_gb"] == pytest.approx((hand + kv) / 1e9, rel=1e-9)
     assert ep["memory_required_gb"] == tp["memory_required_gb"]
     assert ep["ep"] == 8 and tp["ep"] == 1
 

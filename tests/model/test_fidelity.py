@@ -70,7 +70,8 @@ def test_deepseek_v3_batch_256_on_8_h200_does_not_fit(db):
     w_chip = (tf.total_params(m) - 1_029_898_240) / 8 + 1_029_898_240          # fp8: 1 B per weight
     kv_chip = 256 * 9216 * 70_272
     cap = 141 * GIB
-    assert r["memory_required_gb"] == pytest.approx(8 * (w_chip + kv_chip + 0.05 * cap) / 1e9, rel=1e-9)
+    assert r["memory_required_gb"] == pytest.approx(8 * (w_chip + kv_chip) / 1e9, rel=1e-9)
+    assert r["memory_reserve_gb"] == pytest.approx(8 * 0.05 * cap / 1e9, rel=1e-12)
     assert r["memory_capacity_gb"] == pytest.approx(8 * cap / 1e9)
     # even an fp8 cache (82.9e9 B per chip) leaves it short: 84.8 + 82.9 + 7.6 > 151.4 GB per chip
     assert evaluate_design(hw="h200", chips=8, target="deepseek-v3", dtype="fp8", kv_dtype="fp8", batch=256,
@@ -83,12 +84,14 @@ def test_int4_llama2_7b_batch16_on_rtx4090_does_not_fit():
     # KV: 16 seqs * 2,560 tokens * 32 layers * 2*32*128 * 2 B = 21,474,836,480 B (16-bit);
     # weights 32*(4*4096^2 + 3*4096*11008) + 2*32000*4096 = 6,738,149,376, int4 g128:
     # * (0.5 + 2/128) = 3,474,358,272 B; reserve 5% of 24 GiB
-    # = 1,288,490,189 B; total 26.24e9 B > 24 GiB = 25.77e9 B.
+    # = 1,288,490,189 B; total 24.95e9 + 1.29e9 = 26.24e9 B > 24 GiB = 25.77e9 B.
     r = evaluate_design(hw="rtx-4090", target="llama-2-7b", dtype="int4", batch=16, prompt=2048, output=512)
     assert r["kv_dtype"] == "bf16" and r["fits"] is False
-    need = 16 * 2560 * 32 * 2 * 32 * 128 * 2 + 6_738_149_376 * (0.5 + 2 / 128) + 0.05 * 24 * GIB
+    need = 16 * 2560 * 32 * 2 * 32 * 128 * 2 + 6_738_149_376 * (0.5 + 2 / 128)
     assert r["memory_required_gb"] == pytest.approx(need / 1e9, rel=1e-9)
-    assert r["memory_required_gb"] == pytest.approx(26.24, abs=0.01)
+    assert r["memory_required_gb"] == pytest.approx(24.95, abs=0.01)       # the reserve apart: 1.29 GB
+    assert r["memory_reserve_gb"] == pytest.approx(1.288490189, abs=1e-9)
+    assert r["memory_shortfall_gb"] == pytest.approx((need + 0.05 * 24 * GIB - 24 * GIB) / 1e9, rel=1e-9)
     # quantising the cache is explicit: an int4 cache (5.54e9 B) fits
     q = evaluate_design(hw="rtx-4090", target="llama-2-7b", dtype="int4", kv_dtype="int4", batch=16,
                         prompt=2048, output=512)

@@ -234,7 +234,8 @@ def test_draft_chip_shortfall_is_its_own():
     assert not r["fits"]
     assert r["memory_shortfall_gb"] == 0
     assert r["draft_memory_shortfall_gb"] == pytest.approx(
-        r["draft_memory_required_gb"] - r["draft_memory_capacity_gb"], rel=1e-9)
+        r["draft_memory_required_gb"] + r["draft_memory_reserve_gb"] - r["draft_memory_capacity_gb"], rel=1e-9)
+    assert r["draft_memory_reserve_gb"] == pytest.approx(0.05 * 24 * 2 ** 30 / 1e9, rel=1e-12)    # 5% of 24 GiB
     from dse.cli_text import eval_table
     lines = eval_table(r).splitlines()
     assert "DRAFT CHIP DOES NOT FIT" in next(x for x in lines if x.startswith("  draft "))
