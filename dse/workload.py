@@ -32,24 +32,87 @@ K_RANGE = Range(integer=True, lo=1, hi=K_LIMIT)
 TREE_NODES_MAX = 1024
 _FROZEN = dict(frozen=True, slots=True, kw_only=True)
 
+#: how a drafter costs (MODEL.md section 3): what dse.model.evaluate computes per kind
 DRAFTER_KINDS = ("none", "model", "ngram", "early-exit", "eagle", "medusa", "hydra")
+#: the published method behind each --draft spelling (its acceptance in dse.acceptance, its
+#: default shape in DEFAULT_SHAPES) -> the kind it costs as. EAGLE-2 drafts with EAGLE-1's head
+#: (Li et al. 2024, arXiv 2406.16858); EAGLE-3's head is one decoder layer too, on a fusion of
+#: three of the target's layers, with its own LM head over a 32K draft vocabulary (arXiv
+#: 2503.01840; hardware_db/models/eagle3-llama3.1-8b.yaml); Hydra's heads are Medusa-style
+#: heads run one after another (each takes the previous head's token: Ankner et al. 2024, arXiv
+#: 2402.05109); retrieval (REST, He et al. 2023, arXiv 2311.08252) is a host-side lookup like
+#: prompt lookup, with a datastore in host memory.
+METHOD_KINDS = {"none": "none", "model": "model", "ngram": "ngram", "retrieval": "ngram", "early-exit": "early-exit",
+                "eagle": "eagle", "eagle2": "eagle", "eagle3": "eagle", "medusa": "medusa", "hydra": "hydra"}
+#: EAGLE-3's draft vocabulary (its own LM head: draft_vocab_size in SafeAILab/EAGLE
+#: eagle/traineagle3/config.json)
+EAGLE3_DRAFT_VOCAB = 32000
+#: Hydra's heads per checkpoint (hydra_num_heads = 4 in the Hydra code, model/hydra/hydra_model.py of
+#: Spec-Bench's copy) when `hydra` is given without :H
+HYDRA_HEADS = 4
+
+
+@dataclass(frozen=True)
+class DraftShape:
+    """A method's published default: a tree of ``nodes`` drafted nodes (root excluded) and
+    depth ``depth``, or (nodes 0) a chain with k = auto."""
+
+    nodes: int
+    depth: int
+    source: str
+
+
+#: the default tree of each tree method, used when neither k nor a tree size is given (--k,
+#: --tree-nodes; workload.k, space.k, workload.tree_nodes). Chain methods (a draft model,
+#: prompt lookup, early exit) have no single published k: k = auto.
+DEFAULT_SHAPES = {
+    "eagle": DraftShape(25, 5, "EAGLE-1's static tree mc_sim_7b_63: 4-8-8-3-2 nodes per depth "
+                               "(SafeAILab/EAGLE eagle/model/choices.py)"),
+    "eagle2": DraftShape(59, 6, "EAGLE-2's dynamic tree: total_token 60 (the root + 59 drafted), depth 5 "
+                                "expansions after the first level (6 levels), top_k 10 (SafeAILab/EAGLE "
+                                "eagle/evaluation/gen_ea_answer_*.py defaults; the paper's 60 tokens, depth 6)"),
+    "eagle3": DraftShape(59, 6, "EAGLE-3 evaluated as EAGLE-2: total_token 60, depth 5 (+1 level), top_k 10 "
+                                "(SafeAILab/EAGLE eagle/evaluation/gen_ea_answer_llama3chat.py; the library "
+                                "default of ea_model.py is depth 7)"),
+    "medusa": DraftShape(63, 4, "Medusa's tree mc_sim_7b_63: 10-28-23-2 nodes per depth (medusa_choices.py "
+                                "of the Medusa code, as Spec-Bench runs it)"),
+    "hydra": DraftShape(63, 4, "Hydra's tree mc_sim_7b_63: 10-28-23-2 nodes per depth (hydra_choices.py)"),
+    "retrieval": DraftShape(64, 10, "REST: up to 64 draft tokens from the retrieved continuations, each at most "
+                                    "10 long (num_draft 64; DraftRetriever search 'long' 10)"),
+}
 
 
 @dataclass(**_FROZEN)
 class DrafterSpec:
-    """How drafts are proposed (MODEL.md section 3). ``model`` is set for kind 'model'."""
+    """How drafts are proposed (MODEL.md section 3). ``model`` is set for kind 'model';
+    ``method`` is the published method (METHOD_KINDS): eagle2 costs as kind eagle, hydra as
+    kind medusa, retrieval as kind ngram."""
 
     kind: str
     label: str                        # as the user wrote it: 'llama-3.2-1b', 'eagle', 'medusa:4'
     model: ModelSpec | None = None
     exit_layer: int = 0               # early-exit:L
-    heads: int = 0                    # medusa:H
+    heads: int = 0                    # medusa:H, hydra:H
+    method: str = ""                  # '' = the kind itself
 
     @property
     def can_use_draft_chip(self) -> bool:
         """Only an independent model can live on a separate chip; the others need the
         target's hidden states or cost nothing."""
         return self.kind == "model"
+
+    @property
+    def meth(self) -> str:
+        """The published method (the kind where none is set)."""
+        return self.method or self.kind
+
+    def default_shape(self) -> DraftShape | None:
+        """The method's published default tree (DEFAULT_SHAPES), its depth within the heads
+        of medusa:H / hydra:H; None for chain methods."""
+        s = DEFAULT_SHAPES.get(self.meth)
+        if s is None or not self.heads or s.depth <= self.heads:
+            return s
+        return DraftShape(s.nodes, self.heads, s.source + f"; depth cut to the {self.heads} heads")
 
 
 @dataclass(**_FROZEN)
@@ -69,6 +132,10 @@ class AcceptanceSpec:
     per_position: tuple[float, ...] = ()
     tau: float = 0.0
     rank: tuple[tuple[float, ...], ...] = ()
+    #: kind 'mixture': a text mix (TaskMix), one acceptance per task, token-weighted
+    components: tuple[AcceptanceSpec, ...] = ()
+    weights: tuple[float, ...] = ()
+    labels: tuple[str, ...] = ()
 
     def describe(self) -> str:
         if self.kind == "alpha":
@@ -77,7 +144,88 @@ class AcceptanceSpec:
             return "alpha per position=" + ",".join(f"{a:g}" for a in self.per_position)
         if self.kind == "rank":
             return "acceptance per rank=" + ";".join(",".join(f"{a:g}" for a in row) for row in self.rank)
+        if self.kind == "mixture":
+            return "mix of " + ", ".join(f"{lab} {w:g}: {c.describe()}" for lab, w, c in
+                                          zip(self.labels, self.weights, self.components))
         return f"tau={self.tau:g} (given)"
+
+
+def mixture(components, weights, labels=()) -> AcceptanceSpec:
+    """A token-weighted mix of acceptances (one per task); a single component is itself.
+
+    The model times a token of the mix as the weighted mean of each task's time per token, so
+    tau_mix = 1 / sum_i(w_i / tau_i) at the design's k (dse.model.evaluate): not the tau at the
+    mean alpha."""
+    comps, ws = tuple(components), tuple(float(w) for w in weights)
+    if len(comps) == 1:
+        return comps[0]
+    return AcceptanceSpec(kind="mixture", components=comps, weights=ws, labels=tuple(labels))
+
+
+@dataclass(frozen=True)
+class TaskMix:
+    """The kinds of text the workload generates, as token fractions summing to 1."""
+
+    tasks: tuple[str, ...]
+    weights: tuple[float, ...]
+
+    @property
+    def label(self) -> str:
+        if len(self.tasks) == 1:
+            return self.tasks[0]
+        from .catalog.acceptance import MIX_TASKS
+        if self.tasks == MIX_TASKS and all(abs(w - 1 / 6) < 1e-12 for w in self.weights):
+            return "mix"
+        return ",".join(f"{t}={w:g}" for t, w in zip(self.tasks, self.weights))
+
+    def plain(self):
+        """The YAML form: a task name, or a mapping task -> weight."""
+        return self.label if len(self.tasks) == 1 or self.label == "mix" else dict(zip(self.tasks, self.weights))
+
+
+def parse_task(value: Any, where: str = "--task", path: str | None = None) -> TaskMix:
+    """'chat' (a task), 'mix' (equal parts of chat, translation, summarization, qa, math and rag:
+    Spec-Bench's six), 'chat=0.4,code=0.6' or a mapping {chat: 0.4, code: 0.6} (token fractions
+    that sum to 1)."""
+    from .catalog.acceptance import MIX_TASKS, TASKS, suggest_task
+    allowed = (f"expected one of {', '.join(TASKS)}, mix, or weights such as chat=0.4,code=0.6 "
+               "(a mapping in YAML) that sum to 1")
+    if isinstance(value, str) and "=" not in value:
+        name = value.strip().lower()
+        if name == "mix":
+            return TaskMix(MIX_TASKS, (1 / 6,) * 6)
+        if name not in TASKS:
+            raise SpecError(path, where, value, allowed + suggest_task(name))
+        return TaskMix((name,), (1.0,))
+    if isinstance(value, str):
+        pairs = []
+        for part in value.split(","):
+            key, sep, w = part.partition("=")
+            if not sep:
+                raise SpecError(path, where, value, allowed)
+            pairs.append((key.strip().lower(), w.strip()))
+    elif isinstance(value, dict) and value:
+        pairs = [(str(k).strip().lower(), v) for k, v in value.items()]
+    else:
+        raise SpecError(path, where, value, allowed)
+    tasks, weights = [], []
+    for key, w in pairs:
+        if key not in TASKS:
+            raise SpecError(path, f"{where}" if isinstance(value, str) else f"{where}.{key}", key,
+                            f"expected one of {', '.join(TASKS)}" + suggest_task(key))
+        if key in tasks:
+            raise SpecError(path, where, value, f"task {key} is given twice")
+        tasks.append(key)
+        weights.append(as_number(w, f"{where}.{key}", path, Range(lo=0.0, hi=1.0)))
+    total = sum(weights)
+    if abs(total - 1.0) > 1e-6:
+        raise SpecError(path, where, value, f"the weights sum to {total:g}: expected token fractions that sum to 1")
+    keep = [(t, w) for t, w in zip(tasks, weights) if w > 0]
+    return TaskMix(tuple(t for t, _ in keep), tuple(w for _, w in keep))
+
+
+#: chat, unless the workload says otherwise
+DEFAULT_TASK = TaskMix(("chat",), (1.0,))
 
 
 @dataclass(**_FROZEN)
@@ -99,14 +247,31 @@ class Workload:
     #: a tree's rank profile from alpha / per-position rates / tau (the drafter kind's measured one,
     #: dse.catalog.rank_profiles; api and studies set it); None = the geometric limit a(1-a)^(r-1)
     rank_profile: RankProfile | None = None
+    task: TaskMix = DEFAULT_TASK      # the text generated (acceptance depends on it)
+    #: the acceptance at the ends of its band (dse.acceptance: leave-one-source-out residuals);
+    #: None = no band (acceptance given by the user: tau_low = tau_high = tau)
+    acceptance_low: AcceptanceSpec | None = None
+    acceptance_high: AcceptanceSpec | None = None
+    #: where the acceptance comes from: 'given', 'table', 'model', 'table+model' (a mix), 'none'
+    acceptance_source: str = "given"
 
 
-def parse_drafter(spec: str, target: ModelSpec, db: Database, where: str = "--draft") -> DrafterSpec:
-    """'none' | 'ngram' | 'eagle' | 'medusa:H' | 'early-exit:L' | a model name or file."""
+#: the --draft spellings besides a model name or file
+DRAFT_SPELLINGS = ("none", "ngram", "retrieval", "eagle", "eagle2", "eagle3", "hydra", "hydra:H", "medusa:H",
+                   "early-exit:L")
+
+
+def parse_drafter(spec: str, target: ModelSpec, db: Database, where: str = "--draft", path: str | None = None
+                  ) -> DrafterSpec:
+    """'none' | 'ngram' | 'retrieval' | 'eagle' | 'eagle2' | 'eagle3' | 'hydra[:H]' | 'medusa:H' |
+    'early-exit:L' | a model name or file. A draft model must share the target's tokenizer
+    (hardware_db/acceptance/families.yaml)."""
     s = str(spec).strip()
     low = s.lower()
-    if low in ("none", "ngram", "eagle"):
-        return DrafterSpec(kind=low, label=low)
+    if low in ("none", "ngram", "eagle", "retrieval", "eagle2", "eagle3"):
+        return DrafterSpec(kind=METHOD_KINDS[low], label=low, method=low if low != METHOD_KINDS[low] else "")
+    if low == "hydra":
+        return DrafterSpec(kind="hydra", label=low, heads=HYDRA_HEADS)
     head, _, arg = low.partition(":")
     if head in ("medusa", "hydra", "early-exit"):
         hi = 64 if head != "early-exit" else target.num_layers - 1
@@ -115,15 +280,21 @@ def parse_drafter(spec: str, target: ModelSpec, db: Database, where: str = "--dr
         except ValueError:
             val = None
         if val is None or not 1 <= val <= hi:
-            raise SpecError(None, where, s, f"expected {head}:N with N an integer in [1, {hi}]"
+            raise SpecError(path, where, s, f"expected {head}:N with N an integer in [1, {hi}]"
                             + (f" (target has {target.num_layers} layers)" if head == "early-exit" else ""))
         if head in ("medusa", "hydra"):
             return DrafterSpec(kind=head, label=low, heads=val)
         return DrafterSpec(kind="early-exit", label=low, exit_layer=val)
     model = db.model(s, where=f"{where}: ")
     if model.kind != "decoder":
-        raise SpecError(None, where, s, f"{model.name} is a {model.kind}; use --draft "
+        raise SpecError(path, where, s, f"{model.name} is a {model.kind}; use --draft "
                         f"{'eagle' if model.kind == 'eagle-head' else 'medusa:H'} to draft with it")
+    from .catalog.acceptance import load_groups, shares_tokenizer
+    ok, how = shares_tokenizer(load_groups(db.root), model, target)
+    if not ok:
+        raise SpecError(path, where, s, f"the draft model {model.name} cannot propose {target.name}'s tokens ({how}): "
+                        "a draft model must share the target's tokenizer; pick one of its family, or a drafter "
+                        "that uses the target's vocabulary (eagle3, medusa:H, ngram, early-exit:L, ...)")
     return DrafterSpec(kind="model", label=model.name, model=model)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..catalog.specs import ModelSpec
 from ..units import FACTOR
-from ..workload import AcceptanceSpec, Workload
+from ..workload import EAGLE3_DRAFT_VOCAB, AcceptanceSpec, Workload
 from . import specdec
 from . import transformer as tf
 from .arrays import DesignBatch, HardwareArrays
@@ -53,6 +53,13 @@ class Metrics:
     k: np.ndarray
     alpha: np.ndarray
     tau: np.ndarray
+    tau_low: np.ndarray
+    tau_high: np.ndarray
+    speedup_low: np.ndarray
+    speedup_high: np.ndarray
+    spec_s_per_token_low: np.ndarray
+    spec_s_per_token_high: np.ndarray
+    acceptance_source: np.ndarray
     p_all_accepted: np.ndarray
     p_window: np.ndarray
     tree_nodes: np.ndarray
@@ -122,6 +129,13 @@ METRIC_COLUMNS = (
     ("k", "k", None),
     ("alpha", "alpha", None),
     ("tau", "tau", None),
+    ("tau_low", "tau_low", None),
+    ("tau_high", "tau_high", None),
+    ("speedup_low", "speedup_low", None),
+    ("speedup_high", "speedup_high", None),
+    ("spec_ms_per_token_low", "spec_s_per_token_low", FACTOR["ms"]),
+    ("spec_ms_per_token_high", "spec_s_per_token_high", FACTOR["ms"]),
+    ("acceptance_source", "acceptance_source", "text"),
     ("p_all_accepted", "p_all_accepted", None),
     ("p_window", "p_window", None),
     ("tree_nodes", "tree_nodes", None),
@@ -168,11 +182,19 @@ def _select(mask, a: HardwareArrays, b: HardwareArrays) -> HardwareArrays:
                              for f in dataclasses.fields(a)})
 
 
-def eagle_head(target: ModelSpec) -> ModelSpec:
+def eagle_head(target: ModelSpec, method: str = "eagle") -> ModelSpec:
     """EAGLE draft head: one decoder layer of the target's shape (Li et al. 2024, arXiv
-    2401.15077); its fc(2d -> d) is added by the caller; the LM head is the target's."""
-    return dataclasses.replace(target, name=target.name + "-eagle-head", kind="eagle-head",
+    2401.15077); its fc is added by the caller (eagle_fc_params); the LM head is the target's,
+    but EAGLE-3's own over its 32K draft vocabulary (arXiv 2503.01840; EAGLE3_DRAFT_VOCAB)."""
+    vocab = EAGLE3_DRAFT_VOCAB if method == "eagle3" else target.vocab_size
+    return dataclasses.replace(target, name=target.name + "-eagle-head", kind="eagle-head", vocab_size=vocab,
                                num_layers=1, first_dense_layers=min(1, target.first_dense_layers))
+
+
+def eagle_fc_params(target: ModelSpec, method: str = "eagle") -> int:
+    """The head's input fc: 2d -> d on [feature, token embedding] (EAGLE-1/2), 3d -> d on the
+    fused low, middle and high features (EAGLE-3)."""
+    return (3 if method == "eagle3" else 2) * target.hidden_size ** 2
 
 
 def draft_weight_bytes(w: Workload) -> float:
@@ -195,8 +217,9 @@ def draft_weight_bytes_per_chip(w: Workload, chips):
     if d.kind == "model":
         return weights_per_chip(d.model, c, w.dtype)
     if d.kind == "eagle":
-        head = eagle_head(t)
-        return (tf.non_embedding_params(head) + 2 * t.hidden_size ** 2) * wb / c
+        head = eagle_head(t, d.meth)
+        own_lm = head.hidden_size * head.vocab_size if d.meth == "eagle3" else 0
+        return (tf.non_embedding_params(head) + eagle_fc_params(t, d.meth) + own_lm) * wb / c
     if d.kind in ("medusa", "hydra"):
         return d.heads * medusa_head_params(t) * wb / c
     return np.zeros_like(c)
@@ -248,6 +271,8 @@ def _tau_table(w: Workload, K: int):
     """
     acc = w.acceptance
     kk = np.arange(K + 1)
+    if acc.kind == "mixture":
+        return _mix([_tau_table(dataclasses.replace(w, acceptance=c), K) for c in acc.components], acc.weights)
     if acc.kind == "tau":
         alpha = specdec.implied_alpha(np.full(K + 1, acc.tau), kk)
         return np.full(K + 1, acc.tau), alpha ** kk, alpha ** (kk + 1)
@@ -265,6 +290,9 @@ def _tree_terms(w: Workload, nodes, kc, K: int, depth: int):
     rank profile has that tau (one per distinct N)."""
     acc = w.acceptance
     n_max = int(nodes.max())
+    if acc.kind == "mixture":     # each task its best tree (dynamic trees adapt per context); the shape of the heaviest
+        parts = [_tree_terms(dataclasses.replace(w, acceptance=c), nodes, kc, K, depth) for c in acc.components]
+        return (*_mix([p[:3] for p in parts], acc.weights), parts[int(np.argmax(acc.weights))][3])
     if acc.kind != "tau":
         p = specdec.rank_matrix(acc, K + 1, n_max, w.rank_profile)
         t = specdec.tree_table(p, K, n_max)
@@ -280,6 +308,35 @@ def _tree_terms(w: Workload, nodes, kc, K: int, depth: int):
         out = got if out is None else tuple(np.where(nodes[..., None] == n_val, g, o) if g.ndim == 3
                                             else np.where(nodes == n_val, g, o) for g, o in zip(got, out))
     return out
+
+
+def _mix(parts, weights):
+    """A token-weighted text mix (AcceptanceSpec kind 'mixture'): a token of the mix costs the
+    weighted mean of each task's time per token, T_iter/tau_i at the same k, so
+    tau = 1 / sum_i(w_i / tau_i); P(all accepted) and P(window) are means over iterations, which
+    task i fills in proportion to w_i / tau_i: p = tau * sum_i(w_i p_i / tau_i) (exact for the
+    overlap window, which is linear in p per iteration)."""
+    inv = sum(wt / p[0] for wt, p in zip(weights, parts))
+    tau = 1.0 / inv
+    return (tau, tau * sum(wt * p[1] / p[0] for wt, p in zip(weights, parts)),
+            tau * sum(wt * p[2] / p[0] for wt, p in zip(weights, parts)))
+
+
+def acceptance_terms(w: Workload, k, nodes=0):
+    """(tau, P(all k accepted) or P(deepest level), P(window usable)) of the workload's acceptance
+    at chain length (tree depth) ``k`` and tree size ``nodes`` (0 = a chain), arrays broadcast:
+    the same terms evaluate() uses (chains by _tau_table, trees by _tree_terms)."""
+    k = np.asarray(k, dtype=np.int64)
+    nodes = np.broadcast_to(np.asarray(nodes, dtype=np.int64), k.shape) if k.ndim else np.asarray(nodes, np.int64)
+    K = max(1, int(np.max(k)))
+    tau_tab, p_tab, win_tab = _tau_table(w, K)
+    tau, p_all, p_win = tau_tab[k], p_tab[k], win_tab[k]
+    tree = nodes > 0
+    if np.any(tree):
+        t_tau, t_deep, t_win, _ = _tree_terms(w, np.atleast_1d(nodes)[:, None], np.atleast_1d(k)[:, None], K, K)
+        t_tau, t_deep, t_win = (np.reshape(x, k.shape) for x in (t_tau, t_deep, t_win))
+        tau, p_all, p_win = (np.where(tree, a, b) for a, b in ((t_tau, tau), (t_deep, p_all), (t_win, p_win)))
+    return tau, p_all, p_win
 
 
 #: batches of at least this many rows evaluate the latency terms once per distinct input row
@@ -518,7 +575,9 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
             p_window=one, tree_nodes=np.zeros(n, dtype=np.int64), tree_shape=np.full(n, ""),
             rank_profile=np.full(n, ""),
             draft_s_per_iter=zero, verify_s_per_iter=base.time_s, link_s_per_iter=zero,
-            iter_s=base.time_s, draft_cost_ratio=zero, speedup_bound=one,
+            iter_s=base.time_s, draft_cost_ratio=zero, speedup_bound=one, tau_low=one, tau_high=one,
+            speedup_low=one, speedup_high=one, spec_s_per_token_low=spec, spec_s_per_token_high=spec,
+            acceptance_source=np.full(n, "none"),
             baseline_arithmetic_intensity=base.arithmetic_intensity,
             verify_arithmetic_intensity=base.arithmetic_intensity,
             draft_arithmetic_intensity=zero, baseline_bound=base.bound, verify_bound=base.bound,
@@ -556,7 +615,7 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
     # ---- a draft model, EAGLE head or early exit: one step per drafted token (k-independent) ----
     model_draft = d.kind in ("model", "eagle", "early-exit")
     if model_draft:
-        model = {"model": d.model, "eagle": eagle_head(tgt), "early-exit": tgt}[d.kind]
+        model = {"model": d.model, "eagle": eagle_head(tgt, d.meth), "early-exit": tgt}[d.kind]
         layers = d.exit_layer if d.kind == "early-exit" else None
 
         def draft_step(q, x=0.0, tree=False):
@@ -577,7 +636,7 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
                 c = c._replace(time_s=c.time_s + h, t_overhead_s=c.t_overhead_s + h, t_fixed_s=c.t_fixed_s + h)
             if not eagle:
                 return c
-            fc = 2.0 * tgt.hidden_size ** 2      # fc(2d -> d) on the concatenated feature and token embedding
+            fc = float(eagle_fc_params(tgt, d.meth))     # fc(2d -> d) (EAGLE-3: 3d -> d) on the features
             f_c = 2 * fc * Bc * (q + x) / (Tc.peak_flop_s * Tc.compute_efficiency * cf_t) / Tc.chips
             f_m = fc * wb / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * sf_t) / Tc.chips
             seq = Bc * Dc.sequence_overhead_s
@@ -842,9 +901,13 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
     if cont:        # half the running iteration, and the other arriving prompts' prefills ahead
         ttft = ttft + 0.5 * np.where(off, base.time_s, t_iter) + prefill_queue_s(ttft, B, G, spec)
     ttft = ttft + T.request_overhead_s
+    band = _band(w, k, np.where(shown, nodes, 0), tau, t_iter, exposed, t_draft, t_verify, on_chip & w.overlap)
     return dict(
         baseline_s_per_token=base.time_s, spec_s_per_token=spec, overhead_s_per_token=t_fixed / tau,
         speedup=base.time_s / spec, k=k, alpha=alpha, tau=tau, p_all_accepted=p_all, p_window=p_win,
+        tau_low=band[0], tau_high=band[1], speedup_low=base.time_s / band[2], speedup_high=base.time_s / band[3],
+        spec_s_per_token_low=band[3], spec_s_per_token_high=band[2],
+        acceptance_source=np.full(n, w.acceptance_source),
         tree_nodes=np.where(shown, nodes, 0),
         tree_shape=np.where(shown, shape_text(level), "") if any_tree else np.full(n, ""),
         rank_profile=np.where(shown, rank_profile_name(w), "") if any_tree else np.full(n, ""),
@@ -888,6 +951,28 @@ def energy_metrics(metrics: dict, batch: DesignBatch, w: Workload) -> dict:
     energy = e_iter / (B * metrics["tau"])
     metrics.update(energy_j_per_token=energy, baseline_energy_j_per_token=base, tokens_per_j=1.0 / energy)
     return metrics
+
+
+def _band(w: Workload, k, nodes, tau, t_iter, exposed, t_draft, t_verify, overlapped):
+    """(tau_low, tau_high, s/token at tau_low, s/token at tau_high): the design as chosen (its k
+    and tree) with the acceptance at the ends of its band (Workload.acceptance_low/high, from
+    dse.acceptance); the same as the nominal values without a band (acceptance given). Only the
+    acceptance moves: T_iter is the nominal one but for the exposed draft time of overlapped
+    drafting, which depends on P(window) (specdec.iteration_time_s)."""
+    if w.acceptance_low is None or w.acceptance_high is None:
+        s = t_iter / tau
+        return tau, tau, s, s
+    out = []
+    on = k > 0
+    for acc in (w.acceptance_low, w.acceptance_high):
+        t_b, _, win_b = acceptance_terms(dataclasses.replace(w, acceptance=acc), np.maximum(k, 1), nodes)
+        t_b = np.where(on, t_b, 1.0)
+        it = t_iter
+        if np.any(overlapped):
+            _, ex_b = specdec.iteration_time_s(t_draft, t_verify, 0.0, 0.0, win_b, overlapped)
+            it = np.where(on, t_iter - exposed + ex_b, t_iter)
+        out.append((t_b, it / t_b))
+    return out[0][0], out[1][0], out[0][1], out[1][1]
 
 
 def _concat_terms(a: SimpleNamespace, b: SimpleNamespace, n: int, ka: int, kb: int) -> SimpleNamespace:

@@ -166,7 +166,7 @@ def tree_table(p: np.ndarray, depth_max: int, n_max: int) -> TreeTable:
     return _tree_table_cached(key)
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=512)     # a study of several drafts, each a text mix with a band: tables per task and end
 def _tree_table_cached(key) -> TreeTable:
     shape_p, raw, D, N = key
     p = np.frombuffer(raw, dtype=np.float64).reshape(shape_p)

@@ -21,8 +21,9 @@ DERIVED_COLUMNS = ("tokens_per_s_per_kusd", "tokens_per_s_per_w", "tokens_per_s_
 #: roofline bound of each phase as text ("memory", "compute", "overhead"); null where the design does not fit
 BOUND_COLUMNS = ("baseline_bound", "verify_bound", "draft_bound")
 #: text metric columns besides the bounds (tree_shape: nodes per depth, '3-6-6-5-6'; rank_profile: the
-#: rank profile a tree's acceptance came from, 'eagle', 'geometric' or 'given'; '' for a chain)
-TEXT_METRICS = ("tree_shape", "rank_profile")
+#: rank profile a tree's acceptance came from, 'eagle', 'geometric' or 'given'; '' for a chain;
+#: acceptance_source: where the row's acceptance comes from, 'given', 'table', 'model', 'table+model' or 'none')
+TEXT_METRICS = ("tree_shape", "rank_profile", "acceptance_source")
 #: integer metric columns
 INT_METRICS = ("k", "tree_nodes")
 #: model metrics in `dse eval --json` order
