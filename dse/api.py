@@ -25,6 +25,7 @@ from .units import FACTOR
 from .workload import (
     TREE_NODES_MAX,
     AcceptanceSpec,
+    TaskMix,
     Workload,
     check_ep,
     check_tensor_parallel,
@@ -32,6 +33,7 @@ from .workload import (
     make_acceptance,
     parse_drafter,
     parse_k,
+    parse_task,
 )
 
 #: `--set` fields that belong to the runtime rather than the device
@@ -126,16 +128,23 @@ def apply_overrides(dev: DeviceSpec, rt: RuntimeSpec, assignments: dict[str, Any
 
 
 def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1,
-                    draft_hw: str | None = None, draft_chips: int = 1, k: int | str = "auto",
+                    draft_hw: str | None = None, draft_chips: int = 1, k: int | str | None = None,
                     alpha: float | None = None, acceptance=None, tau: float | None = None,
-                    rank_acceptance=None, rank_profile: str | None = None, tree_nodes: int = 0,
+                    rank_acceptance=None, rank_profile: str | None = None, tree_nodes: int | None = None,
                     datastore_gb: float = 0.0, batch: int = 1, prompt: int = 128, output: int = 128,
-                    dtype: str = "bf16", kv_dtype: str | None = None, temperature: float = 0.0,
+                    dtype: str = "bf16", kv_dtype: str | None = None, temperature: float = 0.0, task: Any = "chat",
                     overlap: bool = False, runtime: str | None = None, baseline_ms: float | None = None,
                     continuous: bool = False, ep: int = 1,
                     set_fields: dict[str, Any] | None = None, k_max: int = 16,
                     db: Database | None = None) -> dict[str, Any]:
     """Evaluate one design; returns the `dse eval --json` object (display units, None for null).
+
+    Without alpha, acceptance, tau or rank_acceptance the drafter's acceptance comes from the
+    published table or the acceptance model (dse.acceptance) for ``task`` and ``temperature``,
+    with a band (tau_low/tau_high, speedup_low/speedup_high); ``acceptance_origin`` says which.
+    Without k and tree_nodes a tree method (eagle, eagle2, eagle3, medusa:H, hydra, retrieval)
+    drafts its published default tree at its depth (dse.workload.DEFAULT_SHAPES); k = None is
+    'auto' otherwise.
 
     Example:
         >>> r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=0.8, k=4)
@@ -144,7 +153,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     """
     db = db or load_database()
     for name, value, lo in (("--chips", chips, 1), ("--draft-chips", draft_chips, 1), ("--batch", batch, 1),
-                            ("--prompt", prompt, 0), ("--output", output, 1), ("--tree-nodes", tree_nodes, 0)):
+                            ("--prompt", prompt, 0), ("--output", output, 1), ("--tree-nodes", tree_nodes or 0, 0)):
         if isinstance(value, np.integer):
             value = int(value)
         Range(integer=True, lo=lo).check(value, None, name)
@@ -153,8 +162,9 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     kv_dtype = kv_dtype or default_kv_dtype(dtype)
     if kv_dtype not in DTYPES:
         raise one_of(None, "--kv-dtype", kv_dtype, DTYPES)
-    as_number(temperature, "--temperature", rng=Range(lo=0.0))
-    Range(integer=True, lo=0, hi=TREE_NODES_MAX).check(tree_nodes, None, "--tree-nodes")
+    as_number(temperature, "--temperature", rng=Range(lo=0.0, hi=2.0))
+    task_mix = task if isinstance(task, TaskMix) else parse_task(task)
+    Range(integer=True, lo=0, hi=TREE_NODES_MAX).check(tree_nodes or 0, None, "--tree-nodes")
     as_number(datastore_gb, "--datastore-gb", rng=Range(lo=0.0, unit="GB of host memory"))
     dev = db.device(hw, where="--hw: ")
     tgt = db.model(target, where="--target: ")
@@ -167,19 +177,29 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     drafter = parse_drafter(draft, tgt, db)
     on_chip = draft_hw is not None
     given = any(x is not None for x in (alpha, acceptance, tau, rank_acceptance))
+    shape = drafter.default_shape() if k is None and tree_nodes is None and drafter.kind != "none" else None
+    tree_nodes = shape.nodes if shape else (tree_nodes or 0)
+    k = shape.depth if shape else ("auto" if k is None else k)
+    resolution = None
     if drafter.kind == "none" and not on_chip:
         k_val, acc = parse_k(k, drafter), AcceptanceSpec(kind="alpha", alpha=0.0)
     elif drafter.kind == "none":
         k_val, acc = 0, None
-    else:
+    elif given:
         k_val = parse_k(k, drafter)
         acc = make_acceptance(alpha, acceptance, tau, rank_acceptance, where="--", rank_name="rank-acceptance")
+    else:       # from the published table or the acceptance model (dse.acceptance)
+        from .acceptance import resolve
+        k_val = parse_k(k, drafter)
+        resolution = resolve(tgt, drafter, task_mix, float(temperature), db)
+        acc = resolution.spec("alpha")
     k_given = k_val if k_val else None
     raise_collected(check_workload(drafter, acc, k_lo=k_given, k_hi=k_given, k_fixed=k_val > 0,
                                    tree_nodes=tree_nodes, overlap=overlap, draft_chip=on_chip,
                                    acceptance_given=given))
     if datastore_gb and drafter.kind != "ngram":
-        raise SpecError(None, "--datastore-gb", datastore_gb, "a datastore belongs to a retrieval draft (--draft ngram)")
+        raise SpecError(None, "--datastore-gb", datastore_gb, "a datastore belongs to a retrieval draft "
+                        "(--draft retrieval or ngram)")
     check_group(dev, chips)
     raise_collected(check_tensor_parallel(tgt, (chips,)))
     if drafter.kind == "model" and not on_chip:        # a draft model on the target chips shards like it
@@ -204,11 +224,14 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     profiles = load_rank_profiles(db.root)
     profile = (profiles.get(str(rank_profile), "--rank-profile") if rank_profile is not None
                else profiles.for_drafter(drafter.kind))
+    band = dict(acceptance_low=resolution.spec("low"), acceptance_high=resolution.spec("high"),
+                acceptance_source=resolution.source) if resolution else \
+        dict(acceptance_source="given" if drafter.kind != "none" else "none")
     w = Workload(target=tgt, drafter=drafter, acceptance=acc, dtype=dtype, kv_dtype=kv_dtype,
                  temperature=float(temperature), overlap=overlap, tree_nodes=tree_nodes,
                  datastore_bytes=float(datastore_gb) * FACTOR["gb"], continuous=bool(continuous), ep=ep,
                  k_max=k_max if drafter.kind not in ("medusa", "hydra") else drafter.heads,
-                 rank_profile=None if profile.geometric else profile)
+                 rank_profile=None if profile.geometric else profile, task=task_mix, **band)
     design = DesignBatch(target=target_hw, draft=draft_arrays, draft_on_chip=on_chip,
                          draft_link_bw_bytes_s=link_bw, draft_link_latency_s=link_lat,
                          batch=batch, prompt_tokens=prompt, output_tokens=output, k=k_val)
@@ -229,10 +252,17 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                               if acc.kind == "alpha" else
                               "none: a tree's tau maps to no single chain alpha" if tree_nodes else
                               "i.i.d. rate that gives the same tau at this k (input was "
-                              + {"per_position": "per-position rates", "tau": "tau", "rank": "per-rank rates"}[acc.kind]
+                              + {"per_position": "per-position rates", "tau": "tau", "rank": "per-rank rates",
+                                 "mixture": "a text mix, one rate per task"}[acc.kind]
                               + ")")
                if drafter.kind != "none" else None,
-               k_mode="auto" if k_val == 0 else "fixed", anchor=anchor,
+               task=task_mix.label, acceptance_origin=resolution.text() if resolution else
+               ("given" if drafter.kind != "none" else None),
+               acceptance_per_task=[dict(task=t.task, weight=t.weight, alpha=t.alpha, alpha_low=t.low,
+                                         alpha_high=t.high, origin=t.origin, detail=t.detail)
+                                    for t in resolution.tasks] if resolution else None,
+               default_tree=shape.source if shape else None,
+               k_mode=("the method's default tree" if shape else "auto" if k_val == 0 else "fixed"), anchor=anchor,
                rank_profile_source=(None if not out["rank_profile"] else "given per rank (--rank-acceptance)"
                                     if out["rank_profile"] == "given" else
                                     ("ESTIMATE: " if profile.estimate else "") + profile.source))

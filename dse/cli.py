@@ -70,12 +70,15 @@ def _kv(ctx, param, values):
 @click.option("--ep", default="1", show_default=True,
               help="Expert-parallel ranks for an MoE target (divides the experts and --chips; 1 = tensor parallel).")
 @click.option("--draft", default="none", show_default=True,
-              help="Model name/file, ngram, early-exit:L, eagle, medusa:H, hydra:H, or none.")
+              help="Model name/file, eagle, eagle2, eagle3, medusa:H, hydra[:H], ngram, retrieval, early-exit:L, or none.")
 @click.option("--draft-hw", default=None, help="Put the draft model on this colocated draft chip.")
 @click.option("--draft-chips", default=1, show_default=True, type=int, help="Draft chips (with --draft-hw).")
-@click.option("--k", "k", default="auto", show_default=True,
-              help="Drafted tokens per iteration (1-32), or auto (the best k up to 16, or 0 = no speculation).")
-@click.option("--alpha", type=float, default=None, help="i.i.d. conditional per-token acceptance rate.")
+@click.option("--k", "k", default=None,
+              help="Drafted tokens per iteration (1-32), or auto (the best k up to 16, or 0 = no speculation); "
+                   "default: a tree method's published tree at its depth, else auto.")
+@click.option("--alpha", type=float, default=None,
+              help="i.i.d. conditional per-token acceptance rate (default: from the published table or the "
+                   "acceptance model, with a band).")
 @click.option("--acceptance", default=None, help="Per-position conditional rates A1,A2,...")
 @click.option("--tau", type=float, default=None, help="Mean tokens per target pass (at the given --k).")
 @click.option("--rank-acceptance", default=None,
@@ -83,7 +86,8 @@ def _kv(ctx, param, values):
 @click.option("--rank-profile", default=None,
               help="Tree rank profile scaled to --alpha (default: the drafter kind's measured one; geometric = the "
                    "optimistic limit alpha(1-alpha)^(r-1)); see hardware_db/acceptance/rank_profiles.yaml.")
-@click.option("--tree-nodes", default=0, type=int, help="Verify the best draft tree of N nodes (depth <= k).")
+@click.option("--tree-nodes", default=None, type=int,
+              help="Verify the best draft tree of N nodes (depth <= k); 0 = a chain (default: the method's tree).")
 @click.option("--datastore-gb", default=0.0, type=float, help="Retrieval datastore in host memory (--draft ngram).")
 @click.option("--batch", default=1, show_default=True, type=int, help="Concurrent sequences per step.")
 @click.option("--prompt", default=128, show_default=True, type=int, help="Prompt tokens.")
@@ -91,7 +95,10 @@ def _kv(ctx, param, values):
 @click.option("--dtype", default="bf16", show_default=True, help="Weight dtype: bf16|fp16|fp8|int8|int4.")
 @click.option("--kv-dtype", default=None, help="KV-cache dtype (default: 16-bit, whatever --dtype).")
 @click.option("--temperature", default=0.0, show_default=True, type=float,
-              help="Sampling temperature; > 0 sends draft probabilities over the draft-chip link.")
+              help="Sampling temperature (moves acceptance; > 0 sends draft probabilities over a draft-chip link).")
+@click.option("--task", default="chat", show_default=True,
+              help="Text generated: chat, code, math, summarization, translation, qa, rag, mix (equal parts of "
+                   "chat, translation, summarization, qa, math, rag) or weights chat=0.4,code=0.6.")
 @click.option("--overlap", is_flag=True, help="Draft chip drafts ahead while the target verifies.")
 @click.option("--continuous", is_flag=True,
               help="Continuous batching: --batch = requests in flight (steady state); steps also run arriving prompts.")

@@ -74,7 +74,9 @@ def eval_table(r: dict) -> str:
                  f"{', overlapped' if r['overlap'] else ''})" if r["draft_hw"] else "on the target chips")
         tree = (f", tree of {r['tree_nodes']} nodes (per depth {r['tree_shape'] or '-'}; rank profile "
                 f"{r['rank_profile']})" if r.get("tree_nodes") else "")
-        out.append(f"draft {r['draft']} {where}; {r['acceptance']}; k={r['k']} ({r['k_mode']}){tree}")
+        acc = r["acceptance"] if r.get("acceptance_origin") in (None, "given") else r["acceptance_origin"]
+        task = f"task {r['task']}, T={r['temperature']:g}; " if r.get("acceptance_origin") not in (None, "given") else ""
+        out.append(f"draft {r['draft']} {where}; {task}{acc}; k={r['k']} ({r['k_mode']}){tree}")
     out.append("")
     out += memory_lines(r)
     if r.get("datastore_gb"):
@@ -89,8 +91,11 @@ def eval_table(r: dict) -> str:
         out.append(energy_line(r))
         out.append(f"TTFT         {r['ttft_ms']:.2f} ms   request {r['request_latency_ms']:.1f} ms")
         return "\n".join(out)
+    banded = r.get("speedup_low") is not None and r["speedup_low"] != r["speedup_high"]
+    band = (f"  band {r['speedup_low']:.3f}x-{r['speedup_high']:.3f}x "
+            f"({r['spec_ms_per_token_high']:.3f}-{r['spec_ms_per_token_low']:.3f} ms/token)" if banded else "")
     out.append(f"speculative  {r['spec_ms_per_token']:.3f} ms/token  {fmt(r['tokens_per_s'])} tok/s  "
-               f"speedup {r['speedup']:.3f}x (bound {r['speedup_bound']:.3f}x)")
+               f"speedup {r['speedup']:.3f}x (bound {r['speedup_bound']:.3f}x){band}")
     out.append(_overhead_line(r, r["spec_ms_per_token"]))
     out.append(f"iteration    draft {r['draft_ms_per_iter']:.3f} ms (AI {fmt(r['draft_arithmetic_intensity'])}, "
                f"{r['draft_bound']}) + verify {r['verify_ms_per_iter']:.3f} ms "
@@ -99,7 +104,8 @@ def eval_table(r: dict) -> str:
     alpha = "-" if r["alpha"] is None else f"{r['alpha']:.3f}"
     reach = "P(deepest level accepted)" if r.get("tree_nodes") else "P(all k accepted)"
     window = f"  P(window usable) {r['p_window']:.3f}" if r.get("overlap") and r.get("p_window") is not None else ""
-    out.append(f"accounting   tau {r['tau']:.3f} tokens/pass  alpha {alpha}  k {r['k']}  "
+    tband = f" ({r['tau_low']:.3f}-{r['tau_high']:.3f})" if banded else ""
+    out.append(f"accounting   tau {r['tau']:.3f}{tband} tokens/pass  alpha {alpha}  k {r['k']}  "
                f"c {r['draft_cost_ratio']:.3f}  {reach} {r['p_all_accepted']:.3f}{window}")
     out.append(energy_line(r))
     out.append(f"TTFT         {r['ttft_ms']:.2f} ms   request {r['request_latency_ms']:.1f} ms")

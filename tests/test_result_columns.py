@@ -270,7 +270,8 @@ def metrics(tm: dict, dm: dict, T: dict, D: dict | None, *, B: int, P: int, G: i
                draft_memory_reserve_gb=reserve_d / OUT_GB,
                draft_memory_capacity_gb=cap_d / OUT_GB, draft_memory_shortfall_gb=short_d / OUT_GB,
                datastore_gb=0.0, k=k, tree_nodes=0, tree_shape="",    # a chain, no retrieval datastore
-               rank_profile="")                        # no tree: no rank profile (tests/model/test_rank_profiles.py)
+               rank_profile="",                        # no tree: no rank profile (tests/model/test_rank_profiles.py)
+               acceptance_source="given")     # alpha given in the study: no band (low = high = nominal)
     # ---- steps ----
     base = step(tm, T, B=B, q=1, S=S)
     verify = step(tm, T, B=B, q=k + 1, S=S)
@@ -302,6 +303,8 @@ def metrics(tm: dict, dm: dict, T: dict, D: dict | None, *, B: int, P: int, G: i
         baseline_ms_per_token=base["time"] * 1e3, spec_ms_per_token=spec * 1e3, overhead_ms_per_token=overhead * 1e3,
         speedup=base["time"] / spec,
         alpha=alpha, tau=tau, p_all_accepted=alpha ** k,
+        tau_low=tau, tau_high=tau, speedup_low=base["time"] / spec, speedup_high=base["time"] / spec,
+        spec_ms_per_token_low=spec * 1e3, spec_ms_per_token_high=spec * 1e3,
         p_window=alpha ** (k + 1),          # the overlap window: all k drafts and the bonus token match
         draft_ms_per_iter=t_draft * 1e3, verify_ms_per_iter=verify["time"] * 1e3, link_ms_per_iter=t_link * 1e3,
         iter_ms=t_iter * 1e3, draft_cost_ratio=t_draft / (k * base["time"]),
@@ -515,6 +518,7 @@ GLUE_ONLY = {"mem_bw_tb_s", "peak_tflops", "chip_memory_capacity_gb", "draft_chi
              "memory_shortfall_gb", "memory_reserve_gb", "chip_memory_required_gb", "chip_memory_shortfall_gb",
              "chip_memory_floor_gb", "draft_memory_reserve_gb", "draft_memory_required_gb", "draft_memory_capacity_gb",
              "draft_memory_shortfall_gb", "datastore_gb", "alpha", "tau", "p_all_accepted", "p_window",
+             "tau_low", "tau_high",
              "link_ms_per_iter"}
 
 
@@ -803,7 +807,7 @@ INT = ("trial", "seed", "chips", "draft_chips", "k", "tree_nodes", "pareto_rank"
        "params_target_chip_memory_stacks")
 BOOL = ("buildable", "fits", "feasible", "is_pareto", "params_draft_chip_enabled")
 STR = ("study", "state", "sampler", "params_target_chip_device", "baseline_bound", "verify_bound", "draft_bound",
-       "tree_shape", "rank_profile")
+       "tree_shape", "rank_profile", "acceptance_source")
 TIME = ("datetime_start", "datetime_complete")
 
 

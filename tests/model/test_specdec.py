@@ -62,7 +62,7 @@ def test_speedup_never_exceeds_bound_when_verify_at_least_baseline():
     checked = 0
     for _ in range(60):
         r = evaluate_design(hw=str(rng.choice(["h100-sxm", "a100-80gb", "l40s", "mi300x"])),
-                            target="llama-3.1-8b", draft=str(rng.choice(["llama-3.2-1b", "qwen2.5-0.5b", "eagle",
+                            target="llama-3.1-8b", draft=str(rng.choice(["llama-3.2-1b", "llama-3.2-3b", "eagle",
                                                                           "ngram"])),
                             alpha=float(rng.uniform(0.3, 1.0)), k=int(rng.integers(1, 9)),
                             batch=int(rng.choice([1, 4, 32, 128])), prompt=int(rng.integers(16, 4096)))
@@ -106,8 +106,9 @@ def test_70b_bf16_plus_1b_draft_capacity(hw, fits):
 def test_fewer_layers_draft_faster(tmp_path):
     # Two drafts with the same parameter count (same layers*width^2 budget): 4 layers of d=2048
     # against 16 layers of d=1024 with 4x the FFN... built here as files with equal totals.
-    wide = dict(schema_version=1, name="wide", num_layers=4, hidden_size=2048, num_attention_heads=16,
-                num_kv_heads=16, head_dim=128, intermediate_size=8192, vocab_size=32000)
+    # (family Llama-3.2: files of the target's tokenizer group, hardware_db/acceptance/families.yaml)
+    wide = dict(schema_version=1, name="wide", family="Llama-3.2", num_layers=4, hidden_size=2048,
+                num_attention_heads=16, num_kv_heads=16, head_dim=128, intermediate_size=8192, vocab_size=32000)
     deep = dict(wide, name="deep", num_layers=16, hidden_size=1024, num_attention_heads=8, num_kv_heads=8,
                 intermediate_size=4096, vocab_size=64000)
     import yaml

@@ -229,8 +229,8 @@ def test_overlap_window_needs_k_plus_one_tokens():
 
 
 def test_draft_chip_shortfall_is_its_own():
-    # gemma-2-27b (~54 GB bf16) cannot sit on a 24 GB L4; the 8B target fits its H100
-    r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="gemma-2-27b", draft_hw="l4", alpha=0.8, k=4)
+    # qwen2.5-32b (~65 GB bf16) cannot sit on a 24 GB L4; the 7B target fits its H100
+    r = evaluate_design(hw="h100-sxm", target="qwen2.5-7b", draft="qwen2.5-32b", draft_hw="l4", alpha=0.8, k=4)
     assert not r["fits"]
     assert r["memory_shortfall_gb"] == 0
     assert r["draft_memory_shortfall_gb"] == pytest.approx(
