@@ -467,7 +467,16 @@ class Resolution:
             return f"alpha {t.alpha:.2f} +-{half:.2f} modelled: {t.detail}"
         if len(self.tasks) == 1:
             return one(self.tasks[0])
-        return "; ".join(f"{t.task} {t.weight:.2g}: {one(t)}" for t in self.tasks)
+        parts = ", ".join(f"{t.task} {t.alpha:.2f}" + (" (table)" if t.origin == "table" else "") for t in self.tasks)
+        weights = "equal parts" if len({round(t.weight, 9) for t in self.tasks}) == 1 else \
+            ", ".join(f"{t.task} {t.weight:g}" for t in self.tasks)
+        mod = [t for t in self.tasks if t.origin == "model"]
+        if not mod:
+            return f"alpha per task {parts} ({weights}) from the table"
+        half = [0.5 * (t.high - t.low) for t in mod]
+        band = f"+-{min(half):.2f}" + (f"-{max(half):.2f}" if max(half) - min(half) >= 0.005 else "")
+        detail = mod[0].detail.replace(f", task {mod[0].task}", "")
+        return f"alpha per task {parts} ({weights}), {band} modelled: {detail}"
 
 
 def features_for(target: ModelSpec, drafter: DrafterSpec, task: str, temperature: float, db: Database
@@ -488,7 +497,11 @@ def features_for(target: ModelSpec, drafter: DrafterSpec, task: str, temperature
     return PairFeatures(method=meth, task_weights=((task, 1.0),), temperature=temperature, **kw)
 
 
-def _table_rows(target: ModelSpec, drafter: DrafterSpec, task: str, temperature: float, db: Database, f: Fit):
+def _table_rows(target: ModelSpec, drafter: DrafterSpec, task: str, temperature: float, db: Database, f: Fit,
+                shape: tuple | None = None):
+    """The table's rows of this pair, task and temperature; of those measured at ``shape`` (k,
+    tree nodes, tree depth) only those when there are any (a row of the design's own chain or tree
+    is its measurement: the effective alpha of another shape is an extrapolation)."""
     key = pair_key(target.name, drafter)
     out = []
     for r in load_table(db.root):
@@ -497,24 +510,28 @@ def _table_rows(target: ModelSpec, drafter: DrafterSpec, task: str, temperature:
             if drafter.kind == "early-exit" and r.target_layers != target.num_layers:
                 continue
             out.append(r)
+    if shape is not None:
+        same = [r for r in out if (r.k, r.tree_nodes, r.tree_depth) == tuple(shape)]
+        out = same or out
     return out
 
 
 def resolve(target: ModelSpec, drafter: DrafterSpec, task: TaskMix, temperature: float,
-            db: Database | None = None) -> Resolution:
+            db: Database | None = None, shape: tuple | None = None) -> Resolution:
     """The drafter's acceptance per task: the table's rows for this exact pair, task and
-    temperature where there are any (their mean effective alpha), else the model (anchored on
-    the pair's other rows) with its band."""
+    temperature where there are any (their mean effective alpha; those of the design's own
+    ``shape`` = (k, tree nodes, tree depth) first, when known), else the model (anchored on the
+    pair's other rows) with its band."""
     db = db or load_database()
     f = stored_fit(db)
     # the workload's mix is Spec-Bench's: a measured mix row of this pair is the most direct answer
     if task.label == "mix":
-        rows = _table_rows(target, drafter, "mix", temperature, db, f)
+        rows = _table_rows(target, drafter, "mix", temperature, db, f, shape)
         if rows:
             return Resolution((_from_table("mix", 1.0, rows, f),))
     out = []
     for t, w in zip(task.tasks, task.weights):
-        rows = _table_rows(target, drafter, t, temperature, db, f)
+        rows = _table_rows(target, drafter, t, temperature, db, f, shape)
         if rows:
             out.append(_from_table(t, w, rows, f))
             continue
@@ -547,6 +564,127 @@ def resolved_workload(w: Workload, db: Database | None = None) -> tuple[Workload
     unchanged (and no Resolution) for no drafter."""
     if w.drafter.kind == "none":
         return dataclasses.replace(w, acceptance_source="none", acceptance_low=None, acceptance_high=None), None
-    res = resolve(w.target, w.drafter, w.task, w.temperature, db)
+    shape = (None, w.tree_nodes, w.k_max) if w.tree_nodes else None      # a fixed tree (a method's default)
+    res = resolve(w.target, w.drafter, w.task, w.temperature, db, shape)
     return dataclasses.replace(w, acceptance=res.spec("alpha"), acceptance_low=res.spec("low"),
                                acceptance_high=res.spec("high"), acceptance_source=res.source), res
+
+
+# ------------------------------------------------------------------ the fit's report (dse acceptance fit, docs)
+
+def report(f: Fit) -> dict:
+    """Coefficients, bands, and the leave-one-source-out error per method and overall."""
+    per = {}
+    for m in MODELLED_KINDS:
+        v = [x for x in f.loso.values() if x["method"] == m]
+        if not v:
+            continue
+        errs = [abs(x["error"]) for x in v]
+        per[m] = dict(rows=len(v), sources=len({x["source"] for x in v}), informative=bool(v[0].get("informative")),
+                      median_abs_error=float(np.median(errs)), max_abs_error=float(np.max(errs)),
+                      band_logit=f.band(m))
+    return dict(ridge=f.ridge, coefficients={p: f.coef[p] for p in PARAMS}, band_logit=f.sigma, per_method=per,
+                loso_median=loso_median(f), loso_median_all_rows=loso_median(f, informative=False),
+                rows_fitted=len(f.loso), rows_in_table=len(f.rows))
+
+
+def format_report(rep: dict) -> str:
+    lines = [f"ridge penalty {rep['ridge']:g} (the smallest held-out median of {', '.join(map(str, RIDGES))})",
+             "", "coefficients of logit(alpha):"]
+    lines += [f"  {k:<28}{v:+.3f}" for k, v in rep["coefficients"].items()]
+    lines += ["", "leave-one-source-out, tau predicted for each held-out row at its own chain or tree:",
+              f"  {'method':<12}{'rows':>5}{'sources':>8}{'median |err|':>14}{'max |err|':>11}{'band (logit)':>14}"]
+    for m, v in rep["per_method"].items():
+        note = "" if v["informative"] else "  (one source: held out, the method has no data)"
+        lines.append(f"  {m:<12}{v['rows']:>5}{v['sources']:>8}{100 * v['median_abs_error']:>13.1f}%"
+                     f"{100 * v['max_abs_error']:>10.1f}%{v['band_logit']:>14.3f}{note}")
+    lines += ["", f"median |tau error| held out: {100 * rep['loso_median']:.1f}% over the rows of methods with "
+                  f"another source; {100 * rep['loso_median_all_rows']:.1f}% over all {rep['rows_fitted']} fitted rows"]
+    return "\n".join(lines)
+
+
+def predicted_rows(f: Fit, root=None) -> dict[str, float]:
+    """The full fit's tau for every row it can place (a modelled method, one of the workload's
+    tasks or the mix, a temperature, and a chain length or tree): id -> tau at the row's shape."""
+    beta = np.array([f.coef[p] for p in PARAMS])
+    out = {}
+    for r in load_table(root):
+        conv = f.rows.get(r.id) or {}
+        if (r.draft_kind not in MODELLED_KINDS or r.task not in TASKS + ("mix",) or r.temperature is None
+                or conv.get("tau") is None or (r.k is None and not r.is_tree and r.stat_kind != "alpha")):
+            continue
+        out[r.id] = _predict_row_tau(beta, f.anchors, r)[1]
+    return out
+
+
+# ------------------------------------------------------------------ docs/acceptance.md and its figure
+
+_BEGIN, _END = "<!-- BEGIN dse acceptance fit -->", "<!-- END dse acceptance fit -->"
+
+
+def plot_fit(f: Fit, path, root=None) -> None:
+    """The held-out figure: each fitted row's tau predicted with its source left out, against the
+    published tau, one marker per method; and the error per method."""
+    from matplotlib.figure import Figure
+    rows = {r.id: r for r in load_table(root)}
+    colours = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000", "#9a9a9a"]
+    markers = ["o", "s", "^", "D", "v", "P", "X", "*", "<"]
+    fig = Figure(figsize=(11.0, 4.8), layout="constrained")
+    ax, bx = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    hi = max(max(v["tau_obs"], v["tau_pred"]) for v in f.loso.values()) * 1.05
+    ax.plot([1, hi], [1, hi], color="#666666", lw=0.8)
+    for frac in (0.88, 1.12):
+        ax.plot([1, hi], [1 * frac, hi * frac], color="#999999", lw=0.6, ls=":")
+    names, meds = [], []
+    for i, m in enumerate(MODELLED_KINDS):
+        v = [x for x in f.loso.values() if x["method"] == m]
+        if not v:
+            continue
+        inf = v[0].get("informative")
+        ax.scatter([x["tau_obs"] for x in v], [x["tau_pred"] for x in v], s=18 if inf else 10,
+                   marker=markers[i], color=colours[i], alpha=0.85 if inf else 0.35, linewidths=0,
+                   label=f"{m} ({len(v)} rows, {len({x['source'] for x in v})} source{'s' if len({x['source'] for x in v}) > 1 else ''})")
+        names.append(m + ("" if inf else " *"))
+        meds.append(100 * float(np.median([abs(x["error"]) for x in v])))
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(NullFormatter())
+        axis.set_ticks([1, 1.5, 2, 3, 4, 6, 8])
+    bx.xaxis.set_major_formatter(plain)
+    ax.set_xlabel("published tau (tokens per target pass, at the row's own chain or tree)")
+    ax.set_ylabel("predicted with the row's source left out")
+    ax.set_title("Leave-one-source-out: predicted vs published tau (dotted: +-12%)", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(True, lw=0.4, alpha=0.5)
+    bx.barh(range(len(names))[::-1], meds, color="#0072B2")
+    bx.set_yticks(range(len(names))[::-1], names, fontsize=8)
+    bx.axvline(12, color="#D55E00", lw=0.8, ls="--")
+    bx.set_xscale("log")
+    bx.set_xlabel("median |tau error| held out (%), log scale; dashed: 12%")
+    bx.set_title("Per method (* one source: held out, the method has no data left)", fontsize=9)
+    for y, v in zip(range(len(names))[::-1], meds):
+        bx.text(v * 1.05, y, f"{v:.1f}%", va="center", fontsize=7)
+    fig.suptitle(f"The acceptance model, fitted on {len(f.loso)} published rows of "
+                 f"{len({r.source_key for r in rows.values() if r.id in f.loso})} sources: median held-out "
+                 f"error {100 * loso_median(f):.1f}% (methods with another source), "
+                 f"{100 * loso_median(f, False):.1f}% (all)", fontsize=10)
+    fig.savefig(path, format="png", dpi=150)
+
+
+def update_doc(path, img) -> None:
+    """Refresh docs/acceptance.md between its markers (the fit's report) and its figure."""
+    f = stored_fit()
+    plot_fit(f, img)
+    p = Path(path)
+    doc = p.read_text()
+    i, j = doc.index(_BEGIN) + len(_BEGIN), doc.index(_END)
+    p.write_text(doc[:i] + "\n```text\n" + format_report(report(f)) + "\n```\n" + doc[j:])
+
+
+if __name__ == "__main__":   # python -m dse.acceptance docs/acceptance.md docs/img/acceptance-fit.png
+    import sys
+    update_doc(sys.argv[1], sys.argv[2])

@@ -191,7 +191,9 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     else:       # from the published table or the acceptance model (dse.acceptance)
         from .acceptance import resolve
         k_val = parse_k(k, drafter)
-        resolution = resolve(tgt, drafter, task_mix, float(temperature), db)
+        k_fixed = k_val if k_val else None
+        row_shape = (None, tree_nodes, k_fixed) if tree_nodes else ((k_fixed, None, None) if k_fixed else None)
+        resolution = resolve(tgt, drafter, task_mix, float(temperature), db, row_shape)
         acc = resolution.spec("alpha")
     k_given = k_val if k_val else None
     raise_collected(check_workload(drafter, acc, k_lo=k_given, k_hi=k_given, k_fixed=k_val > 0,

@@ -538,6 +538,32 @@ def compare(rows: list[Case] | None = None, db: Database | None = None) -> list[
     return out
 
 
+def acceptance_rows(db: Database | None = None) -> list[dict[str, Any]]:
+    """The acceptance table's rows as validation rows (dse.acceptance): tau as published (converted
+    to the row's own chain or tree) against the model's tau at that shape; role 'fit' for the rows
+    the model is fitted on, 'held-out' for rows it can place but was not fitted on, 'not
+    modelled' (with why) for the rest. The leave-one-source-out error is in the summary."""
+    from .acceptance import predicted_rows, stored_fit
+    from .catalog.acceptance import load_table
+    db = db or load_database()
+    f = stored_fit(db)
+    pred = predicted_rows(f, db.root)
+    out = []
+    for r in load_table(db.root):
+        obs = (f.rows.get(r.id) or {}).get("tau")
+        p = pred.get(r.id)
+        role = ("fit" if r.fit else "held-out") if p is not None else "not modelled"
+        label = f"{r.target_model or r.target} + {r.draft_kind} {r.shape} ({r.task}, T={r.temperature})"
+        note = r.why_not if not r.fit else ""
+        if p is None and not note:
+            note = "no tau at a known chain or tree"
+        out.append(dict(id=f"acceptance:{r.id}", role=role, fit_group="acceptance" if r.fit else "",
+                        metric="tau" if p is not None else None, label=label, measured=obs if p is not None else None,
+                        predicted=p, rel_error=None if p is None else (p - obs) / obs, note=note, source=r.source,
+                        design={}))
+    return out
+
+
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Median absolute relative error per metric family and role (fit, held-out, all)."""
     def stats(sel):
@@ -546,14 +572,15 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
                     max_abs_error=max(errs) if errs else None)
 
     fam = {"decode": ("decode_ms",), "speculative": ("spec_ms", "speedup"), "ttft": ("ttft_ms",),
-           "throughput": ("throughput_tok_s_gpu",)}
+           "throughput": ("throughput_tok_s_gpu",), "acceptance": ("tau",)}
     out: dict[str, Any] = {}
     for name, metrics in fam.items():
         sel = [r for r in rows if r["metric"] in metrics]
         out[name] = {"fit": stats([r for r in sel if r["role"] == "fit"]),
                      "held-out": stats([r for r in sel if r["role"] == "held-out"]),
                      "all": stats(sel)}
-    out["not_modelled"] = [r["id"] for r in rows if r["role"] == "not modelled"]
+    out["not_modelled"] = [r["id"] for r in rows if r["role"] == "not modelled" and not r["id"].startswith("acceptance:")]
+    out["acceptance_not_placed"] = sum(1 for r in rows if r["role"] == "not modelled" and r["id"].startswith("acceptance:"))
     return out
 
 
@@ -783,7 +810,7 @@ def stored_values(db: Database | None = None) -> dict[str, float]:
 # ---------------------------------------------------------------------------------------------
 
 _UNITS = {"decode_ms": "ms/token", "spec_ms": "ms/token", "speedup": "x", "bandwidth_gb_s": "GB/s",
-          "ttft_ms": "ms", "throughput_tok_s_gpu": "tok/s/GPU"}
+          "ttft_ms": "ms", "throughput_tok_s_gpu": "tok/s/GPU", "tau": "tokens/pass"}
 
 
 def _pct(x: float | None) -> str:
@@ -796,11 +823,15 @@ def _val(x: float | None) -> str:
 
 def report(rows: list[dict[str, Any]] | None = None, db: Database | None = None) -> dict[str, Any]:
     """Everything `dse validate --json` prints: rows, summary, fit parameters (refit and stored)."""
+    from .acceptance import loso_median, stored_fit
     db = db or load_database()
-    rows = compare(db=db) if rows is None else rows
+    rows = compare(db=db) + acceptance_rows(db) if rows is None else rows
+    acc = stored_fit(db)
     return {"rows": rows, "summary": summary(rows),
             "fit_parameters": {k: {"sets": v[0], "fitted_on": v[1]} for k, v in FIT_PARAMETERS.items()},
-            "refit": fit(db), "stored": stored_values(db)}
+            "refit": fit(db), "stored": stored_values(db),
+            "acceptance_loso": {"median_abs_error": loso_median(acc), "median_abs_error_all_rows":
+                                loso_median(acc, informative=False), "rows": len(acc.loso)}}
 
 
 def format_report(rep: dict[str, Any]) -> str:
@@ -822,11 +853,18 @@ def format_report(rep: dict[str, Any]) -> str:
     out.append("")
     out.append("median |error| (n rows):")
     for fam, title in (("decode", "decode latency"), ("speculative", "speculative (spec ms/token, speedup)"),
-                       ("ttft", "time to first token"), ("throughput", "large-batch throughput (request latency)")):
+                       ("ttft", "time to first token"), ("throughput", "large-batch throughput (request latency)"),
+                       ("acceptance", "acceptance (tau of published rows, hardware_db/acceptance)")):
         parts = [f"{role} {_pct(s[fam][role]['median_abs_error']).lstrip('+')} (n={s[fam][role]['n']})"
                  for role in ("fit", "held-out", "all")]
         out.append(f"  {title}: " + ", ".join(parts))
     out.append(f"  not modelled: {len(s['not_modelled'])} rows ({', '.join(s['not_modelled'])})")
+    if rep.get("acceptance_loso"):
+        a = rep["acceptance_loso"]
+        out.append(f"  acceptance, each source held out in turn (dse acceptance fit): {100 * a['median_abs_error']:.1f}% "
+                   f"over the rows of methods with another source, {100 * a['median_abs_error_all_rows']:.1f}% over all "
+                   f"{a['rows']} fitted rows; {s.get('acceptance_not_placed', 0)} acceptance rows not placed (no "
+                   "acceptance statistic, method or task the model has)")
     out.append("")
     out.append("fitted defaults (refit from the fit rows / stored in the database):")
     for key in rep["refit"]:

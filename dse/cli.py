@@ -336,10 +336,19 @@ def _print_front(df, study, header: str, rows: int = 25):
     table = front_table(fr.iloc[pick], objs)
     feasible = count_designs(df[df["feasible"].to_numpy(bool)])
     click.echo(header)
-    acc = study.acceptance.describe() if study.drafter.kind != "none" else "no drafter"
+    dk = study.knob("draft")
+    if dk is not None and dk.searched:
+        given = study.drafts is not None and study.drafts.acceptance_given
+        how = study.acceptance.describe() if given else "acceptance from the table or the model"
+        acc = f"drafts {', '.join(dk.choices)} ({how}, task {study.workload.task.label})"
+    else:
+        src = study.workload.acceptance_source
+        acc = (f"draft {study.drafter.label}, " + (study.acceptance.describe() if study.drafter.kind != "none"
+                                                   else "no drafter")
+               + (f" (from the {src.replace('+', ' and the ')})" if src in ("table", "model", "table+model") else ""))
     shown = f"showing {len(table)}, spread along it" if len(table) < len(fr) else "all shown"
     click.echo(f"front: {len(fr)} designs of {feasible} feasible ({designs} designs in {len(df)} trials); "
-               f"draft {study.drafter.label}, {acc}; sorted by {objs[0][0]}, {shown}")
+               f"{acc}; sorted by {objs[0][0]}, {shown}")
     click.echo(front_text(_frame_columns(table)))
 
 
@@ -483,6 +492,87 @@ def _show(kind: str, name: str, as_json: bool):
         click.echo(f"{key:<{width}}  {value}{mark}{src}")
     if raw.get("notes"):
         click.echo(f"\nnotes: {raw['notes']}")
+
+
+@main.group("acceptance", short_help="Published acceptance statistics and the acceptance model.")
+def acceptance_group():
+    """The published acceptance table (hardware_db/acceptance/published.csv) and the model fitted on it."""
+
+
+_ACC_COLS = ["id", "target", "draft", "kind", "task", "T", "shape", "statistic", "alpha", "tau", "fit"]
+
+
+def _acc_rows(target, draft, task):
+    from .acceptance import stored_fit
+    from .catalog.acceptance import filter_rows, load_table
+    f = stored_fit()
+    out = []
+    for r in filter_rows(load_table(), target=target, draft=draft, task=task):
+        conv = f.rows.get(r.id, {})
+        out.append(dict(id=r.id, target=r.target_model or r.target, draft=r.draft_model or r.draft,
+                        kind=r.draft_kind, task=r.task, T=r.temperature, shape=r.shape,
+                        statistic=f"{r.stat_kind} {r.stat_value:g}" if r.stat_value is not None else r.stat_kind,
+                        alpha=conv.get("alpha"), tau=conv.get("tau"), fit="yes" if r.fit else "no", row=r, conv=conv))
+    return out
+
+
+@acceptance_group.command("list")
+@click.option("--target", default=None, help="Target: a dse model name or part of the published name.")
+@click.option("--draft", default=None, help="Draft: a kind (eagle3, model, ngram, ...), a dse model or part of a name.")
+@click.option("--task", "text_task", default=None, help="chat, code, math, summarization, translation, qa, rag, mix.")
+@click.option("--json", "as_json", is_flag=True, help="Every field of the rows as JSON.")
+def acceptance_list(target, draft, text_task, as_json):
+    """List published acceptance rows (alpha and tau as the model uses them)."""
+    import dataclasses
+
+    from .cli_text import table
+    rows = _acc_rows(target, draft, text_task)
+    if as_json:
+        click.echo(json.dumps([{**dataclasses.asdict(r["row"]), **{"alpha_model": r["conv"].get("alpha"),
+                                 "tau_model": r["conv"].get("tau"), "conversion": r["conv"].get("how")}}
+                               for r in rows], indent=2))
+        return
+    click.echo(table([{k: v for k, v in r.items() if k in _ACC_COLS} for r in rows], _ACC_COLS))
+    click.echo(f"{len(rows)} rows (`dse acceptance show ID` for the source and the conversion)")
+
+
+@acceptance_group.command("show")
+@click.argument("ident", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="The row, its conversion and its held-out prediction as JSON.")
+def acceptance_show(ident, as_json):
+    """One row with its source, how it converts to the model's alpha, and its leave-one-source-out prediction."""
+    import dataclasses
+
+    from .acceptance import stored_fit
+    from .catalog.acceptance import load_table, row_by_id
+    r = row_by_id(load_table(), ident)
+    f = stored_fit()
+    conv, loso = f.rows.get(r.id, {}), f.loso.get(r.id)
+    if as_json:
+        click.echo(json.dumps({"row": dataclasses.asdict(r), "conversion": conv, "held_out": loso}, indent=2))
+        return
+    for key, value in dataclasses.asdict(r).items():
+        if value not in (None, "", ()):
+            shown = ("yes" if value else "no") if isinstance(value, bool) else \
+                ";".join(f"{x:g}" for x in value) if isinstance(value, tuple) else value
+            click.echo(f"{key:<16}{shown}")
+    click.echo(f"{'conversion':<16}{conv.get('how', '-')}")
+    if loso:
+        click.echo(f"{'held out':<16}with {loso['source']} left out of the fit, the model predicts tau "
+                   f"{loso['tau_pred']:.3f} against {loso['tau_obs']:.3f} ({100 * loso['error']:+.1f}%)")
+
+
+@acceptance_group.command("fit")
+@click.option("--write", is_flag=True, help="Store the fit in hardware_db/acceptance/fit.json.")
+@click.option("--json", "as_json", is_flag=True, help="Coefficients, bands and held-out errors as JSON.")
+def acceptance_fit(write, as_json):
+    """Fit the acceptance model on the table and print its coefficients and leave-one-source-out error per method."""
+    from . import acceptance
+    f = acceptance.fit()
+    if write:
+        click.echo(f"wrote {acceptance.write_fit(f)}", err=True)
+    rep = acceptance.report(f)
+    click.echo(json.dumps(rep, indent=2) if as_json else acceptance.format_report(rep))
 
 
 @main.command("validate", short_help="Model vs public measurements (calibration).")

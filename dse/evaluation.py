@@ -10,6 +10,7 @@ returns every hardware, metric and derived column by name in display units, and
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -45,6 +46,8 @@ class Designs:
     hardware: dict[str, np.ndarray]
     #: per conditional knob, where it acts on the design (dse.study.space); null in results elsewhere
     active: dict[str, np.ndarray] = field(default_factory=dict)
+    #: with the draft a knob: (codes into the draft choices, those choices, exit layer per row)
+    drafts: tuple | None = None
 
 
 def knob_arrays_and_masks(study: StudySpec, params: dict[str, np.ndarray], n: int, masks=None
@@ -342,15 +345,48 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
     hwcols["price_usd"] = tc["chip_price_usd"] * chips + d_price         # street price (NaN if unknown)
     hwcols["power_w"] = tc["chip_power_w"] * chips + d_power
     hwcols["total_die_area_mm2"] = tc["die_area_mm2"] * chips + d_area
-    return Designs(batch=batch, hardware=hwcols, active=active)
+    drafts = None
+    dk = study.knob("draft")
+    if dk is not None and dk.searched:
+        layers = np.asarray(kn["draft_exit_layer"], dtype=np.int64) if "draft_exit_layer" in kn else np.zeros(n, np.int64)
+        drafts = (np.asarray(kn["draft"], dtype=np.int64), names["draft"], layers)
+    return Designs(batch=batch, hardware=hwcols, active=active, drafts=drafts)
 
 
 def evaluate_study(study: StudySpec, params: dict[str, np.ndarray], n: int, db: Database,
                    tech: TechConstants, masks=None) -> tuple[Designs, Metrics]:
     """Knob arrays -> (Designs, Metrics): the one vectorised evaluation per batch (``masks``: the
-    activity masks when the caller has them, as knob_arrays_and_masks)."""
+    activity masks when the caller has them, as knob_arrays_and_masks). With the draft a knob,
+    the rows are split by distinct draft (and exit layer), each group evaluated in one call
+    under its own Workload (study.drafts), and the rows put back in order."""
     designs = build_designs(study, params, n, db, tech, masks)
-    return designs, evaluate(designs.batch, study.workload)
+    if designs.drafts is None:
+        return designs, evaluate(designs.batch, study.workload)
+    return designs, evaluate_by_draft(designs.batch, study, *designs.drafts)
+
+
+def evaluate_by_draft(batch: DesignBatch, study: StudySpec, codes: np.ndarray, labels: tuple,
+                      layers: np.ndarray) -> Metrics:
+    """evaluate() once per distinct (draft, exit layer) of the rows: a loop over the study's draft
+    choices, not over designs. Rows whose draft is not the early-exit range ignore their layer."""
+    is_range = np.array([str(lab) == "early-exit" for lab in labels], dtype=bool)[codes]
+    key = codes.astype(np.int64) * 100_000 + np.where(is_range, layers, 0)
+    order = np.argsort(key, kind="stable")
+    sorted_key = key[order]
+    starts = np.flatnonzero(np.r_[True, sorted_key[1:] != sorted_key[:-1]])
+    ends = np.r_[starts[1:], key.size]
+    parts = []
+    for a, b in zip(starts, ends):
+        idx = order[a:b]
+        k0 = int(sorted_key[a])
+        w = study.drafts.workload(str(labels[k0 // 100_000]), k0 % 100_000)
+        parts.append(evaluate(batch.take(idx) if idx.size < batch.n else batch, w))
+    if len(parts) == 1:
+        return parts[0]
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(order.size)
+    return Metrics(**{f.name: np.concatenate([np.broadcast_to(getattr(m, f.name), m.fits.shape) for m in parts])[inverse]
+                      for f in dataclasses.fields(Metrics)})
 
 
 def derived_columns(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

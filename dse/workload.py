@@ -85,8 +85,8 @@ DEFAULT_SHAPES = {
 @dataclass(**_FROZEN)
 class DrafterSpec:
     """How drafts are proposed (MODEL.md section 3). ``model`` is set for kind 'model';
-    ``method`` is the published method (METHOD_KINDS): eagle2 costs as kind eagle, hydra as
-    kind medusa, retrieval as kind ngram."""
+    ``method`` is the published method (METHOD_KINDS): eagle2 and eagle3 cost as kind eagle (eagle3
+    with its own fc and LM head), retrieval as kind ngram."""
 
     kind: str
     label: str                        # as the user wrote it: 'llama-3.2-1b', 'eagle', 'medusa:4'

@@ -190,7 +190,7 @@ def test_record_echoes_what_was_evaluated():
     (dict(target="eagle-llama3-8b"),
      "--target = 'eagle-llama3-8b': eagle-llama3-8b is a eagle-head, not a model to serve"),
     (dict(draft="llama-3.2-1b", alpha=0.8, datastore_gb=5.0),
-     "--datastore-gb = 5.0: a datastore belongs to a retrieval draft (--draft ngram)"),
+     "--datastore-gb = 5.0: a datastore belongs to a retrieval draft (--draft retrieval or ngram)"),
 ])
 def test_refusals_name_the_option(kw, message):
     args = {"hw": "h200", "target": "llama-3.1-8b", **kw}

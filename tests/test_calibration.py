@@ -40,8 +40,8 @@ def test_held_out_error_is_reported_separately(report):
     assert "held-out" in text and "decode latency: fit" in text
     # the fit rows are exactly the stated subsets: gpt-fast on A100 (single GPU, and Llama-2-7B
     # bf16 tensor parallel), the Hugging Face eager row and the DeepSeek-R1 B200 row (the kernels an
-    # MLA block adds); everything else is held out
-    fit_ids = {r["id"] for r in report["rows"] if r["role"] == "fit"}
+    # MLA block adds); everything else is held out (the acceptance table's rows are counted apart)
+    fit_ids = {r["id"] for r in report["rows"] if r["role"] == "fit" and not r["id"].startswith("acceptance:")}
     # serving: the TensorRT-LLM Llama-2-7B rows on H100 and A100 (TTFT 1, 2, 7, 8; throughput
     # 11-14, 23-26); the 70B, L40S and MLC rows are held out
     serving = {1, 2, 7, 8, 11, 12, 13, 14, 23, 24, 25, 26}
@@ -77,8 +77,13 @@ def test_every_row_of_every_file_is_reported(report):
     for name in calibration.FILES.values():
         with open(folder / name, newline="") as fh:
             n += sum(1 for _ in csv.DictReader(fh))
-    rows = report["rows"]
+    rows = [r for r in report["rows"] if not r["id"].startswith("acceptance:")]
     assert len(rows) == n
+    # and every row of the acceptance table, fitted, held out or not placed (with why)
+    from dse.catalog.acceptance import load_table
+    acc = [r for r in report["rows"] if r["id"].startswith("acceptance:")]
+    assert [r["id"] for r in acc] == [f"acceptance:{r.id}" for r in load_table()]
+    assert all(r["note"] for r in acc if r["role"] != "fit")
     for r in rows:
         if r["role"] == "not modelled":
             assert r["note"] and r["predicted"] is None

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from ..errors import SpecError, UnknownEntryError, did_you_mean, raise_collected
+from ..errors import SpecError, did_you_mean, raise_collected
 from .fields import Range
 
 #: the workload's text kinds (dse.workload.TaskMix); a row may also be `mix` (a published mean
@@ -227,7 +227,10 @@ def row_by_id(rows, ident: str) -> AcceptanceRow:
     for r in rows:
         if r.id == ident:
             return r
-    raise UnknownEntryError("acceptance row", ident, [r.id for r in rows])
+    close = did_you_mean(ident, [r.id for r in rows], n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    raise SpecError(None, "ID", ident, f"not a row of hardware_db/acceptance/published.csv{hint} "
+                    "(`dse acceptance list` shows all)")
 
 
 def filter_rows(rows, *, target: str | None = None, draft: str | None = None, task: str | None = None):

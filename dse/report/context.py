@@ -36,9 +36,9 @@ CHIPS = (1, 2, 4, 8)
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 #: fewest feasible rows for importances (PED-ANOVA keeps the top 10%: at least 2 trials)
 MIN_IMPORTANCE_ROWS = 20
-_WORKLOAD_NAMES = ("batch", "prompt_tokens", "output_tokens", "tree_nodes")
+_WORKLOAD_NAMES = ("batch", "prompt_tokens", "output_tokens", "tree_nodes", "draft", "draft_exit_layer")
 _SCALAR_WORKLOAD = ("target", "draft", "dtype", "kv_dtype", "temperature", "acceptance", "overlap",
-                    "tree_nodes", "runtime", "k_max", "continuous")
+                    "tree_nodes", "runtime", "k_max", "continuous", "task")
 
 
 # --------------------------------------------------------------------------- the study
@@ -58,7 +58,7 @@ def _knob_section(name: str) -> tuple[str, str]:
 def study_mapping(resolved: dict) -> dict:
     """``StudySpec.resolved()`` (as stored in results) -> the mapping of a study file."""
     workload = resolved.get("workload") or {}
-    wl = {k: workload[k] for k in _SCALAR_WORKLOAD if k in workload}
+    wl = {k: workload[k] for k in _SCALAR_WORKLOAD if k in workload and workload[k] is not None}
     space: dict = {}
     for name, value in (resolved.get("knobs") or {}).items():
         section, key = _knob_section(name)
@@ -71,6 +71,9 @@ def study_mapping(resolved: dict) -> dict:
                 wl["k"] = value
         else:
             space.setdefault(section, {})[key] = value
+    exit_layer = wl.pop("draft_exit_layer", None)       # the early-exit range of a draft list
+    if exit_layer is not None and isinstance(wl.get("draft"), list):
+        wl["draft"] = [{"early-exit": exit_layer} if d == "early-exit" else d for d in wl["draft"]]
     out = {k: resolved[k] for k in ("name", "description", "objectives", "constraints", "search", "grid",
                                     "output", "storage", "technology") if resolved.get(k) is not None}
     if isinstance(out.get("technology"), dict):       # results written before the _gib names (schema < 4)
@@ -404,6 +407,9 @@ def _report_columns(ds) -> list[str]:
 #: so no hypervolume history, and no importances); the front table's columns are read for the
 #: front's rows only (dse.analysis.front_of)
 SWEEP_ROW_COLUMNS = ["feasible", "fits", "alpha", "tau", "k", "params_draft_chip_enabled"]
+#: and, when the draft is a knob, what the 'which draft wins where' figure reads of every row
+CODESIGN_ROW_COLUMNS = ["params_draft", "params_draft_exit_layer", "params_target_chip_memory",
+                        "params_target_chip_device", "params_batch", "speedup"]
 
 
 def build_report(path, out=None, progress: bool = True) -> dict:
@@ -422,7 +428,8 @@ def build_report(path, out=None, progress: bool = True) -> dict:
     sweep = ds.meta.get("sampler") == "grid"        # no trial order and no importances
     if sweep:
         objectives = {o.get("metric") for o in ds.meta.get("objectives") or [] if isinstance(o, dict)}
-        rows = [c for c in columns if c in SWEEP_ROW_COLUMNS or c in objectives]
+        every = SWEEP_ROW_COLUMNS + (CODESIGN_ROW_COLUMNS if "params_draft" in ds.schema.names else [])
+        rows = [c for c in columns if c in every or c in objectives]
     df = da.load_results(path, columns=rows if sweep else columns)
     if not len(df):
         raise DseError(f"{path}: no rows to report")
@@ -439,7 +446,8 @@ def build_report(path, out=None, progress: bool = True) -> dict:
     say("evaluating known parts")
     known = known_parts(study)
     svb = None
-    if study.drafter.kind != "none":
+    dk = study.knob("draft")
+    if study.drafter.kind != "none" or (dk is not None and dk.searched):
         say("speedup against batch size for the front")
         svb = speedup_vs_batch(study, da.front(df, objs) if front is None else front)
     if not sweep:

@@ -114,6 +114,8 @@ def workload_title(df: pd.DataFrame) -> str:
             if leaf in ("alpha", "tau", "k") and v is not None:
                 spec.setdefault(leaf, _fmt(v) if not isinstance(v, list) else
                                 "[" + ", ".join(_fmt(x) for x in v) + "]")
+            elif k == "draft" and DRAFT_KNOB in df.columns:
+                continue        # the draft is a knob: the workload's first choice says nothing
             elif isinstance(v, str | int | float | bool) and len(bits) < 6:
                 bits.append(f"{k}={_fmt(v)}")
     elif wl:
@@ -252,6 +254,127 @@ def _draft_data(df, objs) -> DraftData | None:
         groups.append((label, _sample(xy[ok], MAX_SCATTER), _step_order(xy[pf]), hv, size))
     return DraftData(objs[0][0], objs[1][0], dirs[0], dirs[1], groups, cmp["reference"],
                      len(objs))
+
+
+#: the draft knob (a study whose workload.draft is a list) and the columns that class a chip
+DRAFT_KNOB = "params_draft"
+CLASS_COLUMNS = ("params_target_chip_memory", "params_target_chip_device")
+
+
+@dataclass(frozen=True)
+class CodesignData:
+    """The front coloured by draft, and the winning draft per chip class and batch."""
+
+    x: str
+    y: str
+    dx: str
+    dy: str
+    drafts: list                # [(draft, feasible sample (n,2), front points (m,2))]
+    classes: list               # chip classes (rows of the table)
+    batches: list               # batch sizes (columns)
+    winner: dict                # (class, batch) -> (draft, best value of the first objective, its speedup)
+    class_label: str
+
+
+def _draft_label(df: pd.DataFrame) -> pd.Series:
+    """params_draft, with the early-exit range's layer: 'early-exit:24'."""
+    d = df[DRAFT_KNOB].astype("string")
+    if "params_draft_exit_layer" in df.columns:
+        layer = df["params_draft_exit_layer"].astype("Int64").astype("string")
+        d = d.where(~(d == "early-exit").fillna(False), "early-exit:" + layer.fillna("?"))
+    return d.fillna("-")
+
+
+def _codesign_data(df, objs) -> CodesignData | None:
+    """None unless the draft is a knob. The winner of a (chip class, batch) cell is the draft of
+    its feasible design best on the first objective; the class is the target's memory (or known
+    part), with or without a draft chip."""
+    if DRAFT_KNOB not in df.columns or len(objs) < 2:
+        return None
+    vals, ok = da.usable_values(df, objs)
+    if not ok.any():
+        return None
+    dirs = da.directions(objs)
+    label = _draft_label(df).to_numpy(dtype=object)
+    kind = np.array([str(x).split(":")[0] for x in label], dtype=object)
+    front = pareto.pareto_mask(vals[:, :2], dirs[:2], feasible=ok)
+    drafts = []
+    for d in dict.fromkeys(kind[ok]):
+        m = kind == d
+        drafts.append((d, _sample(vals[ok & m & ~front][:, :2], MAX_SCATTER), _step_order(vals[front & m][:, :2])))
+    col = next((c for c in CLASS_COLUMNS if c in df.columns), None)
+    cls = df[col].astype("string").fillna("-").to_numpy(dtype=object) if col else np.full(len(df), "all", object)
+    if DRAFT_COLUMN in df.columns:
+        chip = df[DRAFT_COLUMN].astype("boolean").fillna(False).to_numpy(dtype=bool)
+        cls = np.array([f"{c} + draft chip" if on else str(c) for c, on in zip(cls, chip)], dtype=object)
+    batch = df["params_batch"].to_numpy() if "params_batch" in df.columns else np.full(len(df), "-", object)
+    sign = 1.0 if dirs[0] == "minimize" else -1.0
+    winner = {}
+    speed = df["speedup"].to_numpy(dtype=float, na_value=np.nan) if "speedup" in df.columns else np.full(len(df), np.nan)
+    if "k" in df.columns:       # a drafting design whose best k is 0 does not speculate: say so
+        off = (df["k"].to_numpy(dtype=float, na_value=np.nan) == 0) & (kind != "none")
+        label = np.where(off, np.array([f"{x} (off)" for x in label], dtype=object), label)
+    for c in sorted(set(cls[ok])):
+        for b in sorted(set(batch[ok]), key=lambda v: (str(type(v)), v)):
+            m = ok & (cls == c) & (batch == b)
+            if m.any():
+                i = np.flatnonzero(m)[np.argmin(sign * vals[m, 0])]
+                winner[(c, b)] = (label[i], float(vals[i, 0]), float(speed[i]))
+    return CodesignData(objs[0][0], objs[1][0], dirs[0], dirs[1], drafts, sorted(set(cls[ok])),
+                        sorted(set(batch[ok]), key=lambda v: (str(type(v)), v)), winner,
+                        (short_knob(col) if col else "chip") + (" (+ draft chip)" if DRAFT_COLUMN in df.columns else ""))
+
+
+def _figure_codesign(d: CodesignData, title: str):
+    fig = _new_figure(12.0, 5.0)
+    ax, tab = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    colour = {name: (OKABE_ITO[i % len(OKABE_ITO)], MARKERS[i % len(MARKERS)]) for i, (name, _, _) in enumerate(d.drafts)}
+    for name, pts, pf in d.drafts:
+        c, mk = colour[name]
+        if pts.size:
+            ax.scatter(pts[:, 0], pts[:, 1], s=5, c=c, marker=mk, alpha=0.12, linewidths=0, rasterized=True)
+        if pf.size:
+            ax.plot(pf[:, 0], pf[:, 1], ls="none", marker=mk, ms=6, color=c, markeredgecolor="black", mew=0.4,
+                    label=f"{name} ({len(pf)} on the front)")
+        else:
+            ax.plot([], [], ls="none", marker=mk, color=c, label=f"{name} (none on the front)")
+    allpts = [p[:, 0] for _, p, f in d.drafts if p.size] + [f[:, 0] for _, _, f in d.drafts if f.size]
+    _auto_log(ax, "x", *allpts)
+    _auto_log(ax, "y", *([p[:, 1] for _, p, f in d.drafts if p.size] + [f[:, 1] for _, _, f in d.drafts if f.size]))
+    ax.set_xlabel(f"{axis_label(d.x)}, {_arrow(d.dx)}")
+    ax.set_ylabel(f"{axis_label(d.y)}, {_arrow(d.dy)}")
+    ax.grid(True, lw=0.4, alpha=0.5)
+    ax.legend(fontsize=7, title="draft (front points outlined)", title_fontsize=7, loc="best")
+    ax.set_title("The front by draft", fontsize=9)
+    # the winners: one cell per (chip class, batch), coloured by the winning draft's kind
+    nr, nc = len(d.classes), len(d.batches)
+    for i, c in enumerate(d.classes):
+        for j, b in enumerate(d.batches):
+            w = d.winner.get((c, b))
+            if w is None:
+                tab.add_patch(__import__("matplotlib.patches", fromlist=["Rectangle"]).Rectangle(
+                    (j, nr - 1 - i), 1, 1, facecolor="white", edgecolor=GREY, lw=0.5))
+                tab.text(j + 0.5, nr - 0.5 - i, "-", ha="center", va="center", fontsize=7, color=GREY)
+                continue
+            name, val, sp = w
+            col = colour.get(str(name).split(":")[0], (GREY, "o"))[0]
+            tab.add_patch(__import__("matplotlib.patches", fromlist=["Rectangle"]).Rectangle(
+                (j, nr - 1 - i), 1, 1, facecolor=col, alpha=0.35, edgecolor="white", lw=1.0))
+            sp_text = f"\n{sp:.2f}x" if sp == sp else ""
+            tab.text(j + 0.5, nr - 0.5 - i, f"{name}\n{_fmt(val)} {unit_of(d.x)}{sp_text}", ha="center",
+                     va="center", fontsize=6.5)
+    tab.set_xlim(0, nc)
+    tab.set_ylim(0, nr)
+    tab.set_xticks([j + 0.5 for j in range(nc)], [str(b) for b in d.batches], fontsize=7)
+    tab.set_yticks([nr - 0.5 - i for i in range(nr)], list(d.classes), fontsize=7)
+    tab.set_xlabel("batch (sequences decoded together)")
+    tab.set_ylabel(d.class_label)
+    tab.tick_params(length=0)
+    for side in ("top", "right", "bottom", "left"):
+        tab.spines[side].set_visible(False)
+    tab.set_title(f"Best draft per chip class and batch (lowest {unit_of(d.x)}; its speedup)", fontsize=9)
+    _suptitle(fig, "Which draft wins where", title)
+    return fig
 
 
 def _history_data(df, objs) -> list[tuple[str, pd.DataFrame]] | None:
@@ -594,6 +717,15 @@ def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None 
                  "Fronts of the designs with and without a separate draft chip, on the first two "
                  "objectives. Hypervolumes use all objectives and one shared reference: "
                  + ", ".join(f"{k} = {v:.4g}" for k, v in draft.reference.items()) + ".")
+        codesign = _codesign_data(df, objs)
+        if codesign is not None:
+            say("figure: which draft wins where")
+            save(_figure_codesign(codesign, title), "drafts.png", "Which draft wins where",
+                 "Left: every feasible design coloured by its draft (faint), the front of the first two "
+                 "objectives outlined. Right: for each chip class (the target's memory, with or without a draft "
+                 f"chip) and batch, the draft of the feasible design with the lowest {axis_label(codesign.x)}, "
+                 "that value and its speedup over plain decoding on the same chips. Acceptance per draft "
+                 "from the published table or the acceptance model (acceptance_source).")
         if importances and any(importances.values()):
             say("figure: parameter importance")
             save(_figure_importance(importances, title), "importance.png",

@@ -349,7 +349,9 @@ def _warn_old_schema(root: Path, metas) -> None:
                "rank_profile column, no tree costs beyond positions, k = auto capped at 8, no draft prefill "
                "under continuous batching; memory_required_gb then included the runtime reserve, now "
                "memory_reserve_gb; no energy per token, per-chip memory or busiest expert rank; SRAM power at its "
-               "full aggregate bandwidth); re-run the study to compare with current results")
+               "full aggregate bandwidth) and issue 19 (no acceptance band and its source: tau_low, tau_high, "
+               "speedup_low, speedup_high, spec_ms_per_token_low/_high, acceptance_source); "
+               "re-run the study to compare with current results")
     warnings.warn(f"{where}: results schema_version {v}: {why}", stacklevel=5)
 
 

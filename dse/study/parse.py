@@ -8,6 +8,7 @@ key path and what is allowed. Knob values: a fixed value, a list (choices), or
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -23,9 +24,12 @@ from ..errors import MISSING, DseError, SpecError, UnknownEntryError, raise_coll
 from ..model.transformer import WEIGHT_FORMATS, default_kv_dtype
 from ..results.columns import NUMERIC_METRICS
 from ..workload import (
+    DEFAULT_TASK,
+    DRAFT_SPELLINGS,
     K_LIMIT,
     TREE_NODES_MAX,
     AcceptanceSpec,
+    DrafterSpec,
     Workload,
     WorkloadNames,
     check_ep,
@@ -33,6 +37,7 @@ from ..workload import (
     check_workload,
     make_acceptance,
     parse_drafter,
+    parse_task,
 )
 from .spec import (
     CHIP_KNOBS,
@@ -47,6 +52,7 @@ from .spec import (
     WORKLOAD_KEYS,
     WORKLOAD_KNOBS,
     Constraint,
+    DraftChoices,
     Knob,
     KnobDef,
     Objective,
@@ -225,7 +231,8 @@ def _workload(wl: Any, db: Database, err: _Errors) -> tuple[dict, list[Knob]]:
     """workload: target, draft, dtypes, acceptance, modes, runtime and the workload knobs."""
     out: dict[str, Any] = {"target": None, "drafter": None, "acc": None, "dtype": "bf16", "kv_dtype": "bf16",
                            "temperature": 0.0, "overlap": False, "continuous": False, "tree_nodes": 0, "k_max": 16,
-                           "runtime": None, "acc_given": False, "rank_profile": None}
+                           "runtime": None, "acc_given": False, "rank_profile": None, "choices": [],
+                           "exit_range": None, "task": DEFAULT_TASK, "tree_given": False}
     if not isinstance(wl, dict):
         err.add("workload", wl if wl is not None else MISSING, "expected a mapping with at least target")
         return out, []
@@ -246,14 +253,14 @@ def _workload(wl: Any, db: Database, err: _Errors) -> tuple[dict, list[Knob]]:
             err.add("workload.target", wl["target"], exc.detail)
         except SpecError as exc:
             err.keep(exc)
+    knobs: list[Knob] = []
     if out["target"] is not None:
-        try:
-            out["drafter"] = parse_drafter(_model_ref(wl.get("draft", "none"), base_dir), out["target"], db,
-                                           where="workload.draft")
-        except UnknownEntryError as exc:
-            err.add("workload.draft", wl.get("draft"), exc.detail)
-        except SpecError as exc:
-            err.keep(exc)
+        out["choices"], out["exit_range"], knobs = _drafts(wl.get("draft", "none"), out["target"], db, base_dir, err)
+        out["drafter"] = out["choices"][0][1] if out["choices"] else None
+    try:
+        out["task"] = parse_task(wl.get("task", "chat"), "workload.task", err.path)
+    except SpecError as exc:
+        err.keep(exc)
     dtype = wl.get("dtype", "bf16")
     if not isinstance(dtype, str) or dtype not in WEIGHT_FORMATS:
         err.items.append(one_of(err.path, "workload.dtype", dtype, WEIGHT_FORMATS))
@@ -264,7 +271,7 @@ def _workload(wl: Any, db: Database, err: _Errors) -> tuple[dict, list[Knob]]:
         err.items.append(one_of(err.path, "workload.kv_dtype", kv, DTYPES))
     else:
         out["kv_dtype"] = kv
-    out["temperature"] = err.check(Range(lo=0.0), wl.get("temperature", 0.0), "workload.temperature", 0.0)
+    out["temperature"] = err.check(Range(lo=0.0, hi=2.0), wl.get("temperature", 0.0), "workload.temperature", 0.0)
     for flag in ("overlap", "continuous"):
         value = wl.get(flag, False)
         if not isinstance(value, bool):
@@ -272,7 +279,7 @@ def _workload(wl: Any, db: Database, err: _Errors) -> tuple[dict, list[Knob]]:
             value = False
         out[flag] = value
     tree = wl.get("tree_nodes", 0)
-    knobs = []
+    out["tree_given"] = "tree_nodes" in wl
     if isinstance(tree, (list, dict)):       # searched per design (the best shape is reported)
         kn = parse_knob(err, "workload.tree_nodes", tree, TREE_NODES_KNOB, None, "tree_nodes", "workload",
                         "tree_nodes")
@@ -284,15 +291,13 @@ def _workload(wl: Any, db: Database, err: _Errors) -> tuple[dict, list[Knob]]:
         err.add("workload.tree_nodes", tree, f"expected an integer in [0, {TREE_NODES_MAX}], a list of them, "
                 "or {low, high}")
     out["k_max"] = err.check(Range(True, 1, K_LIMIT), wl.get("k_max", 16), "workload.k_max", 16)
-    profiles = load_rank_profiles(db.root)
-    out["rank_profile"] = None
+    out["rank_profile"] = None          # None: each draft's kind's measured profile (DraftChoices)
     if "rank_profile" in wl:
         try:
-            out["rank_profile"] = profiles.get(str(wl["rank_profile"]), "workload.rank_profile", err.path)
+            out["rank_profile"] = load_rank_profiles(db.root).get(str(wl["rank_profile"]), "workload.rank_profile",
+                                                                  err.path)
         except SpecError as exc:
             err.keep(exc)
-    elif out["drafter"] is not None:
-        out["rank_profile"] = profiles.for_drafter(out["drafter"].kind)
     runtime = wl.get("runtime")          # None: known parts keep their default_runtime, synthesised chips graphs
     if runtime is not None and runtime not in db.names("runtime"):
         err.items.append(one_of(err.path, "workload.runtime", runtime, db.names("runtime")))
@@ -302,8 +307,10 @@ def _workload(wl: Any, db: Database, err: _Errors) -> tuple[dict, list[Knob]]:
               if (kn := parse_knob(err, f"workload.{key}", wl.get(key, d.default), d, None, key, "workload", key))]
     acc_raw = wl.get("acceptance")
     out["acc_given"] = acc_raw is not None
-    drafter = out["drafter"]
-    if drafter is not None and drafter.kind != "none":
+    drafting = any(d is None or d.kind != "none" for _, d in out["choices"])
+    if drafting and acc_raw is None:
+        out["acc"] = None       # from the published table or the acceptance model, per draft (dse.acceptance)
+    elif drafting:
         if not isinstance(acc_raw, dict) or len(acc_raw) != 1 or next(iter(acc_raw)) not in ("alpha", "per_position",
                                                                                             "tau", "rank"):
             err.add("workload.acceptance", acc_raw if acc_raw is not None else MISSING,
@@ -319,6 +326,70 @@ def _workload(wl: Any, db: Database, err: _Errors) -> tuple[dict, list[Knob]]:
     else:
         out["acc"] = AcceptanceSpec(kind="alpha", alpha=0.0)
     return out, knobs
+
+
+def _drafts(raw: Any, target, db: Database, base_dir: Path, err: _Errors):
+    """workload.draft: one drafter, or a list of them (a categorical knob `draft`, params_draft),
+    in which {early-exit: {low, high}} is a range of exit layers (a knob `draft_exit_layer`,
+    active on the early-exit rows only). -> ([(label, DrafterSpec | None for the range)], exit
+    range or None, knobs)."""
+    items = raw if isinstance(raw, list) else [raw]
+    if isinstance(raw, list) and not raw:
+        err.add("workload.draft", raw, "expected a drafter or a non-empty list of drafters")
+        return [], None, []
+    choices, exit_range, knobs = [], None, []
+    hi = target.num_layers - 1
+    for i, item in enumerate(items):
+        where = f"workload.draft[{i}]" if isinstance(raw, list) else "workload.draft"
+        if isinstance(item, dict):
+            if set(item) != {"early-exit"} or not isinstance(item["early-exit"], (dict, list)):
+                err.add(where, item, "expected a drafter name, or {early-exit: {low: L1, high: L2}} (a range of "
+                        "exit layers) or {early-exit: [L1, L2, ...]}")
+                continue
+            spec = item["early-exit"]
+            if isinstance(spec, list):      # a list of layers: one choice each
+                for j, layer in enumerate(spec):
+                    if not Range(True, 1, hi).contains(layer):
+                        err.add(f"{where}.early-exit[{j}]", layer, f"expected an exit layer in [1, {hi}] "
+                                f"({target.name} has {target.num_layers} layers)")
+                        continue
+                    choices.append((f"early-exit:{int(layer)}", DrafterSpec(kind="early-exit",
+                                                                           label=f"early-exit:{int(layer)}",
+                                                                           exit_layer=int(layer))))
+                continue
+            kn = parse_knob(err, f"{where}.early-exit", spec, KnobDef("int", 1, hi), None, "draft_exit_layer",
+                            "workload", "draft_exit_layer")
+            if kn is None:
+                continue
+            if exit_range is not None:
+                err.add(where, item, "expected one early-exit range")
+                continue
+            lo_, hi_ = _knob_bounds(kn)
+            exit_range = (int(lo_), int(hi_))
+            if kn.searched:
+                knobs.append(dataclasses.replace(kn, conditional=True))
+                choices.append(("early-exit", None))
+            else:
+                choices.append((f"early-exit:{kn.fixed}", DrafterSpec(kind="early-exit", label=f"early-exit:{kn.fixed}",
+                                                                     exit_layer=int(kn.fixed))))
+            continue
+        if not isinstance(item, str):
+            err.add(where, item, "expected a drafter: a model name or file, " + ", ".join(DRAFT_SPELLINGS))
+            continue
+        try:
+            d = parse_drafter(_model_ref(item, base_dir), target, db, where=where, path=err.path)
+            choices.append((d.label, d))
+        except UnknownEntryError as exc:
+            err.add(where, item, exc.detail)
+        except SpecError as exc:
+            err.keep(exc)
+    labels = [label for label, _ in choices]
+    if len(set(labels)) != len(labels):
+        err.add("workload.draft", raw, "expected distinct drafters")
+        return [], None, []
+    if len(choices) > 1:
+        knobs.insert(0, Knob("draft", "workload", "draft", "cat", choices=tuple(labels)))
+    return choices, exit_range, knobs
 
 
 def _space(space: Any, wl: dict, db: Database, tech, err: _Errors) -> list[Knob]:
@@ -520,14 +591,17 @@ def parse_study(raw: Any, path: str | Path, db: Database | None = None) -> Study
         err.items.extend(check_tensor_parallel(wl["target"], t_chips, "space.target_chip.chips", p))
         en = by.get("draft_chip_enabled")
         always_on = en is not None and not en.searched and en.fixed is True
-        if drafter is not None and drafter.kind == "model":
+        for _, d in wl["choices"]:        # every draft model of the study
+            if d is None or d.kind != "model":
+                continue
             if not always_on:       # on the target chips (some designs): sharded like the target
-                err.items.extend(check_tensor_parallel(drafter.model, t_chips, "space.target_chip.chips", p,
+                err.items.extend(check_tensor_parallel(d.model, t_chips, "space.target_chip.chips", p,
                                                        role="the draft "))
             if en is not None and (en.searched or en.fixed is True):
-                err.items.extend(check_tensor_parallel(drafter.model, _knob_values(by.get("draft_chip_chips"), 1),
+                err.items.extend(check_tensor_parallel(d.model, _knob_values(by.get("draft_chip_chips"), 1),
                                                        "space.draft_chip.chips", p, role="the draft "))
-    if drafter is not None:
+    choices = wl["choices"]
+    if drafter is not None or choices:
         by = {k.name: k for k in knobs}
         k_knob = by.get("k")
         k_lo, k_hi = _knob_bounds(k_knob)
@@ -535,33 +609,50 @@ def parse_study(raw: Any, path: str | Path, db: Database | None = None) -> Study
         names = STUDY_NAMES if k_knob is None or not k_knob.searched else \
             WorkloadNames(**{**vars(STUDY_NAMES), "k": "space.k"})
         names = WorkloadNames(**{**vars(names), "path": p})
-        err.items.extend(check_workload(
-            drafter, acc, k_lo=k_lo, k_hi=k_hi, k_fixed=k_knob is not None and not k_knob.searched,
-            tree_nodes=wl["tree_nodes"], tree_lo=_knob_bounds(by.get("tree_nodes"))[0], overlap=wl["overlap"],
-            draft_chip=enabled is not None and (enabled.searched or enabled.fixed is True),
-            acceptance_given=wl["acc_given"], names=names))
+        chip = enabled is not None and (enabled.searched or enabled.fixed is True)
+        several = len(choices) > 1
+        lo_exit = wl["exit_range"][0] if wl["exit_range"] else 1
+        specs = [d or DrafterSpec(kind="early-exit", label="early-exit", exit_layer=lo_exit) for _, d in choices]
+        for i, d in enumerate(specs):
+            # with several drafts, a draft chip serves the draft models among them (elsewhere it is off)
+            errs = check_workload(
+                d, acc, k_lo=k_lo, k_hi=k_hi, k_fixed=k_knob is not None and not k_knob.searched,
+                tree_nodes=wl["tree_nodes"], tree_lo=_knob_bounds(by.get("tree_nodes"))[0], overlap=wl["overlap"],
+                draft_chip=chip and (not several or d.can_use_draft_chip), acceptance_given=wl["acc_given"],
+                names=WorkloadNames(**{**vars(names), "draft": f"workload.draft[{i}]"}) if several else names)
+            err.items.extend(e for e in errs if not (several and d.kind == "none" and e.field in (names.k,
+                                                                                                  names.tree_nodes)))
+        if several and chip and not any(d.can_use_draft_chip for d in specs):
+            err.add("space.draft_chip.enabled", True, "a draft chip holds a draft model: list one in workload.draft")
         link_lo = _knob_bounds(by.get("draft_chip_link_bw_gb_s"))[0]
         if enabled is not None and (enabled.searched or enabled.fixed) and link_lo is not None and link_lo <= 0:
             err.add("space.draft_chip.link_bw_gb_s", link_lo,
                     "expected > 0 (the draft chip reaches the target over this link)")
+        if several:     # the knobs a row's draft decides act on some rows only (dse.study.space)
+            knobs = [dataclasses.replace(k, conditional=True) if k.name in ("k", "tree_nodes", "draft_chip_enabled")
+                     else k for k in knobs]
     objectives = _objectives(raw.get("objectives"), err)
     constraints = _constraints(raw.get("constraints"), err)
     search = _search(raw, err, name)
     if not any(k.searched for k in knobs) and not err.items:
         err.add("space", MISSING, "nothing to search: give at least one knob as a list or a range")
     raise_collected(err.items)
-    k_max = min(wl["k_max"], drafter.heads) if drafter.kind in ("medusa", "hydra") else wl["k_max"]
-    workload = Workload(target=wl["target"], drafter=drafter, acceptance=acc, dtype=wl["dtype"],
-                        kv_dtype=wl["kv_dtype"], temperature=float(wl["temperature"]), overlap=wl["overlap"],
-                        tree_nodes=int(wl["tree_nodes"]), k_max=int(k_max), continuous=wl["continuous"],
-                        ep=ep, rank_profile=None if wl["rank_profile"] is None or wl["rank_profile"].geometric
-                        else wl["rank_profile"])
+    k_given = any(k.name == "k" for k in knobs)
+    base = Workload(target=wl["target"], drafter=drafter, acceptance=acc or AcceptanceSpec(kind="alpha", alpha=0.0),
+                    dtype=wl["dtype"], kv_dtype=wl["kv_dtype"], temperature=float(wl["temperature"]),
+                    overlap=wl["overlap"], tree_nodes=int(wl["tree_nodes"]), k_max=int(wl["k_max"]),
+                    continuous=wl["continuous"], ep=ep, task=wl["task"])
+    drafts = DraftChoices(base=base, choices=tuple(choices), acceptance_given=acc is not None,
+                          default_trees=not (wl["tree_given"] or k_given), exit_range=wl["exit_range"], db=db,
+                          rank_profile=wl["rank_profile"])
+    first = choices[0][1] or DrafterSpec(kind="early-exit", label="early-exit", exit_layer=wl["exit_range"][0])
+    workload = drafts.workload(first.label, first.exit_layer)
     return StudySpec(name=name, description=desc, path=p, workload=workload, runtime=wl["runtime"],
                      knobs=tuple(knobs), objectives=tuple(objectives), constraints=tuple(constraints),
                      sampler=search["sampler"], n_trials=int(search["n_trials"]),
                      batch_size=int(search["batch_size"]), seed=int(search["seed"]),
                      grid_points=int(search["grid_points"]), output=search["output"], storage=search["storage"],
-                     technology=tech_raw, raw=raw, tech=tech)
+                     technology=tech_raw, raw=raw, tech=tech, drafts=drafts)
 
 
 def load_study(path: str | Path, db: Database | None = None) -> StudySpec:

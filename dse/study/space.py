@@ -8,7 +8,11 @@ A knob is *inactive* for a design when no value of it changes that design (issue
   ``link_class`` on one chip (the draft link's latency is the draft chip's);
 - ``scale_up_domain`` on one chip, and ``scale_out_bw_gb_s`` where the chips fit in one domain;
 - ``memory_stacks`` with SRAM-only memory, ``stack_height`` with anything but HBM
-  (MODEL.md section 5: the model ignores both there).
+  (MODEL.md section 5: the model ignores both there);
+- with the draft a knob (``workload.draft`` a list): ``k`` and ``tree_nodes`` without a drafter
+  (draft ``none``); the draft chip (``draft_chip_enabled`` and so every draft-chip knob) unless
+  the row's draft is a draft model (only an independent model lives on a draft chip);
+  ``draft_exit_layer`` unless the row's draft is the early-exit range.
 
 An inactive knob is null in results and not sampled; it is evaluated at its neutral value:
 link bandwidth and latency 0 (a chip with no peer carries no link, so pays no link power),
@@ -26,20 +30,22 @@ from .spec import Knob, StudySpec
 CONDITIONAL_KEYS = ("link_bw_gb_s", "link_latency_us", "link_class", "scale_up_domain", "scale_out_bw_gb_s",
                     "memory_stacks", "stack_height")
 #: keys that decide other knobs' activity: they are sampled first
-CONTROL_KEYS = ("enabled", "chips", "memory", "device", "scale_up_domain")
-#: neutral value of an inactive knob whose value would otherwise still count (link power)
-NEUTRAL = {"link_bw_gb_s": 0.0, "link_latency_us": 0.0}
+CONTROL_KEYS = ("draft", "enabled", "chips", "memory", "device", "scale_up_domain")
+#: neutral value of an inactive knob whose value would otherwise still count (link power; a draft
+#: chip for a draft that cannot use one)
+NEUTRAL = {"link_bw_gb_s": 0.0, "link_latency_us": 0.0, "enabled": False}
 
 
 def is_conditional(k: Knob) -> bool:
     """Can this knob be inactive for some design? (Its results column is then nullable.)"""
-    return k.key in CONDITIONAL_KEYS or (k.section == "draft_chip" and k.key != "enabled")
+    return k.conditional or k.key in CONDITIONAL_KEYS or (k.section == "draft_chip" and k.key != "enabled")
 
 
 def sampling_order(study: StudySpec) -> list[Knob]:
-    """Searched knobs with the controlling ones first: enabled, then chips/memory/device, then the rest."""
+    """Searched knobs with the controlling ones first: the draft, enabled, then chips/memory/device,
+    then the rest."""
     def rank(k: Knob) -> int:
-        return 0 if k.key == "enabled" else 1 if k.key in CONTROL_KEYS else 2
+        return 0 if k.key == "draft" else 1 if k.key == "enabled" else 2 if k.key in CONTROL_KEYS else 3
     return sorted(study.searched, key=rank)
 
 
@@ -88,9 +94,24 @@ def active_masks(study: StudySpec, values: dict, n: int, names: dict[str, tuple]
         return np.array([kinds.get(str(m), "hbm") for m in table], dtype=object)[codes]
 
     kinds = {m.name: m.kind for m in study.tech.memory} if study.tech is not None else {}
-    on = get("draft_chip_enabled", False).astype(bool) if study.knob("draft_chip_enabled") else np.zeros(n, bool)
+    drafting = model_draft = exit_range = np.ones(n, dtype=bool)
+    dk = study.knob("draft")
+    if dk is not None and dk.searched:      # the kind of each row's draft, looked up once per choice
+        table, codes = category_codes(get("draft", dk.choices[0]), (names or {}).get("draft") or knob_names(dk))
+        dkind = np.array([study.drafts.kind(str(lab)) if str(lab) in study.drafts.labels else "none"
+                          for lab in table], dtype=object)
+        dlabel = np.array([str(lab) for lab in table], dtype=object)
+        drafting, model_draft = (dkind != "none")[codes], (dkind == "model")[codes]
+        exit_range = (dlabel == "early-exit")[codes]
+    on = _as_bool(get("draft_chip_enabled", False)) if study.knob("draft_chip_enabled") else np.zeros(n, bool)
+    on = on & model_draft
     out: dict[str, np.ndarray] = {}
+    by_draft = {"k": drafting, "tree_nodes": drafting, "draft_chip_enabled": model_draft,
+                "draft_exit_layer": exit_range}
     for k in study.knobs:
+        if k.conditional and k.name in by_draft:
+            out[k.name] = np.array(by_draft[k.name], dtype=bool, copy=True)
+            continue
         if not is_conditional(k) or k.section not in ("target_chip", "draft_chip"):
             continue
         prefix = k.section + "_"
@@ -110,6 +131,15 @@ def active_masks(study: StudySpec, values: dict, n: int, names: dict[str, tuple]
             act = np.ones(n, dtype=bool)
         out[k.name] = np.asarray(act, dtype=bool) & group
     return out
+
+
+def _as_bool(v: np.ndarray) -> np.ndarray:
+    """A knob's values as bools; an object array's missing values (None, pandas NA where a
+    results column is null: the knob did not act) are False."""
+    v = np.asarray(v)
+    if v.dtype != object:
+        return v.astype(bool)
+    return np.fromiter(((x is True) or (x is np.True_) for x in v.ravel()), dtype=bool, count=v.size).reshape(v.shape)
 
 
 def fill_inactive(study: StudySpec, values: dict[str, np.ndarray], n: int, names: dict[str, tuple] | None = None,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..catalog.links import SCALE_UP_CLASSES
-from ..workload import K_LIMIT, TREE_NODES_MAX, Workload
+from ..workload import K_LIMIT, TREE_NODES_MAX, DrafterSpec, Workload
 
 #: "auto" (the default): NSGA-II whose first trials are a front found in numpy (dse.presearch)
 SAMPLERS = ("auto", "nsga2", "nsga3", "tpe", "gp", "random", "qmc")
@@ -87,7 +88,8 @@ TREE_NODES_KNOB = KnobDef("int", 0, TREE_NODES_MAX, None, desc="nodes of the bes
 #: every chip count)
 EP_KNOB = KnobDef("int", 1, 1e5, 1, desc="expert-parallel ranks of an MoE target (1 = tensor parallel)")
 WORKLOAD_KEYS = {"target", "draft", "dtype", "kv_dtype", "batch", "prompt_tokens", "output_tokens", "temperature",
-                 "acceptance", "k", "runtime", "overlap", "tree_nodes", "k_max", "continuous", "ep", "rank_profile"}
+                 "acceptance", "k", "runtime", "overlap", "tree_nodes", "k_max", "continuous", "ep", "rank_profile",
+                 "task"}
 TOP_KEYS = {"name", "description", "workload", "space", "objectives", "constraints", "search", "grid", "output",
             "storage", "technology", "schema_version"}
 SEARCH_DEFAULTS = {"sampler": "auto", "n_trials": 2000, "batch_size": 64, "seed": 0}
@@ -107,6 +109,9 @@ class Knob:
     high: float | None = None
     log: bool = False
     step: float | None = None
+    #: acts on some designs only (dse.study.space): a knob the draft decides (k, tree_nodes, the
+    #: draft chip's enabled, draft_exit_layer) when the draft itself is a knob
+    conditional: bool = False
 
     @property
     def searched(self) -> bool:
@@ -124,6 +129,57 @@ class Constraint:
     metric: str
     max: float | None = None
     min: float | None = None
+
+
+class DraftChoices:
+    """The study's drafter(s): one, or the choices of the knob `draft` (an early-exit range is
+    the choice 'early-exit' with the knob `draft_exit_layer`). Each row's draft gets its own
+    Workload (``workload``): its acceptance from the study (the same for every draft) or from the
+    published table or the acceptance model (dse.acceptance, for the study's task and
+    temperature), and, when the study fixes neither k nor a tree size, the method's default tree
+    (dse.workload.DEFAULT_SHAPES) with k = auto up to its depth. Memoised per (label, layer)."""
+
+    def __init__(self, *, base: Workload, choices: tuple, acceptance_given: bool, default_trees: bool,
+                 exit_range: tuple[int, int] | None, db, rank_profile=None):
+        self.base, self.choices, self.acceptance_given = base, choices, acceptance_given
+        self.default_trees, self.exit_range, self.db = default_trees, exit_range, db
+        self.rank_profile = rank_profile     # workload.rank_profile; None: each draft kind's own (rank_profiles.yaml)
+        self._memo: dict[tuple, Workload] = {}
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return tuple(label for label, _ in self.choices)
+
+    def kind(self, label: str) -> str:
+        """The drafter kind of a choice ('early-exit' for the range)."""
+        d = dict(self.choices)[label]
+        return "early-exit" if d is None else d.kind
+
+    def drafter(self, label: str, exit_layer: int = 0) -> DrafterSpec:
+        d = dict(self.choices)[label]
+        if d is None:
+            return DrafterSpec(kind="early-exit", label=f"early-exit:{int(exit_layer)}", exit_layer=int(exit_layer))
+        return d
+
+    def workload(self, label: str, exit_layer: int = 0) -> Workload:
+        key = (label, int(exit_layer) if dict(self.choices)[label] is None else 0)
+        if key not in self._memo:
+            from ..acceptance import resolved_workload
+            d = self.drafter(*key)
+            from ..catalog.rank_profiles import load_rank_profiles
+            profile = self.rank_profile or load_rank_profiles(self.db.root).for_drafter(d.kind)
+            w = dataclasses.replace(self.base, drafter=d, k_max=min(self.base.k_max, d.heads)
+                                    if d.kind in ("medusa", "hydra") else self.base.k_max,
+                                    rank_profile=None if profile.geometric else profile)
+            shape = d.default_shape() if self.default_trees and d.kind != "none" else None
+            if shape is not None:
+                w = dataclasses.replace(w, tree_nodes=shape.nodes, k_max=shape.depth)
+            if d.kind == "none":
+                w = dataclasses.replace(w, acceptance_source="none")
+            elif not self.acceptance_given:
+                w = resolved_workload(w, self.db)[0]
+            self._memo[key] = w
+        return self._memo[key]
 
 
 @dataclass(frozen=True)
@@ -148,6 +204,7 @@ class StudySpec:
     technology: dict = field(default_factory=dict)
     raw: dict = field(default_factory=dict)
     tech: Any = None        # the resolved TechConstants (database constants + overrides)
+    drafts: Any = None      # DraftChoices: the Workload of each row's draft
 
     # the workload's fields, read through (the study holds one Workload, not copies)
     target = property(lambda self: self.workload.target)
@@ -191,11 +248,17 @@ class StudySpec:
         acc_d = ({"alpha": acc.alpha} if acc.kind == "alpha" else
                  {"per_position": list(acc.per_position)} if acc.kind == "per_position" else
                  {"rank": [list(r) for r in acc.rank]} if acc.kind == "rank" else {"tau": acc.tau})
+        if self.drafts is not None and not self.drafts.acceptance_given:
+            acc_d = None        # from the table or the acceptance model, per draft
         return {
             "name": self.name, "description": self.description, "file": self.path,
             "workload": {"target": self.target.name, "draft": self.drafter.label, "dtype": self.dtype,
                          "kv_dtype": self.kv_dtype, "temperature": self.temperature, "acceptance": acc_d,
-                         "overlap": self.overlap, "tree_nodes": self.tree_nodes, "runtime": self.runtime,
+                         "task": self.workload.task.plain(),
+                         "overlap": self.overlap, "runtime": self.runtime,
+                         # None: each draft's published default tree (DraftChoices.default_trees)
+                         "tree_nodes": None if self.drafts is not None and self.drafts.default_trees
+                         else self.tree_nodes,
                          "k_max": self.k_max, "continuous": self.continuous,
                          **({"ep": self.ep} if self.ep != 1 else {})},
             "knobs": {k.name: knob(k) for k in self.knobs},
