@@ -97,19 +97,25 @@ _TARGET = ModelSpec(name="probe", num_layers=32, hidden_size=4096, num_attention
 def _drafter(method: str) -> DrafterSpec:
     from .workload import HYDRA_HEADS, METHOD_KINDS
     kind = METHOD_KINDS[method]
-    heads = HYDRA_HEADS if kind == "medusa" else 0
+    heads = HYDRA_HEADS if kind in ("medusa", "hydra") else 0
     return DrafterSpec(kind=kind, label=method, method="" if method == kind else method, heads=heads,
                        exit_layer=1 if kind == "early-exit" else 0)
 
 
 def tau_of_alpha(method: str, alpha, k: int | None = None, nodes: int | None = None, depth: int | None = None):
     """tau of i.i.d. alpha (array) on a chain of k, or on the best tree of ``nodes`` nodes and
-    depth <= ``depth`` under the method's rank profile: the evaluation's own terms
-    (dse.model.evaluate.acceptance_terms)."""
+    depth <= ``depth`` under the method's rank profile (the drafter kind's measured one,
+    hardware_db/acceptance/rank_profiles.yaml, as dse eval and studies use by default): the
+    evaluation's own terms (dse.model.evaluate.acceptance_terms)."""
     a = np.asarray(alpha, dtype=np.float64)
     if not nodes:
         return specdec.tau_iid(a, k)
-    w0 = Workload(target=_TARGET, drafter=_drafter(method), acceptance=make_acceptance(0.5))
+    from .catalog.database import default_root
+    from .catalog.rank_profiles import load_rank_profiles
+    d = _drafter(method)
+    profile = load_rank_profiles(default_root()).for_drafter(d.kind)
+    w0 = Workload(target=_TARGET, drafter=d, acceptance=make_acceptance(0.5),
+                  rank_profile=None if profile.geometric else profile)
     out = [float(acceptance_terms(dataclasses.replace(w0, acceptance=AcceptanceSpec(kind="alpha", alpha=float(x))),
                                   np.array([depth]), np.array([nodes]))[0][0]) for x in a.ravel()]
     return np.asarray(out).reshape(a.shape)
