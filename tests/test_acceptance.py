@@ -295,6 +295,20 @@ def _study(tmp_path, chip=True, **wl):
 DRAFTS = ["none", "llama-3.2-1b", "eagle3", "medusa:4", {"early-exit": {"low": 8, "high": 40}}]
 
 
+def test_each_draft_of_a_study_gets_its_kinds_rank_profile(tmp_path):
+    """rank_profiles.yaml maps model -> draft-model, eagle -> eagle, medusa -> medusa, early-exit ->
+    early-exit: each draft of a list gets its own kind's profile (as dse eval does for one draft),
+    and workload.rank_profile: geometric gives every draft the geometric limit (None)."""
+    from dse.study import load_study
+    s = load_study(_study(tmp_path, draft=DRAFTS))
+    names = {lab: s.drafts.workload(lab, 20).rank_profile for lab in ("llama-3.2-1b", "eagle3", "medusa:4",
+                                                                      "early-exit")}
+    assert {k: v.name for k, v in names.items()} == {"llama-3.2-1b": "draft-model", "eagle3": "eagle",
+                                                     "medusa:4": "medusa", "early-exit": "early-exit"}
+    g = load_study(_study(tmp_path, draft=DRAFTS, rank_profile="geometric"))
+    assert all(g.drafts.workload(lab, 20).rank_profile is None for lab in ("llama-3.2-1b", "eagle3", "medusa:4"))
+
+
 def test_study_parses_draft_lists_and_ranges(tmp_path):
     from dse.study import load_study
     s = load_study(_study(tmp_path, draft=DRAFTS, task="mix"))
