@@ -35,8 +35,10 @@ __all__ = sorted(_LAZY) + ["__version__"]
 def _version() -> str:
     """The installed distribution's version (importlib.metadata costs ~30 ms: read on first use)."""
     from importlib.metadata import PackageNotFoundError, version
+
+    from .errors import DIST_NAME
     try:
-        return version("dse")
+        return version(DIST_NAME)
     except PackageNotFoundError:  # running from a source tree
         return "0.0.0+unknown"
 

@@ -14,7 +14,7 @@ import sys
 
 import click
 
-from .errors import DseError, SpecError
+from .errors import DIST_NAME, DseError, SpecError, install_hint
 
 
 class _Group(click.Group):
@@ -44,7 +44,7 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
-@click.version_option(package_name="dse")
+@click.version_option(package_name=DIST_NAME, message="%(prog)s (distribution %(package)s) %(version)s")
 @click.pass_context
 def main(ctx, debug):
     """dse: design-space explorer for LLM-inference accelerators and speculative decoding."""
@@ -231,7 +231,7 @@ def export_cmd(storage, study_name, out):
 @click.option("--port", type=int, default=13000, show_default=True, help="Port to listen on.")
 def storage_proxy_cmd(storage, host, port):
     """Run Optuna's gRPC storage proxy until SIGTERM or Ctrl-C; workers join with
-    `dse run STUDY --storage grpc://HOST:PORT` (pip install 'dse[grpc]')."""
+    `dse run STUDY --storage grpc://HOST:PORT` (pip install 'specdec-dse[grpc]')."""
     from .storage import serve_proxy
     serve_proxy(storage, host=host, port=port)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from .errors import SpecError
+from .errors import SpecError, install_hint
 
 
 @contextlib.contextmanager
@@ -20,7 +20,7 @@ def dask_client(address: str):
     try:
         from dask.distributed import Client, LocalCluster
     except ImportError:
-        raise SpecError(None, "--dask", address, "needs dask.distributed: pip install 'dse[dask]'") from None
+        raise SpecError(None, "--dask", address, f"needs dask.distributed: {install_hint('dask')}") from None
     if address.startswith("local:"):
         try:
             n = int(address.split(":", 1)[1])

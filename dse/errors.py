@@ -6,6 +6,18 @@ import difflib
 from collections.abc import Iterable
 
 
+#: the distribution's name on the package index (the import package and the command stay `dse`; the
+#: name `dse` on the index is an unrelated project)
+DIST_NAME = "specdec-dse"
+
+
+def install_hint(extra: str) -> str:
+    """``pip install 'specdec-dse[EXTRA]'``: installs the extra's packages next to an installed
+    specdec-dse, whether that came from the index or from a checkout (``pip install '.[EXTRA]'``
+    in the checkout does the same)."""
+    return f"pip install '{DIST_NAME}[{extra}]'"
+
+
 class DseError(Exception):
     """Root of every error dse raises on purpose."""
 

@@ -28,7 +28,7 @@ import pandas as pd
 
 from .catalog.database import Database
 from .catalog.fields import Range
-from .errors import DseError, RuntimeFailure, SpecError
+from .errors import DseError, RuntimeFailure, SpecError, install_hint
 from .evaluation import constraint_values, evaluate_study, metric_table
 from .interrupt import stop_on_signals
 from .progress import Progress
@@ -132,7 +132,7 @@ def _sampler(name: str, seed: int, population: int):
         try:
             import torch  # noqa: F401
         except ImportError:
-            raise SpecError(None, "sampler", "gp", "needs PyTorch: pip install 'dse[gp]' (or pick nsga2, tpe, ...)") from None
+            raise SpecError(None, "sampler", "gp", f"needs PyTorch: {install_hint('gp')} (or pick nsga2, tpe, ...)") from None
         return optuna.samplers.GPSampler(seed=seed)
     raise SpecError(None, "sampler", name, f"expected one of {', '.join(SAMPLERS)}")
 

@@ -16,7 +16,7 @@ import time
 import warnings
 from pathlib import Path
 
-from .errors import RuntimeFailure, SpecError
+from .errors import RuntimeFailure, SpecError, install_hint
 
 
 def redact_url(url: str) -> str:
@@ -163,8 +163,8 @@ def _rdb_storage(url: str):
 
 
 #: the storage URLs dse takes, for messages
-EXPECTED = ("expected sqlite:///FILE, postgresql+psycopg://USER@HOST/DB with pip install 'dse[postgres]', "
-            "mysql+pymysql://USER@HOST/DB with pip install 'dse[mysql]', grpc://HOST:PORT or a journal file")
+EXPECTED = (f"expected sqlite:///FILE, postgresql+psycopg://USER@HOST/DB with {install_hint('postgres')}, "
+            f"mysql+pymysql://USER@HOST/DB with {install_hint('mysql')}, grpc://HOST:PORT or a journal file")
 
 
 def _host_port(url: str, field: str = "--storage") -> tuple[str, int]:
@@ -185,8 +185,8 @@ def _require_grpc(field: str, value: str) -> None:
     try:
         import grpc  # noqa: F401
     except ImportError:
-        raise SpecError(None, field, redact_url(value), "the gRPC storage proxy needs grpcio: pip install "
-                        "'dse[grpc]'") from None
+        raise SpecError(None, field, redact_url(value), f"the gRPC storage proxy needs grpcio: "
+                        f"{install_hint('grpc')}") from None
 
 
 def grpc_client(url: str, wait_s: float = 10.0):

@@ -394,7 +394,7 @@ def test_mysql_url_without_its_driver_names_the_extra(tmp_path, monkeypatch):
     s = small_study(tmp_path, n_trials=25)
     r = CliRunner().invoke(main, ["run", str(s.path), "--storage", "mysql+pymysql://dse:s3cret@db.example/dse"])
     assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
-    assert "pip install 'dse[mysql]'" in r.output and "s3cret" not in r.output and "dse:***@" in r.output
+    assert "pip install 'specdec-dse[mysql]'" in r.output and "s3cret" not in r.output and "dse:***@" in r.output
 
 
 def test_mysql_gets_the_small_pool_of_postgresql(monkeypatch):

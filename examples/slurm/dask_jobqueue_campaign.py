@@ -1,4 +1,4 @@
-"""A campaign on a SLURM cluster through Dask (pip install 'dse[dask]' dask-jobqueue).
+"""A campaign on a SLURM cluster through Dask (pip install 'specdec-dse[dask]' dask-jobqueue).
 
 dask-jobqueue submits the workers as SLURM jobs; dse runs the grid shards and the array tasks
 as Dask tasks on them, writing the same datasets the sbatch recipes write. Run it from a login
