@@ -36,7 +36,8 @@ from .results.front import resolve_objectives, stored_objectives, table_columns
 from .results.store import load_results, open_results, restore_nullable
 
 __all__ = ["load_results", "front_of", "objectives_of", "feasible_mask", "front", "ranks", "hypervolume",
-           "hypervolume_reference", "compare_fronts", "hypervolume_history", "usable_values", "directions", "front_table"]
+           "hypervolume_reference", "compare_fronts", "hypervolume_history", "usable_values", "directions", "front_table",
+           "counts", "count_designs", "new_design_mask", "DISPLAY_EPSILON"]
 
 
 
@@ -90,7 +91,28 @@ def usable_values(df: pd.DataFrame, objs) -> tuple[np.ndarray, np.ndarray]:
 
 # --------------------------------------------------------------------------- fronts
 
-def front(df: pd.DataFrame, objectives=None, where: str | None = None, distinct: bool = True) -> pd.DataFrame:
+#: the relative epsilon (per objective) that tables shown to a person use by default: rows within 1%
+#: of an earlier row in every objective are one representative (far below the model's error)
+DISPLAY_EPSILON = 0.01
+
+
+def epsilon_of(epsilon, objs) -> np.ndarray:
+    """One relative epsilon per objective: a number (every objective), a sequence in objective order,
+    or ``{metric: epsilon}`` (metrics not named get 0)."""
+    if isinstance(epsilon, Mapping):
+        unknown = set(epsilon) - {m for m, _ in objs}
+        if unknown:
+            raise DseError(f"epsilon names {', '.join(sorted(unknown))}, which are not objectives "
+                           f"({', '.join(m for m, _ in objs)})")
+        epsilon = [epsilon.get(m, 0.0) for m, _ in objs]
+    try:
+        return pareto.epsilon_vector(epsilon, len(objs))
+    except (ValueError, TypeError) as e:
+        raise DseError(str(e)) from None
+
+
+def front(df: pd.DataFrame, objectives=None, where: str | None = None, distinct: bool = True,
+          epsilon=0.0) -> pd.DataFrame:
     """The feasible non-dominated rows, best first by the first objective.
 
     Args:
@@ -102,6 +124,11 @@ def front(df: pd.DataFrame, objectives=None, where: str | None = None, distinct:
         distinct: one row per point of the front, the first found (lowest trial): repeats of
             a design (``duplicate_of`` set) and later rows with the same objective values are
             left out. False keeps every non-dominated row.
+        epsilon: relative, per objective (a number, a sequence or ``{metric: eps}``): near-ties are
+            collapsed into one representative, the first in the order above: a row is left out
+            when a row kept before it is at most epsilon worse in every objective
+            (dse.pareto.epsilon_thin). 0 (the default) keeps the exact front;
+            :data:`DISPLAY_EPSILON` is what ``dse run`` and ``dse pareto`` show.
 
     Returns:
         The front's rows (all columns, original index). Sorted best first (ascending when
@@ -109,18 +136,50 @@ def front(df: pd.DataFrame, objectives=None, where: str | None = None, distinct:
         objectives.
     """
     objs = objectives_of(df, objectives)
+    eps = epsilon_of(epsilon, objs)
     if where:
-        try:
-            df = df.query(where)
-        except Exception as e:  # query raises many types; report them uniformly
-            raise DseError(f"where = {where!r}: {e}") from e
+        df = query(df, where)
     vals, ok = usable_values(df, objs)
     trial = df["trial"].to_numpy(dtype=np.float64, na_value=np.nan) if distinct and "trial" in df.columns else None
-    return df.iloc[pareto.front_order(vals, directions(objs), ok, order=trial, distinct=distinct)]
+    rows = pareto.front_order(vals, directions(objs), ok, order=trial, distinct=distinct)
+    if eps.any():
+        rows = rows[pareto.epsilon_thin(vals[rows], directions(objs), eps)]
+    return df.iloc[rows]
+
+
+def query(df: pd.DataFrame, where: str) -> pd.DataFrame:
+    """``df.query(where)``, any failure as one DseError naming the expression."""
+    try:
+        return df.query(where)
+    except Exception as e:  # query raises many types; report them uniformly
+        raise DseError(f"where = {where!r}: {e}") from e
+
+
+def counts(df: pd.DataFrame, objectives=None, where: str | None = None) -> dict[str, int]:
+    """The counts every dse tool prints, in one vocabulary: ``rows`` (trials or grid points),
+    ``designs`` (distinct designs: rows that repeat no earlier one, :func:`count_designs`),
+    ``feasible`` (distinct designs that are feasible, :func:`feasible_mask`) and ``front`` (the
+    points of the exact front, one design each: a repeat or an exact tie counts once), after
+    ``where`` when given."""
+    objs = objectives_of(df, objectives)
+    if where:
+        df = query(df, where)
+    new = new_design_mask(df)
+    vals, ok = usable_values(df, objs)
+    on_front = pareto.first_of_equal(vals, pareto.pareto_mask(vals, directions(objs), feasible=ok))
+    return {"rows": len(df), "designs": int(new.sum()), "feasible": int((feasible_mask(df) & new).sum()),
+            "front": int(on_front.sum())}
+
+
+def new_design_mask(df: pd.DataFrame) -> np.ndarray:
+    """True where a row is a design no earlier row holds (``duplicate_of`` null; every row without it)."""
+    if "duplicate_of" in df.columns:
+        return df["duplicate_of"].isna().to_numpy(dtype=bool)
+    return np.ones(len(df), dtype=bool)
 
 
 def front_of(path, objectives=None, where: str | None = None, distinct: bool = True,
-             columns=None) -> pd.DataFrame:
+             columns=None, epsilon=0.0) -> pd.DataFrame:
     """:func:`front` of a results file or dataset, read part by part: the objective, feasible
     (or fits) and duplicate_of columns of each part, as numpy (every column, through pandas, when
     ``where`` is given), that part's front kept; the global front is a subset of the union of the part fronts (a point
@@ -131,8 +190,9 @@ def front_of(path, objectives=None, where: str | None = None, distinct: bool = T
 
     Returns:
         As :func:`front` (index: row number in the dataset), without is_pareto / pareto_rank;
-        ``attrs["dse"]`` the metadata, ``attrs["rows"]`` the dataset's rows and
-        ``attrs["designs"]`` its distinct designs (:func:`count_designs`).
+        ``attrs["dse"]`` the metadata, ``attrs["counts"]`` the dataset's :func:`counts` (rows,
+        designs, feasible, front: of the rows ``where`` keeps), and ``attrs["rows"]`` and
+        ``attrs["designs"]`` as there.
     """
     ds = open_results(path)
     empty = restore_nullable(ds.schema.empty_table().to_pandas(), ds.schema)
@@ -144,40 +204,41 @@ def front_of(path, objectives=None, where: str | None = None, distinct: bool = T
     wanted = names if columns is None else [c for pat in list(columns) + key for c in fnmatch.filter(names, pat)]
     cols = [c for c in dict.fromkeys(wanted) if c not in ("is_pareto", "pareto_rank")]
     if where:
-        keep, n_rows, n_designs = _front_rows_where(ds, objs, key, where)
+        keep, n_rows, n_designs, n_feasible = _front_rows_where(ds, objs, key, where)
         parts = ds.take(keep, cols)
         table = pa.concat_tables([t for _, t in parts]) if parts else ds.schema.empty_table().select(cols)
     else:           # a sweep's _front.parquet, else numpy over the few columns the front needs
         keep, table, n_rows, n_designs = ds.front_table(objs, cols)
+        n_feasible = ds.feasible_designs()
     full = restore_nullable(table.to_pandas(), ds.schema).set_index(pd.Index(keep))
-    out = front(full, objs, distinct=distinct)
-    out.attrs.update({"dse": ds.meta, "rows": n_rows, "designs": n_designs})
+    out = front(full, objs, distinct=distinct, epsilon=epsilon)
+    points = len(front(full, objs)) if (distinct is False or epsilon_of(epsilon, objs).any()) else len(out)
+    tally = {"rows": n_rows, "designs": n_designs, "feasible": n_feasible, "front": points}
+    out.attrs.update({"dse": ds.meta, "rows": n_rows, "designs": n_designs, "counts": tally})
     return out
 
 
-def _front_rows_where(ds, objs, key, where) -> tuple[np.ndarray, int, int]:
-    """Dataset.front_rows of the rows that satisfy ``where`` (a DataFrame.query string on every
-    column of each part)."""
+def _front_rows_where(ds, objs, key, where) -> tuple[np.ndarray, int, int, int]:
+    """(front rows, rows, designs, feasible designs) of the rows that satisfy ``where`` (a
+    DataFrame.query string on every column of each part): the totals count the kept rows only."""
     dirs = directions(objs)
-    cand, n_rows, n_designs, offset = [], 0, 0, 0
+    cand, n_rows, n_designs, n_feasible, offset = [], 0, 0, 0, 0
     for (_, t), n in zip(ds.parts(None), ds.counts, strict=True):
         part = restore_nullable(t.to_pandas(), ds.schema)
-        n_designs += count_designs(part)
         part.index = pd.RangeIndex(offset, offset + n)
-        try:
-            part = part.query(where)
-        except Exception as e:  # query raises many types; report them uniformly
-            raise DseError(f"where = {where!r}: {e}") from e
+        part = query(part, where)
+        new = new_design_mask(part)
+        n_rows, n_designs = n_rows + len(part), n_designs + int(new.sum())
+        n_feasible += int((feasible_mask(part) & new).sum())
         vals, ok = usable_values(part, objs)
         mask = pareto.pareto_mask(vals, dirs, feasible=ok)
         cand.append(part[key][mask])
-        n_rows += n
         offset += n
     if not cand:
-        return np.empty(0, np.int64), 0, 0
+        return np.empty(0, np.int64), 0, 0, 0
     union = pd.concat(cand)
     vals, ok = usable_values(union, objs)
-    return union.index.to_numpy()[pareto.pareto_mask(vals, dirs, feasible=ok)], n_rows, n_designs
+    return union.index.to_numpy()[pareto.pareto_mask(vals, dirs, feasible=ok)], n_rows, n_designs, n_feasible
 
 
 def ranks(df: pd.DataFrame, objectives=None) -> pd.Series:
@@ -270,8 +331,10 @@ def hypervolume_history(df: pd.DataFrame, objectives=None, reference=None, order
     feasible rows, :func:`hypervolume_reference`).
 
     Returns:
-        Columns ``order`` (its value at the checkpoint), ``n_designs``, ``n_feasible``,
-        ``front_size``, ``hypervolume``.
+        Columns ``order`` (its value at the checkpoint), ``n_rows`` (rows so far), ``n_designs``
+        and ``n_feasible`` (distinct designs so far, all and feasible, as :func:`counts`),
+        ``front_size`` (points of the front so far: a repeat or an exact tie counts once) and
+        ``hypervolume``.
     """
     objs = objectives_of(df, objectives)
     if order not in df.columns:
@@ -280,10 +343,11 @@ def hypervolume_history(df: pd.DataFrame, objectives=None, reference=None, order
     idx = df[order].argsort(kind="stable").to_numpy()
     vals, ok = usable_values(df, objs)
     vals, ok = vals[idx], ok[idx]
+    new = new_design_mask(df)[idx]
     dirs = directions(objs)
     n = len(df)
     stops = np.unique(np.linspace(1, n, min(n, max(1, max_points))).round().astype(np.int64))
-    n_ok = np.cumsum(ok)
+    n_new, n_ok = np.cumsum(new), np.cumsum(feasible_mask(df)[idx] & new)
     fronts, hvs = [], []
     current = np.empty((0, len(objs)))
     start = 0
@@ -293,11 +357,11 @@ def hypervolume_history(df: pd.DataFrame, objectives=None, reference=None, order
             cand = np.concatenate([current, new])
             current = cand[pareto.pareto_mask(cand, dirs)]
         start = stop
-        fronts.append(current.shape[0])
+        fronts.append(np.unique(current, axis=0).shape[0] if current.shape[0] else 0)
         hvs.append(pareto.hypervolume(current, dirs, ref))
     out = pd.DataFrame({
         order: df[order].iloc[idx[stops - 1]].reset_index(drop=True),
-        "n_designs": stops, "n_feasible": n_ok[stops - 1],
+        "n_rows": stops, "n_designs": n_new[stops - 1], "n_feasible": n_ok[stops - 1],
         "front_size": np.asarray(fronts, dtype=np.int64),
         "hypervolume": np.asarray(hvs, dtype=np.float64)})
     out.attrs["reference"] = dict(zip([m for m, _ in objs], ref.tolist(), strict=True))
@@ -312,13 +376,13 @@ def count_designs(df: pd.DataFrame) -> int:
     return len(df)
 
 
-def front_table(df: pd.DataFrame, objectives=None, top: int | None = None) -> pd.DataFrame:
-    """The front, best first by the first objective, its first ``top`` rows: objectives, then the
-    speculative accounting present among ``alpha, tau, k, draft_cost_ratio, speedup``,
-    ``tree_shape`` when a shown design has a tree, ``trial`` and every ``params_*`` knob
-    (dse.results.front.table_columns)."""
+def front_table(df: pd.DataFrame, objectives=None, top: int | None = None, epsilon=0.0) -> pd.DataFrame:
+    """The front (:func:`front`, near-ties within ``epsilon`` collapsed), best first by the first
+    objective, its first ``top`` rows: objectives, then the speculative accounting present among
+    ``alpha, tau, k, draft_cost_ratio, speedup``, ``tree_shape`` when a shown design has a tree,
+    ``trial`` and every ``params_*`` knob (dse.results.front.table_columns)."""
     objs = objectives_of(df, objectives)
-    out = front(df, objs)
+    out = front(df, objs, epsilon=epsilon)
     if top is not None:
         out = out.head(top)
     tree = "tree_shape" in out.columns and bool(out["tree_shape"].fillna("").astype(str).str.len().gt(0).any())

@@ -181,19 +181,136 @@ def short_name(column: str) -> str:
     return column.removeprefix("params_").replace("target_chip_", "").replace("draft_chip_", "draft.")
 
 
-def front_text(columns: Mapping[str, list]) -> str:
+#: the width a table is fitted to when the terminal's is unknown (output to a file or a pipe)
+DEFAULT_WIDTH = 120
+#: the narrowest width a table is fitted to
+MIN_WIDTH = 80
+
+
+def terminal_width() -> int:
+    """The terminal's columns (``COLUMNS`` when set), at least :data:`MIN_WIDTH`; :data:`DEFAULT_WIDTH`
+    when the output is not a terminal."""
+    import shutil
+    return max(MIN_WIDTH, shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns)
+
+
+def front_text(columns: Mapping[str, list], width: int | None = None) -> str:
     """A front table (column name -> values) as text, every column right-aligned under its short
-    name: floats to 4 significant digits, integers whole; a null or NaN (a knob that does not act
-    on the design, dse.study.space) shows as '-'."""
-    cells = {short_name(c): [_front_cell(v) for v in vals] for c, vals in columns.items()}
-    widths = [max([len(h)] + [len(v) for v in vals]) for h, vals in cells.items()]
-    rows = [list(cells)] + [list(r) for r in zip(*cells.values())]
-    return "\n".join("  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in rows)
+    name: floats to 4 significant digits (whole from 10^4), integers whole; a null or NaN (a knob
+    that does not act on the design, dse.study.space) shows as '-'. When one header line would
+    be wider than ``width``, each header is broken at its underscores over up to 3 lines, no
+    wider than its column's values where that is possible."""
+    cells = {c: [_front_cell(v) for v in vals] for c, vals in columns.items()}
+    names = [short_name(c) for c in cells]
+    value_w = [max([0] + [len(v) for v in vals]) for vals in cells.values()]
+    heads = [[n] for n in names]
+    if width is not None and _table_width(heads, value_w) > width:
+        heads = [_header_lines(n, w) for n, w in zip(names, value_w)]
+    widths = [max([w] + [len(h) for h in hl]) for hl, w in zip(heads, value_w)]
+    depth = max((len(h) for h in heads), default=1)
+    head_rows = [[(hl[i - (depth - len(hl))] if i >= depth - len(hl) else "") for hl in heads] for i in range(depth)]
+    rows = head_rows + [list(r) for r in zip(*cells.values())]
+    return "\n".join("  ".join(v.rjust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def _table_width(heads: list[list[str]], value_w: list[int]) -> int:
+    return sum(max([w] + [len(h) for h in hl]) for hl, w in zip(heads, value_w)) + 2 * max(0, len(heads) - 1)
+
+
+def _header_lines(name: str, value_width: int, max_lines: int = 3) -> list[str]:
+    """``name`` broken after '.' and at '_' into at most ``max_lines`` lines: the narrowest
+    breaking (never narrower than ``value_width``), or one with fewer lines at most 3 characters
+    wider: spec_ms_per_token at 5 -> spec_ms / per_token.
+
+    >>> _header_lines("spec_ms_per_token", 5), _header_lines("draft.link_bw_gb_s", 5)
+    (['spec_ms', 'per_token'], ['draft.link', 'bw_gb_s'])
+    """
+    import re
+    tokens = [t for t in re.split(r"(?<=\.)|_", name) if t]
+    best: dict[int, list[str]] = {}           # lines -> the narrowest breaking into that many
+    for w in range(max(value_width, max(len(t) for t in tokens)), len(name) + 1):
+        lines: list[str] = []
+        for t in tokens:
+            joined = lines[-1] + ("" if lines[-1].endswith(".") else "_") + t if lines else t
+            if lines and len(joined) <= w:
+                lines[-1] = joined
+            else:
+                lines.append(t)
+        if len(lines) <= max_lines:
+            best.setdefault(len(lines), lines)
+    narrowest = min(max(len(x) for x in b) for b in best.values())
+    return next(best[n] for n in sorted(best) if max(len(x) for x in best[n]) <= narrowest + 3)
+
+
+def front_block(columns: Mapping[str, list], objectives: list[str], width: int | None = None,
+                wide: bool = False) -> str:
+    """The front table ``dse run`` and ``dse pareto`` print: with ``wide``, every column; else the
+    objectives, ``trial`` and the columns whose values differ between the rows shown (a knob that
+    is the same in every row is named once below the table), the speculative accounting (tau, k,
+    c, alpha) only beside a speedup objective, and, when that is still wider than ``width``, the
+    last columns left out and named."""
+    cols = dict(columns)
+    notes = []
+    if not wide:
+        speedup = any("speedup" in o for o in objectives)
+        spec = ("alpha", "tau", "k", "draft_cost_ratio", "speedup", "speedup_bound")
+
+        def varies(vals):
+            return len({_front_cell(v) for v in vals}) > 1
+        same = {c: v[0] for c, v in cols.items()
+                if c not in objectives and c != "trial" and v and not varies(v)
+                and (c.startswith("params_") or (speedup and c in spec))}
+        keep = [c for c in cols if c in objectives or c == "trial" or
+                (c not in same and (c.startswith("params_") or c in ("k", "tree_shape") or (speedup and c in spec)))]
+        cols = {c: cols[c] for c in keep}
+        if same:
+            notes.append("same in every row: " + ", ".join(f"{short_name(c)} {_front_cell(v)}" for c, v in same.items()))
+    dropped: list[str] = []
+    if width is not None:
+        while len(cols) > len(objectives) + 1 and _too_wide(cols, width):
+            last = next(c for c in reversed(list(cols)) if c not in objectives)
+            dropped.insert(0, last)
+            del cols[last]
+    if dropped:
+        notes.append(f"not shown to fit {width} columns: {', '.join(short_name(c) for c in dropped)} "
+                     "(--wide shows every column)")
+    text = front_text(cols, width)
+    return "\n".join([text] + [wrap(n, width) for n in notes])
+
+
+def _too_wide(cols: Mapping[str, list], width: int) -> bool:
+    return max(len(line) for line in front_text(cols, width).splitlines()) > width
+
+
+def wrap(text: str, width: int | None) -> str:
+    """``text`` wrapped to ``width`` (continuation lines indented two spaces); as is without one."""
+    if width is None:
+        return text
+    import textwrap
+    return "\n".join(textwrap.wrap(text, width, subsequent_indent="  ", break_on_hyphens=False))
+
+
+def counts_line(front: int, feasible: int, designs: int, rows: int, rows_noun: str = "trials") -> str:
+    """The counts every front header gives, in one vocabulary (dse.analysis.counts): 'front: 263
+    designs of 988 feasible (1,715 designs in 2,000 trials)'; designs are distinct designs, the
+    front's a design per point."""
+    return f"front: {front:,} designs of {feasible:,} feasible ({designs:,} designs in {rows:,} {rows_noun})"
+
+
+def epsilon_note(shown: int, points: int, epsilon) -> str:
+    """'; 41 at epsilon 1% (near-ties collapsed; --epsilon 0: all)': of the front's points, those left
+    when a design within epsilon (relative) of a row shown in every objective is left out."""
+    eps = [float(e) for e in epsilon]
+    if not any(eps):
+        return ""
+    pct = (f"{eps[0] * 100:g}%" if len(set(eps)) == 1 else
+           "(" + ", ".join(f"{e * 100:g}%" for e in eps) + ")")
+    return f"; {shown:,} at epsilon {pct} (near-ties collapsed; --epsilon 0: all)"
 
 
 def _front_cell(v: Any) -> str:
     if v is None or (isinstance(v, float) and v != v):
         return "-"
     if isinstance(v, float):
-        return f"{v:.4g}"
+        return f"{v:.0f}" if 1e4 <= abs(v) < 1e15 else f"{v:.4g}"
     return str(v)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-
 #: the distribution's name on the package index (the import package and the command stay `dse`; the
 #: name `dse` on the index is an unrelated project)
 DIST_NAME = "specdec-dse"

@@ -21,7 +21,8 @@ from collections.abc import Sequence
 import moocore
 import numpy as np
 
-__all__ = ["pareto_mask", "pareto_ranks", "first_of_equal", "front_order", "hypervolume", "default_reference", "maximise_flags"]
+__all__ = ["pareto_mask", "pareto_ranks", "first_of_equal", "front_order", "epsilon_thin", "epsilon_vector",
+           "hypervolume", "default_reference", "maximise_flags"]
 
 #: every accepted spelling of an objective direction -> "minimize" | "maximize" (the one table)
 DIRECTIONS = {"min": "minimize", "minimize": "minimize", "minimise": "minimize",
@@ -122,6 +123,51 @@ def front_order(values, directions: Sequence[str], feasible=None, order=None, di
     rows = seq[mask]
     keys = [-v[rows, j] if flags[j] else v[rows, j] for j in reversed(range(v.shape[1]))]
     return rows[np.lexsort(keys)] if keys else rows
+
+
+def epsilon_vector(epsilon, m: int) -> np.ndarray:
+    """One relative epsilon per objective from a number (every objective) or ``m`` numbers, each
+    in [0, 1); raises ValueError otherwise.
+
+    >>> epsilon_vector(0.01, 2).tolist(), epsilon_vector([0.02, 0], 2).tolist()
+    ([0.01, 0.01], [0.02, 0.0])
+    """
+    eps = np.asarray(epsilon if np.ndim(epsilon) else [epsilon] * m, dtype=np.float64).reshape(-1)
+    if eps.shape != (m,) or not (np.isfinite(eps).all() and (eps >= 0).all() and (eps < 1).all()):
+        raise ValueError(f"epsilon {epsilon!r}: expected one relative value in [0, 1), or {m} of them "
+                         f"(one per objective)")
+    return eps
+
+
+def epsilon_thin(values, directions: Sequence[str], epsilon) -> np.ndarray:
+    """Positions of the rows of ``values`` (a front, best first) kept as representatives: a row is
+    dropped when an earlier kept row is at most ``epsilon`` (relative, per objective) worse in
+    every objective, i.e. for each objective j, worse_j(a, b) <= eps_j * max(|a_j|, |b_j|), where
+    worse_j is a_j - b_j when minimised and b_j - a_j when maximised (the multiplicative
+    epsilon-dominance of Laumanns et al., Evolutionary Computation 10(3), 2002, made symmetric in
+    scale). So every dropped row has a kept representative within epsilon of it in every objective
+    (an epsilon-approximate front), and no two kept rows are within epsilon of each other in every
+    objective. Greedy in the given order (the representative is the first, e.g. the best by the
+    first objective); ``epsilon`` 0 keeps every distinct point.
+
+    >>> epsilon_thin([[1.0, 9.0], [1.005, 8.98], [2.0, 5.0], [2.01, 4.0]], ["min", "min"], 0.01).tolist()
+    [0, 2, 3]
+    """
+    flags = np.asarray(maximise_flags(directions))
+    eps = epsilon_vector(epsilon, len(flags))
+    v = np.asarray(values, dtype=np.float64).reshape(-1, len(flags))
+    kept: list[int] = []
+    if not v.shape[0]:
+        return np.empty(0, np.int64)
+    sign = np.where(flags, -1.0, 1.0)
+    for i in range(v.shape[0]):      # sequential by nature; the front's rows, vectorised over those kept
+        if kept:
+            a = v[kept]
+            slack = eps * np.maximum(np.abs(a), np.abs(v[i]))
+            if ((sign * (a - v[i]) <= slack).all(axis=1)).any():
+                continue
+        kept.append(i)
+    return np.asarray(kept, dtype=np.int64)
 
 
 def pareto_ranks(values, directions: Sequence[str], feasible=None) -> np.ndarray:

@@ -199,7 +199,7 @@ def test_hypervolume_and_compare(dataset_dir):
 def test_hypervolume_history(dataset_dir):
     df = da.load_results(dataset_dir).sample(frac=1.0, random_state=0)   # order must not matter
     h = da.hypervolume_history(df)
-    assert list(h.columns) == ["trial", "n_designs", "n_feasible", "front_size", "hypervolume"]
+    assert list(h.columns) == ["trial", "n_rows", "n_designs", "n_feasible", "front_size", "hypervolume"]
     assert len(h) == 200 and h["trial"].tolist() == list(range(200))
     assert h["hypervolume"].is_monotonic_increasing
     assert h["hypervolume"].iloc[-1] == pytest.approx(da.hypervolume(df))

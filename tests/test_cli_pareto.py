@@ -54,13 +54,14 @@ def test_pareto_json_equals_brute_force(sweep_dir, m):
 def test_pareto_table_csv_where_top(sweep_dir):
     df = da.load_results(sweep_dir)
     n_front = len(da.front(df))
-    r = CliRunner().invoke(main, ["pareto", str(sweep_dir)])
+    r = CliRunner().invoke(main, ["pareto", str(sweep_dir), "--wide", "--epsilon", "0"], env={"COLUMNS": "400"})
     assert r.exit_code == 0
     lines = r.output.splitlines()
     # a sweep has no repeats: every row is a design
-    assert lines[0] == (f"{n_front} designs on the front of {len(df)} designs ({len(df)} rows; "
-                        "spec_ms_per_token minimize, cost_usd minimize)")
-    # objectives first, then the speculative accounting, then the knobs with short names
+    feasible = int(df["feasible"].sum())
+    assert lines[0] == (f"front: {n_front} designs of {feasible} feasible ({len(df):,} designs in {len(df):,} grid "
+                        "points); spec_ms_per_token minimize, cost_usd minimize")
+    # --wide: objectives first, then the speculative accounting, then the knobs with short names
     assert lines[1].split()[:8] == ["spec_ms_per_token", "cost_usd", "alpha", "tau", "k", "draft_cost_ratio",
                                     "speedup", "trial"]
     assert "process_node" in lines[1].split() and "params_" not in lines[1]

@@ -273,7 +273,8 @@ def test_report_of_a_sweep_reads_the_front_rows_only_and_draws_the_same(tmp_path
     assert [m for m, _ in o] == objs
     ref = write_report(full, tmp_path / "full", known_parts=reporting.known_parts(study),
                        speedup_vs_batch=reporting.speedup_vs_batch(study, da.front(full, o)), importances={},
-                       objectives=o)
+                       objectives=o, skipped=[s for s in rep["skipped"] if s[0] == "Parameter importance"])
+    assert [name for name, _ in rep["skipped"]] == ["Parameter importance", "Hypervolume against trial"]
     names = sorted(Path(f).name for f in rep["figures"])
     assert names == sorted(Path(f).name for f in ref["figures"]) and "draft_chip.png" in names
     for name in names + ["index.html"]:

@@ -445,13 +445,33 @@ def build_report(path, out=None, progress: bool = True) -> dict:
         say("no feasible design: the front figure shows infeasible designs only")
     say("evaluating known parts")
     known = known_parts(study)
-    svb = None
+    svb, skipped = None, []
     dk = study.knob("draft")
     if study.drafter.kind != "none" or (dk is not None and dk.searched):
         say("speedup against batch size for the front")
         svb = speedup_vs_batch(study, da.front(df, objs) if front is None else front)
+        if not len(svb):
+            skipped.append(("Speedup against batch size", "no feasible design on the front"))
+    else:
+        skipped.append(("Speedup against batch size", "the study has no drafter (workload.draft: none)"))
     if not sweep:
         say("parameter importances")
-    imps = {} if sweep else importances(df, study)
+        imps = importances(df, study)
+        if not imps:
+            skipped.append(("Parameter importance", _why_no_importances(df, study)))
+    else:
+        imps = {}
+        skipped.append(("Parameter importance", "a sweep evaluates every grid point: importances are of a "
+                        "search's trials (dse run)"))
     return write_report(df, out or default_out(path), known_parts=known, speedup_vs_batch=svb,
-                        importances=imps, progress=say, objectives=objs, front=front)
+                        importances=imps, progress=say, objectives=objs, front=front, skipped=skipped)
+
+
+def _why_no_importances(df: pd.DataFrame, study: StudySpec) -> str:
+    """Why :func:`importances` gave nothing."""
+    if len(study.searched) < 2:
+        return f"the study searches {len(study.searched)} knob: importance compares two or more"
+    n = len(_usable_rows(df, study))
+    if n < MIN_IMPORTANCE_ROWS:
+        return f"{n} feasible trials with every knob set: PED-ANOVA needs at least {MIN_IMPORTANCE_ROWS}"
+    return "Optuna's PED-ANOVA failed (the warning above says why)"

@@ -190,6 +190,7 @@ def _pairs_data(df, objs, known=None) -> list[PairData]:
     """One PairData per pair of objectives (the all-objective front is computed once)."""
     vals, ok = da.usable_values(df, objs)
     dirs = da.directions(objs)
+    new = da.new_design_mask(df)            # counts are of distinct designs (dse.analysis.counts)
     # one point per design of the front: repeats and exact ties are drawn and counted once
     on_front = pareto.first_of_equal(vals, pareto.pareto_mask(vals, dirs, feasible=ok))
     out = []
@@ -203,7 +204,7 @@ def _pairs_data(df, objs, known=None) -> list[PairData]:
             feasible=_sample(xy[ok & ~on_front], MAX_SCATTER),
             infeasible=_sample(xy[bad], MAX_SCATTER, seed=1),
             front=_step_order(xy[on_front]), pair_front=_step_order(xy[pair]),
-            n_feasible=int(ok.sum()), n_infeasible=int((~ok).sum()),
+            n_feasible=int((da.feasible_mask(df) & new).sum()), n_infeasible=int((~da.feasible_mask(df) & new).sum()),
             known=_known_points(known, objs[i][0], objs[j][0]), all_objectives=len(objs) == 2))
     return out
 
@@ -647,7 +648,8 @@ def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None 
                  speedup_vs_batch: pd.DataFrame | None = None,
                  importances: dict[str, dict[str, float]] | None = None,
                  progress: Callable[[str], None] | None = None, objectives=None,
-                 table_rows: int = 100, front: pd.DataFrame | None = None) -> dict:
+                 table_rows: int = 100, front: pd.DataFrame | None = None, epsilon=da.DISPLAY_EPSILON,
+                 skipped: list[tuple[str, str]] | None = None) -> dict:
     """Write PNG figures and a self-contained ``index.html`` into ``out_dir``.
 
     Figures: ``front.png`` (one panel per objective pair; feasible points, infeasible in
@@ -669,9 +671,13 @@ def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None 
         front: the front's rows with the table's columns (:func:`dse.analysis.front_of`), when
             ``df`` holds only what the figures need of every row (a sweep); default
             ``dse.analysis.front(df)``.
+        epsilon: the front table's near-ties within this (relative, per objective) collapsed
+            into one row (dse.analysis.front); the figures draw the exact front.
+        skipped: (figure, why) of figures the caller did not compute; with those this function
+            leaves out, they are listed in the page and returned.
 
     Returns:
-        ``{"html": str path, "figures": [str paths]}``.
+        ``{"html": str path, "figures": [str paths], "skipped": [(figure, why)]}``.
     """
     objs = da.objectives_of(df, objectives)
     out = Path(out_dir)
@@ -679,22 +685,26 @@ def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None 
     title = workload_title(df)
     say = progress or (lambda msg: None)
     made: list[tuple[Path, str, str]] = []   # (path, heading, caption)
+    skipped = list(skipped or [])            # (figure, why it is not drawn)
 
     def save(fig, name, heading, caption):
         path = out / name
         fig.savefig(path, format="png", dpi=DPI)
         made.append((path, heading, caption))
 
-    vals, ok = da.usable_values(df, objs)
-    n_front = int(pareto.first_of_equal(vals, pareto.pareto_mask(vals, da.directions(objs), feasible=ok)).sum())
+    tally = da.counts(df, objs)
+    rows_noun = "grid points" if (df.attrs.get("dse") or {}).get("sampler") == "grid" else "trials"
     with _rc():
-        if len(objs) >= 2:
+        if len(objs) < 2:
+            skipped.append(("Pareto front", "the study has one objective: no trade-off to draw"))
+        else:
             say("figure: Pareto front")
             pairs = _pairs_data(df, objs, known_parts)
             sampled = any(p.n_feasible > MAX_SCATTER for p in pairs)
             save(_figure_fronts(pairs, title), "front.png", "Pareto front",
-                 f"{ok.sum():,} feasible of {len(df):,} designs; {n_front} on the front "
-                 f"(feasible and non-dominated over {len(objs)} objectives). Grey crosses are "
+                 f"{tally['feasible']:,} feasible of {tally['designs']:,} designs ({tally['rows']:,} {rows_noun}); "
+                 f"{tally['front']:,} on the front (feasible and non-dominated over {len(objs)} objectives; a "
+                 f"design proposed twice counts once). Grey crosses are "
                  f"infeasible designs (those that do not fit have no latency and are not drawn)."
                  + _known_caption(known_parts, objs)
                  + (f" Background points are a random sample of {MAX_SCATTER:,}." if sampled
@@ -711,7 +721,9 @@ def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None 
                  "designs given (dotted line: no speedup). A line ends where the design no "
                  "longer fits in memory (the KV cache grows with the batch).")
         draft = _draft_data(df, objs)
-        if draft is not None:
+        if draft is None:
+            skipped.append(("Draft chip vs no draft chip", _why_no_draft(df, objs)))
+        else:
             say("figure: draft chip vs no draft chip")
             save(_figure_draft(draft, title), "draft_chip.png", "Draft chip vs no draft chip",
                  "Fronts of the designs with and without a separate draft chip, on the first two "
@@ -731,21 +743,44 @@ def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None 
             save(_figure_importance(importances, title), "importance.png",
                  "Parameter importance", "Importance of each knob per objective (as given).")
         curves = _history_data(df, objs)
-        if curves:
+        if not curves:
+            skipped.append(("Hypervolume against trial", _why_no_history(df, objs)))
+        else:
             say("figure: hypervolume against trial")
             save(_figure_history(curves, title), "hypervolume.png", "Hypervolume against trial",
                  "Hypervolume of the feasible front after each trial, with one fixed reference "
                  "(worst feasible value per objective pushed out by 10% of its range).")
 
     say("writing index.html")
-    table = da.front_table(df if front is None else front, objs)
+    eps = da.epsilon_of(epsilon, objs)
+    table = da.front_table(df if front is None else front, objs, epsilon=eps)
     html_path = out / "index.html"
-    html_path.write_text(_html(df, objs, title, made, table, table_rows, n_front, int(ok.sum())),
+    html_path.write_text(_html(df, objs, title, made, table, table_rows, tally, rows_noun, eps, skipped),
                          encoding="utf-8")
-    return {"html": str(html_path), "figures": [str(p) for p, _, _ in made]}
+    return {"html": str(html_path), "figures": [str(p) for p, _, _ in made], "skipped": skipped}
 
 
-def _html(df, objs, title, made, table, table_rows, n_front, n_ok) -> str:
+def _why_no_draft(df: pd.DataFrame, objs) -> str:
+    """Why the draft-chip figure is not drawn."""
+    if len(objs) < 2:
+        return "one objective"
+    if DRAFT_COLUMN not in df.columns:
+        return "the study has no draft chip to compare (space.draft_chip.enabled is not searched)"
+    if _draft_groups(df) is None:
+        return "every design has the draft chip on, or every design has it off"
+    return "neither the designs with a draft chip nor those without have a feasible design"
+
+
+def _why_no_history(df: pd.DataFrame, objs) -> str:
+    """Why the hypervolume-against-trial figure is not drawn."""
+    if (df.attrs.get("dse") or {}).get("sampler") == "grid" or ("sampler" in df.columns and df["sampler"].eq("grid").all()):
+        return "a sweep's grid points have no trial order (dse sweep evaluates the grid, it does not search)"
+    if "trial" not in df.columns:
+        return "the results have no trial column"
+    return "no feasible design"
+
+
+def _html(df, objs, title, made, table, table_rows, tally, rows_noun, epsilon, skipped) -> str:
     meta = df.attrs.get("dse") or {}
     esc = html.escape
     lines = title.split("\n")
@@ -755,7 +790,8 @@ def _html(df, objs, title, made, table, table_rows, n_front, n_ok) -> str:
                 f"{c.get('metric')}" + (f" ≤ {c['max']}" if c.get("max") is not None else "")
                 + (f" ≥ {c['min']}" if c.get("min") is not None else "")
                 for c in meta.get("constraints") or [] if isinstance(c, Mapping)) or "none"),
-            ("designs", f"{len(df):,} ({n_ok:,} feasible, {n_front:,} on the front)"),
+            ("designs", f"{tally['designs']:,} in {tally['rows']:,} {rows_noun} ({tally['feasible']:,} feasible, "
+                        f"{tally['front']:,} on the front; a design proposed twice counts once)"),
             ("dse version", str(meta.get("dse_version", "?"))),
             ("tech fingerprint", str(meta.get("tech_fingerprint", "?")))]
     name = (meta.get("study") or {}).get("name", "") if isinstance(meta.get("study"), Mapping) \
@@ -772,9 +808,17 @@ def _html(df, objs, title, made, table, table_rows, n_front, n_ok) -> str:
         parts += [f"<h2>{esc(heading)}</h2>", "<figure>",
                   f'<img src="data:image/png;base64,{data}" alt="{esc(heading)}">',
                   f"<figcaption>{esc(caption)}</figcaption></figure>"]
+    if skipped:
+        parts += ["<h2>Figures not drawn</h2>", "<ul>"]
+        parts += [f"<li>{esc(name)}: {esc(why)}.</li>" for name, why in skipped]
+        parts.append("</ul>")
     shown = table.head(table_rows)
     note = (f"first {len(shown)} of {len(table)} designs, " if len(table) > len(shown) else "")
+    eps = [float(e) for e in epsilon]
+    near = (f"{len(table):,} of the front's {tally['front']:,} designs: near-ties within "
+            f"{'/'.join(f'{e * 100:g}%' for e in dict.fromkeys(eps))} (relative) of a row shown in every "
+            f"objective are left out (the figures and the results hold the exact front); " if any(eps) else "")
     parts += ["<h2>Front designs</h2>",
-              f"<p>{esc(note)}best first by {esc(objs[0][0])}.</p>",
+              f"<p>{esc(near)}{esc(note)}best first by {esc(objs[0][0])}.</p>",
               f'<div class="scroll">{_table_html(shown)}</div>', "</body></html>"]
     return "\n".join(parts)

@@ -107,13 +107,18 @@ class DatasetFront:
     n_rows: int              # rows in the dataset
     n_designs: int           # distinct designs in the dataset
     objectives: list[tuple[str, str]]
+    n_feasible: int = 0      # distinct feasible designs in the dataset
+    meta: dict | None = None  # the dataset's dse metadata
+    shown: int = 0           # representatives left at ``epsilon`` (before ``top``)
+    epsilon: tuple = ()      # the relative epsilon per objective (all 0: the exact front)
 
 
-def dataset_front(path, objectives=None, top: int | None = None) -> DatasetFront:
+def dataset_front(path, objectives=None, top: int | None = None, epsilon=0.0) -> DatasetFront:
     """The front of a results file or dataset as dse.analysis.front_table(front_of(path)) gives
     it, without pandas: the front's rows (Dataset.front_table: a sweep's ``_front.parquet``, else
     the parts' objective columns part by part), one per point (the lowest trial), best first
-    (dse.pareto.front_order), the first ``top``."""
+    (dse.pareto.front_order), near-ties within ``epsilon`` (relative, one number or one per
+    objective) collapsed into the first (dse.pareto.epsilon_thin), the first ``top``."""
     ds = open_results(path)
     names = ds.schema.names
     objs = resolve_objectives(objectives, ds.meta, numeric_columns(ds.schema), names)
@@ -123,8 +128,20 @@ def dataset_front(path, objectives=None, top: int | None = None) -> DatasetFront
     vals, ok = usable_rows(table, objs)
     trial = to_numpy(table["trial"]) if "trial" in names else None
     order = pareto.front_order(vals, [d for _, d in objs], ok, order=trial)
-    shown = order[:top]
+    if isinstance(epsilon, Mapping):
+        unknown = set(epsilon) - {m for m, _ in objs}
+        if unknown:
+            raise DseError(f"epsilon names {', '.join(sorted(unknown))}, which are not objectives "
+                           f"({', '.join(m for m, _ in objs)})")
+        epsilon = [epsilon.get(m, 0.0) for m, _ in objs]
+    try:
+        eps = pareto.epsilon_vector(epsilon, len(objs))
+    except (ValueError, TypeError) as e:
+        raise DseError(str(e)) from None
+    kept = order[pareto.epsilon_thin(vals[order], [d for _, d in objs], eps)] if eps.any() else order
+    shown = kept[:top]
     table = table.take(num_array(shown, pa.int64()))
     tree = "tree_shape" in names and any(table["tree_shape"].to_pylist())
     return DatasetFront(table.select(table_columns(names, objs, tree)), rows[shown], len(order),
-                        n_rows, n_designs, objs)
+                        n_rows, n_designs, objs, n_feasible=ds.feasible_designs(), meta=ds.meta, shown=len(kept),
+                        epsilon=tuple(eps.tolist()))

@@ -474,6 +474,19 @@ class Dataset:
         rows, vals = np.concatenate(rows), np.concatenate(vals)
         return rows[pareto_mask(vals, dirs)], offset, designs
 
+    def feasible_designs(self) -> int:
+        """Distinct feasible designs (``feasible``, else ``fits``, else every row; ``duplicate_of``
+        null), as dse.analysis.counts: two columns read part by part."""
+        names = self.schema.names
+        ok_col = next((c for c in ("feasible", "fits") if c in names), None)
+        cols = [c for c in (ok_col, "duplicate_of") if c in names]
+        total = 0
+        for (_, t), n in zip(self.parts(cols), self.counts, strict=True):
+            ok = to_numpy(t[ok_col]).astype(bool) if ok_col else np.ones(n, bool)     # null: False
+            new = to_numpy(t["duplicate_of"].is_null()) if "duplicate_of" in cols else np.ones(n, bool)
+            total += int((ok & new).sum())
+        return total
+
     def front_table(self, objs, columns) -> tuple[np.ndarray, pa.Table, int, int]:
         """(row numbers, table of ``columns``, rows, distinct designs) of every non-dominated
         feasible row (ties included) under ``objs``, in row order: from :data:`FRONT_FILE` when it
