@@ -257,11 +257,10 @@ def front_block(columns: Mapping[str, list], objectives: list[str], width: int |
 
         def varies(vals):
             return len({_front_cell(v) for v in vals}) > 1
-        same = {c: v[0] for c, v in cols.items()
-                if c not in objectives and c != "trial" and v and not varies(v)
-                and (c.startswith("params_") or (speedup and c in spec))}
-        keep = [c for c in cols if c in objectives or c == "trial" or
-                (c not in same and (c.startswith("params_") or c in ("k", "tree_shape") or (speedup and c in spec)))]
+        shown = [c for c in cols if c not in objectives and c != "trial" and
+                 (c.startswith("params_") or c in ("k", "tree_shape") or (speedup and c in spec))]
+        same = {c: cols[c][0] for c in shown if cols[c] and not varies(cols[c])}
+        keep = [c for c in cols if c in objectives or c == "trial" or (c in shown and c not in same)]
         cols = {c: cols[c] for c in keep}
         if same:
             notes.append("same in every row: " + ", ".join(f"{short_name(c)} {_front_cell(v)}" for c, v in same.items()))
