@@ -91,9 +91,8 @@ def usable_values(df: pd.DataFrame, objs) -> tuple[np.ndarray, np.ndarray]:
 
 # --------------------------------------------------------------------------- fronts
 
-#: the relative epsilon (per objective) that tables shown to a person use by default: rows within 1%
-#: of an earlier row in every objective are one representative (far below the model's error)
-DISPLAY_EPSILON = 0.01
+#: the relative epsilon that tables shown to a person use by default (dse.pareto.DISPLAY_EPSILON)
+DISPLAY_EPSILON = pareto.DISPLAY_EPSILON
 
 
 def epsilon_of(epsilon, objs) -> np.ndarray:

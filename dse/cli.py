@@ -133,9 +133,12 @@ def eval_cmd(as_json, **kwargs):
               help="The printed front: designs within E (relative) of a row shown in every objective are left out "
                    "[default: 0.01; 0: the exact front]. The results file always holds the exact front.")
 @click.option("--wide", is_flag=True, help="Print every column of the front (default: objectives and the knobs that vary).")
+@click.option("--no-parquet", "no_parquet", is_flag=True,
+              help="A worker of a shared study: write no Parquet file and print no front (one `dse export` "
+                   "writes the study once, instead of every worker reading all of it).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def run_cmd(study_file, n_trials, sampler, seed, storage, task, out, dask_address, heartbeat_timeout, epsilon, wide,
-            quiet):
+            no_parquet, quiet):
     """Search a study with Optuna; write Parquet and print the front."""
     from .search import parse_task, run_study, run_tasks
     from .storage import redact_url
@@ -168,8 +171,17 @@ def run_cmd(study_file, n_trials, sampler, seed, storage, task, out, dask_addres
         if not res:
             click.echo("every task's part is on disk already (re-run one with --task I/N to replace it)")
         return
+    if no_parquet and (parsed is not None or (storage if storage is not None else study.storage) == ":memory:"):
+        raise SpecError(None, "--no-parquet", True, "is for workers of a shared study (a journal file, a database or "
+                        "grpc://): an in-memory study or an array task would keep nothing")
     res = run_study(study, n_trials=n_trials, sampler=sampler, seed=seed, storage=storage, out=out,
-                    progress=not quiet, heartbeat_timeout_s=heartbeat_timeout)
+                    progress=not quiet, heartbeat_timeout_s=heartbeat_timeout, write=not no_parquet)
+    if no_parquet:
+        click.echo(f"{res.n_new} trials told to study {study.name!r} (storage {res.storage}); no Parquet written: "
+                   f"`dse export --storage URL --study {study.name} --out PATH` writes the study once")
+        if res.interrupted:
+            _stopped(res.interrupted, "the finished trials are in the storage; run the same command again to resume")
+        return
     if res.interrupted:
         _stopped(res.interrupted, f"{len(res.frame)} finished trials written to {res.path} (storage "
                  f"{redact_url(res.storage)}); run the same command again to resume")
@@ -187,18 +199,31 @@ def _stopped(signum: int, what: str):
 
 @main.command("sweep", short_help="Exhaustive grid of a study into a Parquet dataset.")
 @click.argument("study_file", type=click.Path(dir_okay=False))
-@click.option("--points", type=int, default=None, help="Grid points per continuous knob.")
-@click.option("--shard", default=None, help="I/N: evaluate this slice only (or SLURM_ARRAY_TASK_ID/COUNT).")
-@click.option("--out", default=None, help="Dataset directory (default: <output>-sweep/).")
-@click.option("--chunk-size", type=int, default=None, help="Rows per part file (bounds memory).")
+@click.option("--points", type=int, default=None, help="Grid points per continuous knob [default: the study's grid.points].")
+@click.option("--shard", default=None,
+              help="I/N: evaluate chunks c with c % N == I only (default: SLURM_ARRAY_TASK_ID/COUNT, else 0/1).")
+@click.option("--out", default=None, help="Dataset directory [default: <output>-sweep/].")
+@click.option("--chunk-size", type=int, default=None,
+              help="Rows per part file (bounds memory) [default: 131072, or fewer so that each of N shards gets one].")
+@click.option("--plan", "plan_shards", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Evaluate nothing: print how the grid is cut for N shards (stdout: the shards that get work, "
+                   "for sizing a job array).")
 @click.option("--dask", "dask_address", default=None,
               help="Run shards 0..N-1 of --shard all/N (default all/16) as Dask tasks: a scheduler address or local:N.")
 @click.option("--quiet", is_flag=True, help="No progress line.")
-def sweep_cmd(study_file, points, shard, out, chunk_size, dask_address, quiet):
+def sweep_cmd(study_file, points, shard, out, chunk_size, plan_shards, dask_address, quiet):
     """Evaluate the exhaustive grid of a study's space into a Parquet dataset (only the missing parts)."""
-    from .grid import DEFAULT_CHUNK, parse_shard, sweep
+    from .grid import grid_plan, parse_shard, sweep
     from .study import load_study
     study = load_study(study_file)
+    if plan_shards is not None:
+        plan = grid_plan(study, points, plan_shards, chunk_size)
+        click.echo(f"{plan.total:,} grid points in {_count(plan.chunks, 'chunk')} of up to {plan.chunk_size:,} rows: "
+                   f"{plan.busy_shards} of {plan_shards} shards get work"
+                   + (f" (shards {plan.busy_shards}-{plan_shards - 1} would have none)"
+                      if plan.busy_shards < plan_shards else ""), err=True)
+        click.echo(plan.busy_shards)
+        return
     if dask_address is not None:
         from .distributed import sweep_on_dask
         head, _, tail = (shard or "all/16").partition("/")
@@ -209,10 +234,13 @@ def sweep_cmd(study_file, points, shard, out, chunk_size, dask_address, quiet):
         click.echo(f"{rows} designs written in {_count(parts, 'part file')} on disk ({tail} shards on Dask {dask_address})")
         return
     res = sweep(study, points=points, shard=parse_shard(shard) if shard else None, out=out,
-                chunk_size=chunk_size or DEFAULT_CHUNK, progress=not quiet)
+                chunk_size=chunk_size, progress=not quiet)
     done = f"{_count(len(res.parts), 'part file')} of shard {res.shard[0]}/{res.shard[1]} on disk in {res.out_dir}"
     if res.interrupted:
         _stopped(res.interrupted, f"{done}; run the same command again to do only the missing parts")
+    if res.note:
+        click.echo(f"note: {res.note}", err=True)
+        return
     kept = f", {res.skipped} already there" if res.skipped else ""
     click.echo(f"{res.out_dir}: {res.rows_written} designs from {res.total_points} grid points (a knob that does "
                f"not act on a design is taken at one value) written in {_count(len(res.parts) - res.skipped, 'part file')}"
@@ -221,11 +249,16 @@ def sweep_cmd(study_file, points, shard, out, chunk_size, dask_address, quiet):
 
 @main.command("export", short_help="A shared study's finished trials to Parquet.")
 @click.option("--storage", required=True, help="The study's storage URL or journal file.")
-@click.option("--study", "study_name", required=True, help="The study's name (its `name:`).")
+@click.option("--study", "study_name", required=True, help="The study's name (its `name:`), or its study file.")
 @click.option("--out", required=True, help="Parquet file to write.")
 def export_cmd(storage, study_name, out):
     """Every COMPLETE trial of a shared study in the results schema (workers may still run)."""
+    from pathlib import Path
+
     from .export import export_study
+    if Path(study_name).suffix in (".yaml", ".yml") and Path(study_name).is_file():
+        from .study import load_study
+        study_name = load_study(study_name).name
     res = export_study(storage, study_name, out)
     click.echo(f"{res.path} ({len(res.frame)} trials; storage {res.storage})")
 
@@ -292,7 +325,7 @@ def pareto_cmd(path, objectives, where, top, epsilon, wide, as_json, as_csv):
 
 def _parse_epsilon(text: str | None, default):
     """--epsilon: None -> ``default`` (None: the display default); 'E' -> E; 'METRIC=E,...' -> a dict."""
-    from .analysis import DISPLAY_EPSILON
+    from .pareto import DISPLAY_EPSILON
     if text is None:
         return DISPLAY_EPSILON if default is None else default
     try:

@@ -62,9 +62,8 @@ def _task_one(study_file: str, i: int, n: int, out, n_trials, sampler, seed):
 def sweep_on_dask(address: str, study_file: str | Path, shards: int, *, points=None, out=None,
                   chunk_size: int | None = None) -> tuple[int, int]:
     """Every shard I of N as one Dask task; returns (rows written, part files on disk)."""
-    from .grid import DEFAULT_CHUNK
     with dask_client(address) as client:
-        futures = [client.submit(_sweep_one, str(study_file), points, (i, shards), out, chunk_size or DEFAULT_CHUNK,
+        futures = [client.submit(_sweep_one, str(study_file), points, (i, shards), out, chunk_size,
                                  pure=False) for i in range(shards)]
         done = client.gather(futures)
     return sum(r for r, _ in done), sum(p for _, p in done)

@@ -67,6 +67,8 @@ class SweepResult:
     skipped: int = 0
     #: the signal that stopped the sweep (15 SIGTERM, 2 SIGINT), 0 when it finished
     interrupted: int = 0
+    #: why this shard wrote nothing (more shards than chunks), else ""
+    note: str = ""
 
 
 def axis_values(k: Knob, points: int) -> np.ndarray:
@@ -115,10 +117,48 @@ def parse_shard(text: str) -> tuple[int, int]:
     return i, n
 
 
+def auto_chunk_size(total: int, shards: int) -> int:
+    """Rows per part when ``--chunk-size`` is not given: :data:`DEFAULT_CHUNK` (bounded memory), or
+    fewer so that each of ``shards`` shards gets a chunk: min(DEFAULT_CHUNK, ceil(total / shards)).
+
+    >>> auto_chunk_size(93_312, 1), auto_chunk_size(93_312, 64), auto_chunk_size(10_000_000, 8)
+    (93312, 1458, 131072)
+    """
+    return max(1, min(DEFAULT_CHUNK, -(-int(total) // max(1, int(shards)))))
+
+
+@dataclass(frozen=True)
+class GridPlan:
+    """How a study's grid is cut: points, chunks of ``chunk_size`` rows, and the shards that get work."""
+    total: int
+    chunk_size: int
+    chunks: int
+    shards: int
+
+    @property
+    def busy_shards(self) -> int:
+        """Shards with at least one chunk (shard I does chunks c with c % N == I)."""
+        return min(self.chunks, self.shards)
+
+
+def grid_plan(study: StudySpec, points: int | None = None, shards: int = 1, chunk_size: int | None = None) -> GridPlan:
+    """The :class:`GridPlan` of ``study`` at ``points`` (default the study's) for ``shards`` shards."""
+    points = study.grid_points if points is None else points
+    if points < 2:
+        raise SpecError(None, "--points", points, "expected an integer >= 2")
+    total = int(np.prod([v.size for _, v in grid_axes(study, points)], dtype=np.int64))
+    size = auto_chunk_size(total, shards) if chunk_size is None else chunk_size
+    if not isinstance(size, int) or size < 1:
+        raise SpecError(None, "--chunk-size", chunk_size, "expected an integer >= 1")
+    return GridPlan(total, size, -(-total // size), shards)
+
+
 def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tuple[int, int] | None = None,
-          out: str | Path | None = None, chunk_size: int = DEFAULT_CHUNK, progress: bool = True,
+          out: str | Path | None = None, chunk_size: int | None = None, progress: bool = True,
           db: Database | None = None) -> SweepResult:
-    """Evaluate this shard's chunks of the grid and write one part file per chunk."""
+    """Evaluate this shard's chunks of the grid and write one part file per chunk (of
+    :func:`auto_chunk_size` rows unless ``chunk_size`` is given). A shard with no chunk (more
+    shards than chunks) writes nothing and says so in ``SweepResult.note``."""
     study, db, tech = open_study(study, db)
     points = study.grid_points if points is None else points
     if points < 2:
@@ -128,11 +168,12 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
     if not 0 <= si < sn:
         raise SpecError(None, "shard", f"{si}/{sn}", "expected 0 <= I < N")
     out_dir = Path(out) if out else Path(study.output).with_suffix("").with_name(Path(study.output).stem + "-sweep")
-    if not isinstance(chunk_size, int) or chunk_size < 1:
+    if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
         raise SpecError(None, "--chunk-size", chunk_size, "expected an integer >= 1")
     axes = grid_axes(study, points)
     shape = tuple(v.size for _, v in axes)
     total = int(np.prod(shape, dtype=np.int64))
+    chunk_size = auto_chunk_size(total, sn) if chunk_size is None else chunk_size
     n_chunks = -(-total // chunk_size)
     mine = list(range(si, n_chunks, sn))
     meta = study_metadata(study, db, tech, sampler="grid", seed=None,
@@ -147,7 +188,7 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
     todo = [c for c in mine if not (out_dir / part_name(c, sn)).is_file()]
     parts = [out_dir / part_name(c, sn) for c in mine if c not in todo]
     skipped = len(parts)
-    bar = Progress(len(mine), skipped, unit="parts", label=f"dse sweep shard {si}/{sn}", enabled=progress)
+    bar = Progress(len(mine), skipped, unit="parts", label=f"dse sweep shard {si}/{sn}", enabled=progress and bool(mine))
     objs = [(o.metric, o.direction) for o in study.objectives]
     usable: dict[str, Usable] = {}          # part name -> its usable rows and its front's full rows
     schema, now = None, np.datetime64(datetime.now(UTC).replace(tzinfo=None), "us")
@@ -182,8 +223,13 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
         if not stop.signum and objs:
             _write_side_files(out_dir, manifest["parts"], usable, objs)
     rows = sum(usable[p.name].rows for p in parts if p.name in usable)     # the parts this run wrote
+    by = "shard 0" if n_chunks == 1 else f"shards 0-{n_chunks - 1}"
+    note = "" if mine else (f"shard {si}/{sn} has no work: the grid has {n_chunks} chunk{'s' if n_chunks != 1 else ''} "
+                            f"({total:,} points in chunks of {chunk_size:,} rows), done by {by}; "
+                            f"an array of {n_chunks} element{'s' if n_chunks != 1 else ''} is enough "
+                            f"(dse sweep STUDY --plan {sn} says how a grid is cut)")
     return SweepResult(out_dir=out_dir, total_points=total, rows_written=rows, parts=sorted(parts),
-                       shard=(si, sn), skipped=skipped, interrupted=stop.signum)
+                       shard=(si, sn), skipped=skipped, interrupted=stop.signum, note=note)
 
 
 def _finish(job: tuple[Future, Path], bar: Progress) -> Path:
@@ -365,4 +411,5 @@ def _check_existing(out_dir: Path, meta: dict) -> None:
                         "chunk size) or shard count; use a new directory or delete it")
 
 
-__all__ = ["sweep", "grid_axes", "axis_values", "parse_shard", "shard_from_env", "SweepResult", "part_name"]
+__all__ = ["sweep", "grid_axes", "axis_values", "parse_shard", "shard_from_env", "SweepResult", "part_name",
+           "auto_chunk_size", "grid_plan", "GridPlan"]

@@ -125,6 +125,11 @@ def front_order(values, directions: Sequence[str], feasible=None, order=None, di
     return rows[np.lexsort(keys)] if keys else rows
 
 
+#: the relative epsilon (per objective) that tables shown to a person use by default: a design within
+#: 1% of a row shown in every objective is left out (far below the model's own error)
+DISPLAY_EPSILON = 0.01
+
+
 def epsilon_vector(epsilon, m: int) -> np.ndarray:
     """One relative epsilon per objective from a number (every objective) or ``m`` numbers, each
     in [0, 1); raises ValueError otherwise.

@@ -225,14 +225,15 @@ def dataset_dir(study: StudySpec, out: str | Path | None) -> Path:
 def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sampler: str | None = None,
               seed: int | None = None, storage: str | None = None, out: str | Path | None = None,
               progress: bool = True, db: Database | None = None, task: tuple[int, int] | None = None,
-              heartbeat_timeout_s: float = 60.0) -> RunResult:
+              heartbeat_timeout_s: float = 60.0, write: bool = True) -> RunResult:
     """Create or resume the Optuna study, run it to ``n_trials`` in total, write Parquet.
 
     Shared storages: workers claim trials so that the study ends with exactly ``n_trials``
     COMPLETE (a trial asked beyond the total is failed at once); a RUNNING trial whose worker
     gave no sign of life (start or ``dse_heartbeat`` user attribute) for ``heartbeat_timeout_s``
     is failed and its parameters enqueued again. ``task=(I, N)``: one independent array task
-    (see :func:`run_tasks`)."""
+    (see :func:`run_tasks`). ``write=False`` (a worker of a shared study) writes no Parquet: the
+    study is read back once, by ``dse export``, instead of by every worker."""
     import optuna
     study, db, tech = open_study(study, db)
     n_trials = study.n_trials if n_trials is None else n_trials
@@ -291,7 +292,7 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
     if storage_url != ":memory:" and tally.get("numbers"):
         ostudy.set_user_attr(run_key, {"sampler": sampler_name, "seed": seed,
                                        "trials": number_ranges(tally["numbers"])})
-    if task is not None and signum:
+    if (task is not None and signum) or not write:
         # a task's part holds all of its trials or is not written (a re-run replaces it)
         return RunResult(frame=pd.DataFrame(), path=out, n_new=told, storage=storage_url, interrupted=signum)
     df = study_frame(study, ostudy, db, tech, runs)

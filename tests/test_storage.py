@@ -429,12 +429,15 @@ def test_grpc_recipe_runs_a_proxy_and_its_workers(tmp_path):
     s = small_study(tmp_path, n_trials=60, batch_size=20, sampler="random")
     db = f"sqlite:///{tmp_path / 'recipe.db'}"
     env = {**os.environ, "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}",
-           "STUDY": str(s.path), "PORT": str(_free_port()), "DSE_PG_URL": db}
-    (tmp_path / "results").mkdir()
+           "STUDY": str(s.path), "PORT": str(_free_port()), "DSE_PG_URL": db, "SLURM_JOB_ID": "1",
+           "OUT": "results/shared.parquet"}
     r = subprocess.run(["bash", str(recipe)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "stopped by SIGTERM" in r.stderr                         # the EXIT trap stopped the proxy
     trials = optuna.load_study(study_name=s.name, storage=db).get_trials(deepcopy=False)
     assert sorted(t.number for t in trials if t.state.name == "COMPLETE") == list(range(60))
-    df = pd.read_parquet(tmp_path / "results" / "worker-1.parquet")
+    # the workers wrote no Parquet; the job exported the study once, through the proxy
+    assert sorted(p.name for p in tmp_path.rglob("*.parquet")) == ["shared.parquet"]
+    assert r.stdout.count("no Parquet written") == 2
+    df = pd.read_parquet(tmp_path / "results" / "shared.parquet")
     assert len(df) == 60 and not df["duplicate_of"].notna().any()   # own seeds: no design proposed twice

@@ -191,14 +191,41 @@ def incomplete_message(root: str | os.PathLike, missing: list[str], manifest: di
     """'DIR: incomplete: 6 of 12 parts missing (a, b, ...); <how to finish>'."""
     shown = ", ".join(missing[:6]) + (f", ... ({len(missing) - 6} more)" if len(missing) > 6 else "")
     n = len(manifest.get("parts", []))
+    study = _study_file(root, manifest) or "STUDY"
     if manifest.get("kind") == "tasks":
         tasks = [int(p.split("-")[1]) for p in missing]
         total = manifest.get("tasks")
-        how = (f"missing tasks {', '.join(map(str, tasks[:12]))}{' ...' if len(tasks) > 12 else ''} of {total}: "
-               f"run `dse run STUDY --task I/{total} --out {root}` for each (or --task all/{total})")
-    else:
-        how = "run the same `dse sweep` command(s) again: they do only the missing parts"
+        how = (f"missing tasks {_numbers(tasks)} of {total}: run `dse run {study} --task I/{total} --out {root}` "
+               f"for each (or --task all/{total} to do every missing one)")
+    else:       # part-SSSSS-of-NNNNN-CCCCCC.parquet: shard S of N did chunk C
+        shards = sorted({int(p.split("-")[1]) for p in missing})
+        n_sh = int(manifest.get("shards") or 1)
+        size = manifest.get("chunk_size")
+        auto = min(131_072, -(-int(manifest.get("total") or 0) // n_sh))      # dse.grid.auto_chunk_size
+        flags = f" --points {manifest['points']}" if manifest.get("points") else ""
+        flags += f" --chunk-size {size}" if size and size != auto else ""
+        cmd = f"dse sweep {study} --shard I/{n_sh}{flags} --out {root}"
+        how = (f"missing shard{'s' if len(shards) != 1 else ''} {_numbers(shards)} of {n_sh}: run `{cmd}` for "
+               f"{'each' if len(shards) != 1 else 'it'} (e.g. `{cmd.replace('I/', f'{shards[0]}/', 1)}`; a re-run "
+               f"does only the missing parts)")
     return f"{root}: incomplete dataset: {len(missing)} of {n} parts missing ({shown}); {how}"
+
+
+def _numbers(values: list[int], limit: int = 12) -> str:
+    """'3, 5, 9' (the first ``limit``, then '...')."""
+    return ", ".join(map(str, values[:limit])) + (" ..." if len(values) > limit else "")
+
+
+def _study_file(root: Path, manifest: dict) -> str | None:
+    """The study file the dataset's parts were made from (their metadata), if any part is on disk."""
+    for name in manifest.get("parts", []):
+        path = Path(root) / name
+        if path.is_file():
+            try:
+                return (read_metadata(path).get("study") or {}).get("file")
+            except (OSError, DseError, ValueError, pa.ArrowException):
+                return None
+    return None
 
 
 # --------------------------------------------------------------------------- loading
