@@ -71,29 +71,38 @@ def _kv(ctx, param, values):
               help="Expert-parallel ranks for an MoE target (divides the experts and --chips; 1 = tensor parallel).")
 @click.option("--draft", default="none", show_default=True,
               help="Model name/file, eagle, eagle2, eagle3, medusa:H, hydra[:H], ngram, retrieval, early-exit:L, or none.")
-@click.option("--draft-hw", default=None, help="Put the draft model on this colocated draft chip.")
+@click.option("--draft-hw", default=None,
+              help="Put the draft model on this colocated draft chip (name or YAML file) [default: none: the draft "
+                   "runs on the target chips].")
 @click.option("--draft-chips", default=1, show_default=True, type=int, help="Draft chips (with --draft-hw).")
 @click.option("--k", "k", default=None,
-              help="Drafted tokens per iteration (1-32), or auto (the best k up to 16, or 0 = no speculation); "
-                   "default: a tree method's published tree at its depth, else auto.")
+              help="Drafted tokens per iteration (1-32), or auto (the best k up to 16, or 0 = no speculation) "
+                   "[default: a tree method's published tree at its depth, else auto].")
 @click.option("--alpha", type=float, default=None,
-              help="i.i.d. conditional per-token acceptance rate (default: from the published table or the "
-                   "acceptance model, with a band).")
-@click.option("--acceptance", default=None, help="Per-position conditional rates A1,A2,...")
-@click.option("--tau", type=float, default=None, help="Mean tokens per target pass (at the given --k).")
+              help="i.i.d. conditional per-token acceptance rate in [0, 1] [default: from the published table or the "
+                   "acceptance model, with a band].")
+@click.option("--acceptance", default=None, help="Per-position conditional rates A1,A2,... [default: none].")
+@click.option("--tau", type=float, default=None, help="Mean tokens per target pass (at the given --k) [default: none].")
 @click.option("--rank-acceptance", default=None,
-              help="Tree acceptance per rank P1,P2,... (Sequoia), or rows per depth P1,P2;Q1,Q2 (Medusa heads).")
+              help="Tree acceptance per rank P1,P2,... (Sequoia), or rows per depth P1,P2;Q1,Q2 (Medusa heads) "
+                   "[default: from --alpha and the rank profile].")
 @click.option("--rank-profile", default=None,
               help="Tree rank profile scaled to --alpha (default: the drafter kind's measured one; geometric = the "
                    "optimistic limit alpha(1-alpha)^(r-1)); see hardware_db/acceptance/rank_profiles.yaml.")
 @click.option("--tree-nodes", default=None, type=int,
-              help="Verify the best draft tree of N nodes (depth <= k); 0 = a chain (default: the method's tree).")
-@click.option("--datastore-gb", default=0.0, type=float, help="Retrieval datastore in host memory (--draft ngram).")
+              help="Verify the best draft tree of N nodes, N <= 1024 (depth <= k); 0 = a chain of k drafts "
+                   "[default: the method's published tree].")
+@click.option("--datastore-gb", default=0.0, show_default=True, type=float,
+              help="Retrieval datastore in host memory (--draft ngram), never device memory.")
 @click.option("--batch", default=1, show_default=True, type=int, help="Concurrent sequences per step.")
 @click.option("--prompt", default=128, show_default=True, type=int, help="Prompt tokens.")
 @click.option("--output", default=128, show_default=True, type=int, help="Generated tokens.")
-@click.option("--dtype", default="bf16", show_default=True, help="Weight dtype: bf16|fp16|fp8|int8|int4.")
-@click.option("--kv-dtype", default=None, help="KV-cache dtype (default: 16-bit, whatever --dtype).")
+@click.option("--dtype", default="bf16", show_default=True,
+              help="Weight format: bf16|fp16|fp8|int8|int4 (every weight at that width; int8/int4 weight-only), "
+                   "or a checkpoint format with a 16-bit head: fp8-head16|int4-g128|int4-g32|q4f16_1|nvfp4|mxfp4.")
+@click.option("--kv-dtype", default=None,
+              help="KV-cache dtype: bf16|fp16|fp8|int8|int4 [default: 16-bit (fp16 with fp16 weights, else bf16), "
+                   "whatever --dtype].")
 @click.option("--temperature", default=0.0, show_default=True, type=float,
               help="Sampling temperature (moves acceptance; > 0 sends draft probabilities over a draft-chip link).")
 @click.option("--task", default="chat", show_default=True,
@@ -102,10 +111,14 @@ def _kv(ctx, param, values):
 @click.option("--overlap", is_flag=True, help="Draft chip drafts ahead while the target verifies.")
 @click.option("--continuous", is_flag=True,
               help="Continuous batching: --batch = requests in flight (steady state); steps also run arriving prompts.")
-@click.option("--runtime", default=None, help="Fixed-cost stack from hardware_db/runtimes (graphs, eager, ...).")
-@click.option("--baseline-ms", type=float, default=None, help="Anchor: measured autoregressive ms/token.")
+@click.option("--runtime", default=None,
+              help="Fixed-cost stack from hardware_db/runtimes: graphs|gpt-fast|eager|xla (`dse runtimes list`) "
+                   "[default: the device's default_runtime, graphs for GPUs].")
+@click.option("--baseline-ms", type=float, default=None,
+              help="Anchor: a measured autoregressive ms/token; the fixed costs are scaled to match it [default: none].")
 @click.option("--set", "set_fields", multiple=True, callback=_kv, metavar="FIELD=VALUE",
-              help="Override a target-hardware or runtime field (e.g. mem_bw_tb_s=4).")
+              help="Override a target-hardware or runtime field (e.g. mem_bw_tb_s=4); repeat for several "
+                   "[default: none].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def eval_cmd(as_json, **kwargs):
     """Evaluate one design: fit, latency and the full speculative accounting."""
@@ -117,16 +130,24 @@ def eval_cmd(as_json, **kwargs):
 
 @main.command("run", short_help="Search a study with Optuna; Parquet + front.")
 @click.argument("study_file", type=click.Path(dir_okay=False))
-@click.option("--n-trials", type=int, default=None, help="Total trials of the study (per task with --task).")
-@click.option("--sampler", default=None, help="nsga2|nsga3|tpe|gp|random|qmc (default: the study's).")
-@click.option("--seed", type=int, default=None, help="Sampler seed (default: the study's search.seed).")
+@click.option("--n-trials", type=int, default=None,
+              help="Total trials of the study (per task with --task) [default: the study's search.n_trials, 2000 "
+                   "if unset].")
+@click.option("--sampler", default=None,
+              help="auto|nsga2|nsga3|tpe|gp|random|qmc; auto = NSGA-II seeded by a front found in numpy "
+                   "[default: the study's search.sampler, auto if unset].")
+@click.option("--seed", type=int, default=None, help="Sampler seed [default: the study's search.seed, 0 if unset].")
 @click.option("--storage", default=None,
-              help="Shared storage: journal file or journal:PATH, postgresql+psycopg://..., sqlite:///...; ':memory:'.")
+              help="Shared storage: journal file or journal:PATH, postgresql+psycopg://..., mysql+pymysql://..., "
+                   "grpc://HOST:PORT, sqlite:///...; ':memory:' keeps nothing [default: the study's storage, else "
+                   "a journal file beside the output].")
 @click.option("--task", default=None,
-              help="I/N: independent array task I of N (in-memory study, own seed); auto (SLURM array); all/N.")
-@click.option("--out", default=None, help="Parquet file (default: the study's output); a directory with --task.")
+              help="I/N: independent array task I of N (in-memory study, own seed); auto (SLURM array); all/N "
+                   "[default: none: one study].")
+@click.option("--out", default=None, help="Parquet file [default: the study's output]; a directory with --task.")
 @click.option("--dask", "dask_address", default=None,
-              help="With --task all/N: run the tasks on this Dask scheduler, or local:N worker processes.")
+              help="With --task all/N: run the tasks on this Dask scheduler, or local:N worker processes "
+                   "[default: none].")
 @click.option("--heartbeat-timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
               help="Seconds without a heartbeat after which another worker's RUNNING trial is failed and re-asked.")
 @click.option("--epsilon", default=None, metavar="E|METRIC=E,...",
@@ -207,7 +228,7 @@ def _stopped(signum: int, what: str):
               help="Rows per part file (bounds memory) [default: 131072, or fewer so that each of N shards gets one].")
 @click.option("--plan", "plan_shards", type=click.IntRange(min=1), default=None, metavar="N",
               help="Evaluate nothing: print how the grid is cut for N shards (stdout: the shards that get work, "
-                   "for sizing a job array).")
+                   "for sizing a job array) [default: none: evaluate].")
 @click.option("--dask", "dask_address", default=None,
               help="Run shards 0..N-1 of --shard all/N (default all/16) as Dask tasks: a scheduler address or local:N.")
 @click.option("--quiet", is_flag=True, help="No progress line.")
@@ -279,8 +300,9 @@ def storage_proxy_cmd(storage, host, port):
 @click.argument("path", type=click.Path(exists=True))
 @click.option("--objective", "objectives", multiple=True, metavar="METRIC:min|max",
               help="Objectives (default: the study's). Repeat for each.")
-@click.option("--where", default=None, help="pandas query applied first (to the counts too), e.g. 'chips <= 2'.")
-@click.option("--top", type=click.IntRange(min=1), default=None, help="Show the first N front rows.")
+@click.option("--where", default=None,
+              help="pandas query applied first (to the counts too), e.g. 'chips <= 2' [default: none].")
+@click.option("--top", type=click.IntRange(min=1), default=None, help="Show the first N front rows [default: all].")
 @click.option("--epsilon", default=None, metavar="E|METRIC=E,...",
               help="Leave out designs within E (relative) of a row shown in every objective, one E or one per "
                    "objective [default: 0.01 for the table, 0 (the exact front) for --json and --csv].")

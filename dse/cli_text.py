@@ -293,7 +293,9 @@ def counts_line(front: int, feasible: int, designs: int, rows: int, rows_noun: s
     """The counts every front header gives, in one vocabulary (dse.analysis.counts): 'front: 263
     designs of 988 feasible (1,715 designs in 2,000 trials)'; designs are distinct designs, the
     front's a design per point."""
-    return f"front: {front:,} designs of {feasible:,} feasible ({designs:,} designs in {rows:,} {rows_noun})"
+    def n(k: int, noun: str) -> str:
+        return f"{k:,} {noun}{'' if k == 1 else 's'}"
+    return f"front: {n(front, 'design')} of {feasible:,} feasible ({n(designs, 'design')} in {rows:,} {rows_noun})"
 
 
 def epsilon_note(shown: int, points: int, epsilon) -> str:
@@ -310,6 +312,8 @@ def epsilon_note(shown: int, points: int, epsilon) -> str:
 def _front_cell(v: Any) -> str:
     if v is None or (isinstance(v, float) and v != v):
         return "-"
+    if isinstance(v, str) and v.endswith((".yaml", ".yml")) and "/" in v:
+        return v.rsplit("/", 1)[1]            # a device file (its full path is in the results)
     if isinstance(v, float):
         return f"{v:.0f}" if 1e4 <= abs(v) < 1e15 else f"{v:.4g}"
     return str(v)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 
 #: the distribution's name on the package index (the import package and the command stay `dse`; the
@@ -53,7 +54,8 @@ class UnknownEntryError(DseError, KeyError):
     def __init__(self, kind: str, name: str, known: Iterable[str], where: str = ""):
         known = sorted(known)
         close = did_you_mean(name.lower(), known, n=3, cutoff=0.5)
-        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        hint = (f"; did you mean {', '.join(repr(c) for c in close)}?" if close else
+                f"; known: {', '.join(known)}" if len(known) <= 60 else "")
         self.kind, self.name, self.close = kind, name, close
         lister = "hw" if kind == "device" else kind + "s"
         #: the message without the name, for callers that name the field themselves
@@ -66,8 +68,33 @@ class UnknownEntryError(DseError, KeyError):
 
 
 def did_you_mean(name: str, known: Iterable[str], n: int = 1, cutoff: float = 0.6) -> list[str]:
-    """The closest known names (difflib ratio >= cutoff): the one hint every message uses."""
-    return difflib.get_close_matches(str(name), sorted(known), n=n, cutoff=cutoff)
+    """The closest known names, the one hint every message uses: first the names that start with
+    ``name`` once case and separators are ignored (``llama3`` -> llama-3.1-405b, llama-3.1-70b, ...;
+    ``h100`` -> h100-pcie, h100-sxm), then those that contain it, then those that contain each of its
+    parts (``llama-70b`` -> llama-2-70b, llama-3.1-70b, ...), then difflib's ratio >= ``cutoff``.
+
+    >>> did_you_mean("llama3", ["llama-2-7b", "llama-3.1-8b", "llama-3.1-70b", "llama-3.2-1b"], n=2)
+    ['llama-3.1-70b', 'llama-3.1-8b']
+    >>> did_you_mean("Llama-70B", ["eagle-llama2-chat-70b", "llama-2-70b", "llama-2-7b", "qwen2.5-72b"], n=2)
+    ['llama-2-70b', 'eagle-llama2-chat-70b']
+    """
+    known = sorted(known)
+    q = _norm(str(name))
+    parts = [_norm(t) for t in re.split(r"[^A-Za-z0-9.]+", str(name)) if _norm(t)]
+    out: list[str] = []
+    if q:
+        out += [k for k in known if _norm(k).startswith(q)]
+        out += [k for k in known if q in _norm(k)]
+        if len(parts) > 1:          # those that start with its first part first
+            both = [k for k in known if all(t in _norm(k) for t in parts)]
+            out += sorted(both, key=lambda k: not _norm(k).startswith(parts[0]))
+    out += difflib.get_close_matches(str(name), known, n=n, cutoff=cutoff)
+    return list(dict.fromkeys(out))[:n]
+
+
+def _norm(text: str) -> str:
+    """Lower case without separators: 'Llama-3.1_8B' -> 'llama318b'."""
+    return re.sub(r"[^a-z0-9]", "", text.lower())
 
 
 class _Missing:

@@ -9,6 +9,7 @@ key path and what is allowed. Knob values: a fixed value, a list (choices), or
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -403,13 +404,18 @@ def _space(space: Any, wl: dict, db: Database, tech, err: _Errors) -> list[Knob]
     for key in space:
         if key not in ("target_chip", "draft_chip", "k"):
             err.unknown("space.", key, {"target_chip", "draft_chip", "k"})
-    choices = {"device": tuple(db.names("device")),
-               "memory": tech.memory_names if tech else None,
-               "process_node": tech.node_names if tech else None,
-               "runtime": tuple(db.names("runtime")),
-               "link_class": SCALE_UP_CLASSES}
     for section, table in (("target_chip", CHIP_KNOBS), ("draft_chip", DRAFT_CHIP_KNOBS)):
-        knobs += _chip_section(section, table, space.get(section), choices, err)
+        sec = space.get(section)
+        files: tuple = ()
+        if isinstance(sec, dict) and "device" in sec:
+            sec = dict(sec)
+            sec["device"], files = _device_files(sec["device"], f"space.{section}.device", db, err)
+        choices = {"device": tuple(db.names("device")) + files,
+                   "memory": tech.memory_names if tech else None,
+                   "process_node": tech.node_names if tech else None,
+                   "runtime": tuple(db.names("runtime")),
+                   "link_class": SCALE_UP_CLASSES}
+        knobs += _chip_section(section, table, sec, choices, err)
     if "k" in space:
         if "k" in wl and wl["k"] != "auto":
             err.add("space.k", space["k"], "workload.k fixes k; remove one of them")
@@ -423,6 +429,33 @@ def _space(space: Any, wl: dict, db: Database, tech, err: _Errors) -> list[Knob]
         elif kv != "auto":
             knobs.append(Knob("k", "k", "k", "int", fixed=int(kv)))
     return knobs
+
+
+def _device_files(raw: Any, where: str, db: Database, err: _Errors) -> tuple[Any, tuple[str, ...]]:
+    """``device:`` values that name YAML files (as ``dse eval --hw FILE``: the fields of a
+    hardware_db/devices entry), resolved against the study file's folder to absolute paths and
+    loaded once to check them; returns (the values with those paths, the paths)."""
+    values = raw if isinstance(raw, list) else [raw]
+    base = Path(err.path).parent if err.path and Path(err.path).is_file() else Path.cwd()
+    out, files = [], []
+    for i, v in enumerate(values):
+        if isinstance(v, str) and (v.lower().endswith((".yaml", ".yml")) or "/" in v or os.sep in v):
+            path = Path(v).expanduser()
+            path = path if path.is_absolute() else base / path
+            field = f"{where}[{i}]" if isinstance(raw, list) else where
+            if not path.is_file():
+                err.add(field, v, f"no such device file (a relative path is read from the study's folder, "
+                        f"{base.resolve()}); or one of the database names (`dse hw list`)")
+                files.append(v)         # said once, here, not again as an unknown name
+            else:
+                try:
+                    db.device(str(path.resolve()))
+                except SpecError as exc:
+                    err.keep(exc)
+                v = str(path.resolve())
+                files.append(v)
+        out.append(v)
+    return (out if isinstance(raw, list) else out[0]), tuple(files)
 
 
 def _chip_section(section: str, table: dict[str, KnobDef], sec: Any, choices: dict, err: _Errors) -> list[Knob]:
