@@ -300,7 +300,8 @@ def compare_fronts(a: pd.DataFrame, b: pd.DataFrame, objectives=None, reference=
 
     Returns:
         ``{"objectives", "reference", "hv_a", "hv_b", "hv_union", "hv_only_a", "hv_only_b",
-        "front_size_a", "front_size_b"}``. ``hv_only_a = hv_union - hv_b`` is the volume only
+        "front_size_a", "front_size_b"}`` (front sizes: points, a repeat or a tie counted once).
+        ``hv_only_a = hv_union - hv_b`` is the volume only
         ``a`` reaches. The default reference is computed from the feasible rows of both.
     """
     objs = objectives_of(a if objectives is not None or stored_objectives(a.attrs.get("dse")) else b, objectives)
@@ -315,8 +316,8 @@ def compare_fronts(a: pd.DataFrame, b: pd.DataFrame, objectives=None, reference=
                                                        strict=True)),
             "hv_a": hv_a, "hv_b": hv_b, "hv_union": hv_u,
             "hv_only_a": hv_u - hv_b, "hv_only_b": hv_u - hv_a,
-            "front_size_a": int(pareto.pareto_mask(va, dirs, oka).sum()),
-            "front_size_b": int(pareto.pareto_mask(vb, dirs, okb).sum())}
+            "front_size_a": int(pareto.first_of_equal(va, pareto.pareto_mask(va, dirs, oka)).sum()),
+            "front_size_b": int(pareto.first_of_equal(vb, pareto.pareto_mask(vb, dirs, okb)).sum())}
 
 
 def hypervolume_history(df: pd.DataFrame, objectives=None, reference=None, order: str = "trial",

@@ -236,8 +236,29 @@ def design_label(row: pd.Series) -> str:
         text = ", ".join(bits) or f"trial {row.get('trial', row.name)}"
     enabled = row.get("params_draft_chip_enabled")
     if enabled is True or (isinstance(enabled, (bool, np.bool_)) and bool(enabled)):
-        text += " + draft chip"
+        text += " + " + draft_chip_label(row)
     return text
+
+
+def draft_chip_label(row: pd.Series) -> str:
+    """The draft chip by what it is: 'draft chip l4', or 'draft chip 128 TFLOP/s, 2x lpddr5x, 271 MB SRAM'."""
+    def get(name):
+        v = row.get(f"params_draft_chip_{name}")
+        return None if v is None or (isinstance(v, float) and np.isnan(v)) else v
+    if get("device") is not None:
+        return f"draft chip {get('device')}" + (f" x{int(get('chips'))}" if get("chips") not in (None, 1) else "")
+    bits = []
+    tflops = get("peak_tflops") if get("peak_tflops") is not None else row.get("draft_peak_tflops")
+    if tflops is not None and pd.notna(tflops):
+        bits.append(f"{float(tflops):.3g} TFLOP/s")
+    if get("memory") is not None:
+        stacks = f"{int(get('memory_stacks'))}x " if get("memory_stacks") is not None else ""
+        bits.append(f"{stacks}{get('memory')}")
+    if get("sram_mb") is not None and float(get("sram_mb")) > 0:
+        bits.append(f"{float(get('sram_mb')):.3g} MB SRAM")
+    if get("chips") is not None and int(get("chips")) != 1:
+        bits.append(f"{int(get('chips'))} chips")
+    return "draft chip " + ", ".join(bits) if bits else "draft chip"
 
 
 def _distinct_curves(df: pd.DataFrame, n_batches: int, top: int) -> pd.DataFrame:

@@ -196,8 +196,8 @@ def _pairs_data(df, objs, known=None) -> list[PairData]:
     out = []
     for i, j in itertools.combinations(range(len(objs)), 2):
         xy = vals[:, [i, j]]
-        pair = on_front if len(objs) == 2 else pareto.pareto_mask(xy, [dirs[i], dirs[j]],
-                                                                     feasible=ok)
+        pair = on_front if len(objs) == 2 else pareto.first_of_equal(
+            xy, pareto.pareto_mask(xy, [dirs[i], dirs[j]], feasible=ok))
         bad = ~ok & np.isfinite(xy).all(axis=1)
         out.append(PairData(
             x=objs[i][0], y=objs[j][0], dx=dirs[i], dy=dirs[j],
@@ -466,7 +466,10 @@ def _step(ax, xy: np.ndarray, dx: str, **kw) -> None:
         ax.step(xy[:, 0], xy[:, 1], where="post" if dx == "minimize" else "pre", **kw)
 
 
-def _draw_pair(ax, d: PairData) -> None:
+def _draw_pair(ax, d: PairData, legend: bool = True) -> None:
+    """One objective pair: infeasible and feasible designs, the front as a staircase, known parts
+    as open black markers named beside them (labels placed by :func:`place_labels` after the
+    figure's layout is done). ``legend`` False: the figure draws one legend for every panel."""
     if d.infeasible.size:
         ax.scatter(d.infeasible[:, 0], d.infeasible[:, 1], s=6, marker="x", c=GREY, alpha=0.45,
                    linewidths=0.6, label=f"infeasible ({d.n_infeasible:,})", rasterized=True)
@@ -479,17 +482,16 @@ def _draw_pair(ax, d: PairData) -> None:
         ax.plot(d.front[:, 0], d.front[:, 1], ls="none", marker="D", ms=4.5,
                 color=OKABE_ITO[3], label=f"Pareto front ({len(d.front)})")
     else:
-        _step(ax, d.pair_front, d.dx, color=OKABE_ITO[2], lw=1.4, ls="--", zorder=4,
-              label=f"front of this pair ({len(d.pair_front)})")
+        _step(ax, d.pair_front, d.dx, color=OKABE_ITO[2], lw=1.4, ls="--", zorder=4, label="front of this pair")
         ax.plot(d.front[:, 0], d.front[:, 1], ls="none", marker="D", ms=4,
                 color=OKABE_ITO[3], label=f"front, all objectives ({len(d.front)})")
-    offsets = [(6, 4), (6, -11), (-6, 4), (-6, -11)]
-    for n, (label, x, y) in enumerate(d.known):
+        ax.set_title(f"front of this pair: {len(d.pair_front)} designs", fontsize=8)
+    for n, (_, x, y) in enumerate(d.known):
         ax.plot([x], [y], ls="none", marker=MARKERS[(n + 7) % len(MARKERS)], ms=9,
-                mfc="white", mec="black", mew=1.4, label=label if n < 8 else None)
-        dx, dy = offsets[n % 4]
-        ax.annotate(label, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=7,
-                    ha="left" if dx > 0 else "right")
+                mfc="white", mec="black", mew=1.4, zorder=5)
+    if d.known:
+        ax.plot([], [], ls="none", marker="o", ms=7, mfc="white", mec="black", mew=1.4,
+                label="known part (named beside it)")
     known = np.array([(x, y) for _, x, y in d.known], dtype=float).reshape(-1, 2)
     # every point drawn decides the scale: faded infeasible designs 10x above the front squash it too
     _auto_log(ax, "x", d.infeasible[:, 0], d.feasible[:, 0], d.front[:, 0], known[:, 0])
@@ -497,7 +499,80 @@ def _draw_pair(ax, d: PairData) -> None:
     ax.set_xlabel(f"{axis_label(d.x)}, {_arrow(d.dx)}")
     ax.set_ylabel(f"{axis_label(d.y)}, {_arrow(d.dy)}")
     ax.grid(True, lw=0.4, alpha=0.5)
-    ax.legend(fontsize=7, loc="best", framealpha=0.85)
+    if legend:
+        ax.legend(fontsize=7, loc="best", framealpha=0.85)
+
+
+def _staircase_points(xy: np.ndarray, dx: str, per_step: int = 8) -> np.ndarray:
+    """Points along a front's staircase (its corners and both legs), for label placement."""
+    if xy.shape[0] < 2:
+        return xy
+    a, b = xy[:-1], xy[1:]
+    corner = np.column_stack([b[:, 0], a[:, 1]]) if dx == "minimize" else np.column_stack([a[:, 0], b[:, 1]])
+    t = np.linspace(0, 1, per_step)[:, None, None]
+    legs = np.concatenate([(a + t * (corner - a)).reshape(-1, 2), (corner + t * (b - corner)).reshape(-1, 2)])
+    return np.concatenate([xy, legs])
+
+
+#: where a label may go, in points from its marker: right, above, left, below and the diagonals,
+#: nearest first; a label moved further than the nearest ring gets a thin leader line
+_LABEL_RINGS = (8, 14, 22, 34, 50)
+_LABEL_ANGLES = (20, -20, 160, 200, 90, 270, 60, 300, 120, 240, 0, 180)
+
+
+def place_labels(ax, labels: list[tuple[str, float, float]], obstacles: np.ndarray, fontsize: float = 7) -> list:
+    """Name each (label, x, y) beside its point where the label covers the fewest drawn points,
+    stays inside the axes, and overlaps neither another label nor the legend: candidates on rings
+    of :data:`_LABEL_RINGS` points around the point, scored in display coordinates after the
+    layout (call once everything else is drawn). Returns the label artists."""
+    if not labels:
+        return []
+    fig = ax.figure
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    box = ax.get_window_extent(renderer)
+    pts = ax.transData.transform(np.asarray(obstacles, dtype=float).reshape(-1, 2)) if len(obstacles) else np.empty((0, 2))
+    pts = pts[np.isfinite(pts).all(axis=1)]
+    avoid = [leg.get_window_extent(renderer) for leg in ([ax.get_legend()] if ax.get_legend() else [])]
+    own = ax.transData.transform(np.array([(x, y) for _, x, y in labels], dtype=float))
+    scale = fig.dpi / 72.0
+    placed, out = [], []
+    for label, x, y in labels:
+        best = None
+        for ring in _LABEL_RINGS:
+            for ang in _LABEL_ANGLES:
+                dx, dy = ring * np.cos(np.radians(ang)), ring * np.sin(np.radians(ang))
+                ha = "left" if dx > 1 else "right" if dx < -1 else "center"
+                va = "bottom" if dy > 1 else "top" if dy < -1 else "center"
+                t = ax.annotate(label, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=fontsize,
+                                ha=ha, va=va)
+                bb = t.get_window_extent(renderer).padded(2 * scale)
+                t.remove()
+                inside = (bb.x0 >= box.x0 and bb.x1 <= box.x1 and bb.y0 >= box.y0 and bb.y1 <= box.y1)
+                covered = int(((pts[:, 0] >= bb.x0) & (pts[:, 0] <= bb.x1) & (pts[:, 1] >= bb.y0)
+                               & (pts[:, 1] <= bb.y1)).sum()) if len(pts) else 0
+                others = own[(own[:, 0] >= bb.x0) & (own[:, 0] <= bb.x1) & (own[:, 1] >= bb.y0) & (own[:, 1] <= bb.y1)]
+                clash = sum(bb.overlaps(o) for o in placed + avoid) + len(others)
+                score = covered + 1000 * (not inside) + 100 * clash + 0.05 * ring
+                if best is None or score < best[0]:
+                    best = (score, dx, dy, ha, va, ring, bb)
+            if best[0] < 1:          # nothing covered on this ring: no need to go further
+                break
+        _, dx, dy, ha, va, ring, bb = best
+        lead = {"arrowprops": {"arrowstyle": "-", "lw": 0.5, "color": "black", "shrinkA": 0, "shrinkB": 4}} \
+            if ring > _LABEL_RINGS[0] else {}
+        t = ax.annotate(label, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=fontsize, ha=ha,
+                        va=va, zorder=6, bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none",
+                                              "alpha": 0.8}, **lead)
+        t.set_in_layout(False)
+        placed.append(bb)
+        out.append(t)
+    return out
+
+
+def _pair_obstacles(d: PairData) -> np.ndarray:
+    return np.concatenate([d.infeasible, d.feasible, d.front, _staircase_points(d.front, d.dx),
+                           _staircase_points(d.pair_front, d.dx)])
 
 
 def _known_caption(known: pd.DataFrame | None, objs) -> str:
@@ -521,18 +596,27 @@ def _known_caption(known: pd.DataFrame | None, objs) -> str:
 
 
 def _figure_fronts(pairs: list[PairData], title: str):
+    """One panel per objective pair (1, 3 or 6: rows of up to three, so no panel is empty), one
+    legend for the figure, known parts named beside their markers."""
     n = len(pairs)
-    cols = min(2, n)                       # two readable panels per row (1380 px at 150 dpi)
+    cols = min(3, n)
     rows = math.ceil(n / cols)
-    fig = _new_figure(4.6 * cols if n > 1 else 5.6, 4.2 * rows + 0.6 if n > 1 else 4.6)
-    for k, d in enumerate(pairs):
-        _draw_pair(fig.add_subplot(rows, cols, k + 1), d)
+    fig = _new_figure(4.6 * cols if n > 1 else 5.6, 4.2 * rows + 0.9 if n > 1 else 4.6)
+    axes = [fig.add_subplot(rows, cols, k + 1) for k in range(n)]
+    for ax, d in zip(axes, pairs, strict=True):
+        _draw_pair(ax, d, legend=n == 1)
+    if n > 1:
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 5), fontsize=7,
+                   frameon=False)
     _suptitle(fig, "Pareto front", title)
+    for ax, d in zip(axes, pairs, strict=True):
+        place_labels(ax, d.known, _pair_obstacles(d))
     return fig
 
 
 def _figure_speedup(svb: pd.DataFrame, title: str):
-    fig = _new_figure(6.4, 4.6)
+    fig = _new_figure(6.4, 4.6 + 0.16 * (svb["design"].nunique() + 1))
     ax = fig.add_subplot()
     for n, (name, g) in enumerate(svb.groupby("design", sort=False)):
         g = g.sort_values("batch")
@@ -551,7 +635,8 @@ def _figure_speedup(svb: pd.DataFrame, title: str):
     ax.set_xlabel("batch size (sequences)")
     ax.set_ylabel("speedup over plain decoding (×)")
     ax.grid(True, lw=0.4, alpha=0.5)
-    ax.legend(fontsize=7, loc="best")
+    # below the axes: design names are long and a legend inside would cover the curves
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=1, fontsize=7, frameon=False)
     _suptitle(fig, "Speedup against batch size", title)
     return fig
 
