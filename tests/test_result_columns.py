@@ -142,7 +142,7 @@ def step(m: dict, hw: dict, *, B: float, q: float, S: float, prefill: bool = Fal
                 memory_bound=all(tm >= tc for tc, tm in parts), fixed=fixed, energy=energy)
 
 
-#: HBM stacks of the known parts (shared/reference/accelerators.csv, column hbm_stacks: H100 SXM
+#: HBM stacks of the known parts (hardware_db/reference/accelerators.csv, column hbm_stacks: H100 SXM
 #: five 16 GiB HBM3 stacks, H200 six HBM3E stacks); their node 'TSMC 4N' is the table's n4
 KNOWN_STACKS = {"h100-sxm": 5, "h200": 6}
 

@@ -43,7 +43,7 @@ LLAMA70_FOR_LLM_ANALYSIS = {"name": "llama-3.1-70b", "num_layers": 80, "n_head":
 #: Llama-2-70B (hardware_db/models/llama-2-70b.yaml) the same way, for the published anchor
 LLAMA2_70_FOR_LLM_ANALYSIS = {**LLAMA70_FOR_LLM_ANALYSIS, "name": "llama-2-70b", "vocab_size": 32000,
                               "max_seq_len": 4096}
-#: the published anchor (shared/reference/decode_measurements_public.csv, gpt-fast README): Llama-2-70B
+#: the published anchor (hardware_db/measurements/decode_measurements_public.csv, gpt-fast README): Llama-2-70B
 #: bf16, 2 x A100-SXM4-80GB (power-limited 330 W) tensor parallel, batch 1: 21.32 tok/s = 46.904 ms/token
 ANCHOR_MS = 46.904
 CASE = {"batch": 1, "prompt": 4096, "output": 256, "k": 4, "alpha": 0.7}

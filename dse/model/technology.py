@@ -388,7 +388,7 @@ def _check_knobs(*, node_idx, memory_idx, **values) -> None:
 # -- known parts: the same cost estimate from their own silicon (MODEL.md sections 5-6) ------
 
 #: HBM stacks of known parts whose capacity and bandwidth do not fix the count
-#: (shared/reference/accelerators.csv, column hbm_stacks)
+#: (hardware_db/reference/accelerators.csv, column hbm_stacks)
 KNOWN_HBM_STACKS = {"a100-80gb": 5, "h100-sxm": 5, "h100-pcie": 5, "h200": 6, "b200": 8, "b300": 8, "gb200": 8,
                     "mi250x": 8, "mi300x": 8, "mi325x": 8, "mi355x": 8, "gaudi-2": 6, "gaudi-3": 8}
 

@@ -92,7 +92,7 @@ def test_ngram_adds_no_memory():
 
 @pytest.mark.parametrize("hw,fits", [("h100-sxm", False), ("h200", False), ("b200", True), ("mi300x", True)])
 def test_70b_bf16_plus_1b_draft_capacity(hw, fits):
-    # shared/reference/hardware.md section 4: 70B + 1B bf16 with 8k-token caches = 146.5 GB; the
+    # hardware_db/reference/hardware.md section 4: 70B + 1B bf16 with 8k-token caches = 146.5 GB; the
     # H200's "141 GB" is 141 GiB = 151.4e9 bytes, 95% of it 143.8e9: no fit; B200 192 GiB fits
     r = evaluate_design(hw=hw, target="llama-3.1-70b", draft="llama-3.2-1b", alpha=0.8, k=4,
                         prompt=8192 - 128, output=128)
