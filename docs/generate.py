@@ -4,6 +4,7 @@
     python docs/generate.py --cheap      # only the cheap blocks (a second or less each)
     python docs/generate.py --measured   # also the timings (the README's quickstart command, as given)
     python docs/generate.py --check      # write nothing; list the blocks whose text differs, exit 1 if any
+    python docs/generate.py --measured --only docs/peers.md   # one file (here: re-run the peers benchmark)
 
 Idempotent: a second run changes nothing. README.md, docs/*.md and studies/*.yaml hold markers
 (HTML comments, invisible once rendered) around what the code prints:
@@ -412,9 +413,10 @@ def render(block: Block, text: str, runner: Runner) -> str:
         runner.figures.append((runner.dir / src, ROOT / dst))
         return "\n"
     if k == "measured":         # a benchmark run: in the checkout, its own output as printed
+        stamp = f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {_load()} at the start"
         r = subprocess.run(["bash", "-c", block.args], cwd=ROOT, env=runner.env, text=True, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, timeout=3600)
-        return _fence(f"$ {block.args}\n{r.stdout.rstrip()}")
+        return _fence(f"$ {block.args}   {stamp}\n{r.stdout.rstrip()}")
     raise RuntimeError(f"{block.name}: unknown marker kind {k!r}")
 
 
@@ -432,14 +434,18 @@ def regenerate(text: str, file: str, runner: Runner, cheap: bool, measured: bool
     return "".join(out), changed
 
 
-def run(cheap: bool = False, measured: bool = False, write: bool = True, texts: dict | None = None) -> list[str]:
+def run(cheap: bool = False, measured: bool = False, write: bool = True, texts: dict | None = None,
+        only: str | None = None) -> list[str]:
     """Regenerate every target (or check them: ``write`` False); ``texts`` {relative path: text}
-    replaces files' contents (the drift test plants a stale number this way). Returns what changed."""
+    replaces files' contents (the drift test plants a stale number this way); ``only``: the files
+    whose path contains it (and no knob page or calibration block). Returns what changed."""
     runner = Runner()
     changed = []
     try:
         for path in targets():
             rel = str(path.relative_to(ROOT))
+            if only and only not in rel:
+                continue
             text = (texts or {}).get(rel, path.read_text())
             new, diff = regenerate(text, rel, runner, cheap, measured)
             changed += diff
@@ -448,6 +454,8 @@ def run(cheap: bool = False, measured: bool = False, write: bool = True, texts: 
         if write:
             for src, dst in runner.figures:
                 shutil.copyfile(src, dst)
+        if only:
+            return changed
         if not cheap:           # docs/calibration.md quotes `dse validate` (python -m dse.calibration FILE)
             from dse import calibration
             doc = ROOT / "docs" / "calibration.md"
@@ -472,8 +480,9 @@ def main(argv=None) -> int:
     ap.add_argument("--cheap", action="store_true", help="only the blocks that take under a second")
     ap.add_argument("--measured", action="store_true", help="also the timings (minutes: installs a fresh venv)")
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 when a block differs")
+    ap.add_argument("--only", metavar="TEXT", help="only the files whose path contains TEXT (e.g. docs/peers.md)")
     args = ap.parse_args(argv)
-    changed = run(cheap=args.cheap, measured=args.measured, write=not args.check)
+    changed = run(cheap=args.cheap, measured=args.measured, write=not args.check, only=args.only)
     for c in changed:
         print(c, end="\n\n")
     print(f"{len(changed)} block{'s' if len(changed) != 1 else ''} {'differ' if args.check else 'regenerated'}")
