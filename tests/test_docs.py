@@ -148,3 +148,31 @@ def test_knobs_page_lists_every_knob_with_its_range():
             assert f"| `{name}` | {d.kind} |" in page, name
     assert "| `peak_tflops` | float | 0 to 100000 |" in page
     assert ", ".join(f"`{s}`" for s in spec.SAMPLERS) in page
+
+
+def test_readme_polars_and_duckdb_snippet_gives_the_front_dse_pareto_prints(tmp_path):
+    """The README's polars / DuckDB snippet, run on a small sweep: both give the exact front, in
+    dse pareto's order (the first rows of `dse pareto DIR --epsilon 0 --csv`)."""
+    import contextlib
+    import io
+
+    import pandas as pd
+
+    pytest.importorskip("polars")
+    pytest.importorskip("duckdb")
+    from dse.cli import main
+    from dse.grid import sweep
+    out = tmp_path / "sweep"
+    sweep(ROOT / "studies" / "quickstart.yaml", points=2, out=out, progress=False)
+    code = next(c for c in re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+                if "import polars" in c)
+    code = code.replace('d = "results/quickstart-sweep"', f"d = {str(out)!r}")
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        exec(compile(code, "README.md", "exec"), {})
+    r = CliRunner().invoke(main, ["pareto", str(out), "--epsilon", "0", "--csv"])
+    want = pd.read_csv(io.StringIO(r.output))["trial"].head(3).tolist()
+    text = buf.getvalue()
+    polars_trials = [int(x) for x in re.findall(r"^│ (\d+)", text, re.M)][:3]
+    duck_trials = [t[0] for t in eval(text.strip().splitlines()[-1])]      # fetchall() of (trial, ms, usd)
+    assert polars_trials == want == duck_trials
