@@ -112,7 +112,7 @@ def _kv(ctx, param, values):
 @click.option("--continuous", is_flag=True,
               help="Continuous batching: --batch = requests in flight (steady state); steps also run arriving prompts.")
 @click.option("--runtime", default=None,
-              help="Fixed-cost stack from hardware_db/runtimes: graphs|gpt-fast|eager|xla (`dse runtimes list`) "
+              help="Fixed-cost stack from hardware_db/runtimes: graphs|gpt-fast|eager|xla|dataflow (`dse runtimes list`) "
                    "[default: the device's default_runtime, graphs for GPUs].")
 @click.option("--baseline-ms", type=float, default=None,
               help="Anchor: a measured autoregressive ms/token; the fixed costs are scaled to match it [default: none].")

@@ -202,8 +202,8 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
         # the link: its class (knob link_class) gives latency and efficiency; a link_latency_us knob wins
         if prefix + "link_class" in knobs:
             cls_names, cls_code = coded("link_class")
-            classes = [db.link_class(str(c)) if c is not None else db.link_class(SYNTHESISED_LINK_CLASS)
-                       for c in cls_names]
+            classes = [db.link_class(str(c)) if c is not None and str(c) != "None"      # null: not acting
+                       else db.link_class(SYNTHESISED_LINK_CLASS) for c in cls_names]
             eta_link = np.array([c.efficiency for c in classes])[cls_code]
             lat = np.array([c.latency_s for c in classes])[cls_code]
         else:
@@ -220,7 +220,9 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
         # the software stack: the runtime knob, else the study's (graphs by default)
         if prefix + "runtime" in knobs:
             rt_names, rcode = coded("runtime")
-            runtimes = [db.runtime(str(r)) for r in rt_names]
+            # a null (the knob does not act: a draft chip that is off; category_codes names it "None")
+            runtimes = [db.runtime(str(r)) if r is not None and str(r) != "None" else (rt or db.runtime("graphs"))
+                        for r in rt_names]
         else:
             runtimes, rcode = [rt or db.runtime("graphs")], None
         rcols = _runtime_columns(runtimes, rcode)

@@ -125,3 +125,25 @@ def test_unknown_names_on_the_command_line():
     assert r.exit_code == 2 and "did you mean 'llama-3.1-405b', 'llama-3.1-70b', 'llama-3.1-8b'?" in r.output
     r = CliRunner().invoke(main, ["hw", "show", "nonexistent"])      # nothing close: the names there are
     assert r.exit_code == 2 and "known: a100-80gb, b200," in r.output and "h100-sxm" in r.output
+
+
+def test_draft_chip_categorical_knobs_with_the_draft_chip_off(tmp_path):
+    """A draft chip's runtime and link_class knobs are null where the draft chip is off (they do
+    not act): such designs run (a null was read as a runtime named 'None')."""
+    raw = {"name": "draft-knobs", "workload": {"target": "llama-3.1-8b", "draft": "llama-3.2-1b", "batch": 1,
+                                               "prompt_tokens": 256, "output_tokens": 64,
+                                               "acceptance": {"alpha": 0.8}, "k": 4},
+           "space": {"target_chip": {"peak_tflops": 500, "memory": "hbm3e", "memory_stacks": 4, "chips": 1},
+                     "draft_chip": {"enabled": [True, False], "peak_tflops": 50, "memory": "lpddr5x",
+                                    "runtime": ["graphs", "dataflow"], "link_class": ["nvlink", "pcie"]}},
+           "objectives": [{"metric": "spec_ms_per_token", "direction": "minimize"},
+                          {"metric": "cost_usd", "direction": "minimize"}],
+           "search": {"sampler": "random", "n_trials": 24, "batch_size": 24, "seed": 0},
+           "output": str(tmp_path / "out.parquet")}
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(raw))
+    r = CliRunner().invoke(main, ["run", str(p), "--storage", ":memory:", "--quiet"])
+    assert r.exit_code == 0, r.output
+    df = da.load_results(tmp_path / "out.parquet")
+    off = df[~df["params_draft_chip_enabled"].astype(bool)]
+    assert len(off) and off["params_draft_chip_runtime"].isna().all() and off["spec_ms_per_token"].notna().all()
