@@ -76,3 +76,20 @@ def test_draft_chips_are_named_by_what_they_are():
     assert design_label(other) != design_label(row)            # two designs, two names
     assert draft_chip_label(pd.Series({"params_draft_chip_device": "l4", "params_draft_chip_chips": 2})) == \
         "draft chip l4 x2"
+
+
+def test_speedup_curves_of_designs_with_one_name_are_told_apart():
+    """Two front designs whose label knobs agree (they differ in a knob the label leaves out, e.g.
+    the draft chip's link) get the trial in their names: one legend entry each, no repeats."""
+    from types import SimpleNamespace
+
+    from dse.report.context import _pick_designs
+    row = {"peak_tflops": 989.4, "params_target_chip_memory": "hbm3", "params_target_chip_memory_stacks": 5,
+           "chips": 1, "params_draft_chip_enabled": True, "params_draft_chip_peak_tflops": 50.0}
+    front = pd.DataFrame([{**row, "trial": 3, "spec_ms_per_token": 5.0, "cost_usd": 9e3},
+                          {**row, "trial": 8, "spec_ms_per_token": 6.0, "cost_usd": 8e3}])
+    study = SimpleNamespace(objectives=[SimpleNamespace(metric="spec_ms_per_token", direction="minimize"),
+                                        SimpleNamespace(metric="cost_usd", direction="minimize")])
+    labels = [lab for _, lab in _pick_designs(study, front, 4)]
+    assert len(set(labels)) == 2
+    assert labels[0] == "989.4 TFLOP/s, 5x hbm3, 1 chip + draft chip 50 TFLOP/s, trial 3 (best latency)"

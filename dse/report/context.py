@@ -202,10 +202,14 @@ def _pick_designs(study: StudySpec, front_df: pd.DataFrame, limit: int) -> list[
     for i in front_df.sort_values(first.metric, ascending=first.direction == "minimize", kind="stable").index:
         picks.setdefault(i, "")
 
-    def label(i, role):
-        name = design_label(front_df.loc[i])
-        return f"{name} ({role})" if role else name
-    return [(i, label(i, role)) for i, role in list(picks.items())[:limit]]
+    chosen = list(picks.items())[:limit]
+    names = [design_label(front_df.loc[i]) for i, _ in chosen]
+    out = []
+    for (i, role), name in zip(chosen, names, strict=True):
+        if names.count(name) > 1:       # two designs the label's knobs do not tell apart: name the trial
+            name += f", trial {front_df.loc[i, 'trial'] if 'trial' in front_df.columns else i}"
+        out.append((i, f"{name} ({role})" if role else name))
+    return out
 
 
 def short_metric(metric: str) -> str:
