@@ -240,10 +240,10 @@ def v_calibration() -> str:
         return f"{100 * d['median_abs_error']:.1f}%", d["n"]
     (df, nf), (dh, nh) = med("decode", "fit"), med("decode", "held-out")
     (t, nt), (r, nr) = med("ttft", "held-out"), med("throughput", "held-out")
-    (sp, ns) = med("speculative", "all")
+    (sp, ns) = med("speculative", "held-out")
     return (f"median absolute error on decode latency {df} on the {nf} fitted rows and {dh} on the {nh} held-out "
             f"rows; time to first token {t} held out (n={nt}); large-batch request latency {r} held out (n={nr}); "
-            f"on the {ns} speculative rows {sp}")
+            f"speculative {sp} on the {ns} held-out rows")
 
 
 def _scaleout() -> dict:

@@ -537,6 +537,7 @@ def place_labels(ax, labels: list[tuple[str, float, float]], obstacles: np.ndarr
     own = ax.transData.transform(np.array([(x, y) for _, x, y in labels], dtype=float))
     scale = fig.dpi / 72.0
     placed, out = [], []
+    leaders = np.empty((0, 2))
     for label, x, y in labels:
         best = None
         for ring in _LABEL_RINGS:
@@ -553,6 +554,14 @@ def place_labels(ax, labels: list[tuple[str, float, float]], obstacles: np.ndarr
                                & (pts[:, 1] <= bb.y1)).sum()) if len(pts) else 0
                 others = own[(own[:, 0] >= bb.x0) & (own[:, 0] <= bb.x1) & (own[:, 1] >= bb.y0) & (own[:, 1] <= bb.y1)]
                 clash = sum(bb.overlaps(o) for o in placed + avoid) + len(others)
+                if ring > _LABEL_RINGS[0] and placed:      # its leader line must not cross a placed label
+                    x0, y0 = ax.transData.transform((x, y))
+                    line = np.column_stack([np.linspace(x0, x0 + dx * scale, 12), np.linspace(y0, y0 + dy * scale, 12)])
+                    clash += sum(bool(((line[:, 0] >= o.x0) & (line[:, 0] <= o.x1) & (line[:, 1] >= o.y0)
+                                       & (line[:, 1] <= o.y1)).any()) for o in placed)
+                if leaders.size:                            # nor sit on an earlier leader line
+                    clash += int(((leaders[:, 0] >= bb.x0) & (leaders[:, 0] <= bb.x1) & (leaders[:, 1] >= bb.y0)
+                                  & (leaders[:, 1] <= bb.y1)).any())
                 score = covered + 1000 * (not inside) + 100 * clash + 0.05 * ring
                 if best is None or score < best[0]:
                     best = (score, dx, dy, ha, va, ring, bb)
@@ -567,6 +576,10 @@ def place_labels(ax, labels: list[tuple[str, float, float]], obstacles: np.ndarr
         t.set_in_layout(False)
         placed.append(bb)
         out.append(t)
+        if lead:
+            x0, y0 = ax.transData.transform((x, y))
+            leaders = np.concatenate([leaders, np.column_stack([np.linspace(x0, x0 + dx * scale, 12),
+                                                                np.linspace(y0, y0 + dy * scale, 12)])])
     return out
 
 
