@@ -623,9 +623,12 @@ def _acc_rows(target, draft, task):
 
 
 @acceptance_group.command("list")
-@click.option("--target", default=None, help="Target: a dse model name or part of the published name.")
-@click.option("--draft", default=None, help="Draft: a kind (eagle3, model, ngram, ...), a dse model or part of a name.")
-@click.option("--task", "text_task", default=None, help="chat, code, math, summarization, translation, qa, rag, mix.")
+@click.option("--target", default=None,
+              help="Target: a dse model name or part of the published name [default: every target].")
+@click.option("--draft", default=None,
+              help="Draft: a kind (eagle3, model, ngram, ...), a dse model or part of a name [default: every draft].")
+@click.option("--task", "text_task", default=None,
+              help="chat, code, math, summarization, translation, qa, rag, mix [default: every task].")
 @click.option("--json", "as_json", is_flag=True, help="Every field of the rows as JSON.")
 def acceptance_list(target, draft, text_task, as_json):
     """List published acceptance rows (alpha and tau as the model uses them)."""
