@@ -224,10 +224,14 @@ def _header_lines(name: str, value_width: int, max_lines: int = 3) -> list[str]:
 
     >>> _header_lines("spec_ms_per_token", 5), _header_lines("draft.link_bw_gb_s", 5)
     (['spec_ms', 'per_token'], ['draft.link', 'bw_gb_s'])
+    >>> _header_lines("tree_shape", 16)
+    ['tree_shape']
     """
     import re
     tokens = [t for t in re.split(r"(?<=\.)|_", name) if t]
     best: dict[int, list[str]] = {}           # lines -> the narrowest breaking into that many
+    if value_width >= len(name):               # the values are wider than the whole name: one line
+        return [name]
     for w in range(max(value_width, max(len(t) for t in tokens)), len(name) + 1):
         lines: list[str] = []
         for t in tokens:

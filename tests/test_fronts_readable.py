@@ -196,3 +196,12 @@ def test_front_text_breaks_headers_only_when_too_wide():
     assert front_text(cols).splitlines()[0] == "spec_ms_per_token  draft.link_bw_gb_s"
     assert front_text(cols, width=20).splitlines() == ["  spec_ms  draft.link", "per_token     bw_gb_s",
                                                        "    3.799        33.2"]
+
+
+def test_front_text_with_values_wider_than_their_header():
+    """A tree shape under `tree_shape` is wider than its name: the header stays one line (the
+    draft-codesign study's table raised here once)."""
+    cols = {"spec_ms_per_token": [2.3, 2.4], "tree_shape": ["5-10-19-15-6-7-1-1", "4-10"]}
+    lines = front_text(cols, width=30).splitlines()
+    assert lines[:2] == ["  spec_ms", "per_token          tree_shape"]
+    assert max(len(line) for line in lines) <= 30
