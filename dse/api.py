@@ -57,7 +57,8 @@ def hardware_arrays(dev: DeviceSpec, rt: RuntimeSpec, chips, dtype: str,
     if tech is not None:
         e = _part_energy(tech, dev)
         bf16 = dev.peak_bf16_flop_s
-        energy = dict(mem_j_per_byte=e["mem_j_per_byte"], link_j_per_byte=e["link_j_per_byte"], static_w=e["static_w"],
+        energy = dict(mem_j_per_byte=e["mem_j_per_byte"], link_j_per_byte=e["link_j_per_byte"], idle_w=e["idle_w"],
+                      power_limit_w=e["power_limit_w"],
                       j_per_flop=e["j_per_flop"] * bf16 / dev.peak_flop_s(compute),
                       attention_j_per_flop=e["j_per_flop"] * bf16 / dev.peak_flop_s(kv_dtype))
     return HardwareArrays(
@@ -136,8 +137,10 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                     overlap: bool = False, runtime: str | None = None, baseline_ms: float | None = None,
                     continuous: bool = False, ep: int = 1,
                     set_fields: dict[str, Any] | None = None, k_max: int = 16,
-                    db: Database | None = None) -> dict[str, Any]:
+                    db: Database | None = None, tech=None) -> dict[str, Any]:
     """Evaluate one design; returns the `dse eval --json` object (display units, None for null).
+    ``tech``: technology constants (TechConstants, e.g. ``with_overrides`` of the database's) for the
+    energy terms; None = the database's (the calibration's energy fit varies them).
 
     Without alpha, acceptance, tau or rank_acceptance the drafter's acceptance comes from the
     published table or the acceptance model (dse.acceptance) for ``task`` and ``temperature``,
@@ -207,7 +210,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     if drafter.kind == "model" and not on_chip:        # a draft model on the target chips shards like it
         raise_collected(check_tensor_parallel(drafter.model, (chips,), role="the draft "))
     from .catalog.technology import load_technology
-    tech = load_technology(db.root)
+    tech = tech or load_technology(db.root)
     target_hw = hardware_arrays(dev, rt, chips, dtype, kv_dtype, tech)
     if on_chip:
         ddev = db.device(draft_hw, where="--draft-hw: ")

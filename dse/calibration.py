@@ -40,7 +40,7 @@ from .model.transformer import WEIGHT_FORMATS
 FILES = {"decode": "decode_measurements_public.csv", "specdec": "specdec_measurements_public.csv",
          "extra": "decode_measurements_extra.csv", "serving": "serving_measurements_public.csv",
          "moe": "decode_measurements_moe.csv",
-         "specbench": "specdec_measurements_extra.csv"}
+         "specbench": "specdec_measurements_extra.csv", "energy": "energy_measurements_public.csv"}
 
 #: what each fitted default is fitted on (the row predicates are in :func:`_role`)
 FIT_PARAMETERS = {
@@ -62,6 +62,12 @@ FIT_PARAMETERS = {
                 "at batch 1 and 8 large-batch throughputs (serving_measurements_public.csv)"),
     "trees": ("runtimes/eager.yaml tree_kernels_per_layer, draft_step_overhead_us",
               "the Spec-Bench A100 Vicuna-7B EAGLE-1 and Medusa-1 tree rows (specdec_measurements_extra.csv)"),
+    "idle": ("technology/nodes.yaml active_idle_fraction",
+             "the 8 ML.ENERGY v2.0 H100 rows paired with v3.0 rows of the same model, GPUs and batch "
+             "(Llama-3.1-8B x1, 70B x4; batch 64-512; energy_measurements_public.csv)"),
+    "energy": ("technology/nodes.yaml onchip_pj_per_dram_bit, operand_delivery_factor",
+               "the ML.ENERGY v3.0 Llama-3.1-8B rows on one H100 below its power limit (measured draw under "
+               "95% of its 700 W TDP: batch 8-64; energy_measurements_public.csv)"),
 }
 
 #: CSV hardware text -> (device, --set overrides, mapping note)
@@ -90,6 +96,8 @@ MODELS = {
     "Chinchilla-draft-4B": "chinchilla-draft-4b", "T5-XXL (11B)": "t5-xxl", "Llama-3.3-70B": "llama-3.3-70b",
     "DeepSeek-V3": "deepseek-v3", "DeepSeek-R1": "deepseek-v3", "Mixtral-8x7B": "mixtral-8x7b",
     "Vicuna-7B-v1.3": "vicuna-7b", "Vicuna-13B-v1.3": "vicuna-13b", "Vicuna-33B-v1.3": "vicuna-33b",
+    "Llama-3.1-8B": "llama-3.1-8b", "Llama-3.1-70B": "llama-3.1-70b", "Llama-3.1-405B": "llama-3.1-405b",
+    "Qwen3-8B": "qwen3-8b", "Qwen3-14B": "qwen3-14b", "Qwen3-32B": "qwen3-32b",
 }
 #: EAGLE-1's default static tree (mc_sim_7b_63: 4-8-8-3-2 nodes per depth below the root)
 EAGLE_DEFAULT_TREE = (25, 5)
@@ -121,6 +129,7 @@ PRECISION = {
     "INT4 weights (g32)": "int4", "not stated in sources read": "bf16",
     "FP8 (fp8 KV cache)": "fp8-head16", "4-bit (q4f16_1 assumed)": "q4f16_1", "FP8 (NIM fp8 profile)": "fp8-head16",
     "nvfp4 MoE and dense FFN, bf16 attention": "nvfp4", "fp8 (DeepSeek block-wise W8A8)": "fp8-head16",
+    "fp8 (row-wise W8A8, Meta FP8 checkpoint)": "fp8-head16",
 }
 _RUNTIME_BY_FRAMEWORK = (("transformers", "eager"), ("Hugging Face", "eager"), ("HF backend", "eager"),
                          ("gpt-fast", "gpt-fast"))   # else the device's default
@@ -131,6 +140,14 @@ DECODE_METRICS = {"decode tok/s": "decode_ms", "autoregressive sampling": "decod
 #: serving-file metric text -> kind of comparison
 SERVING_METRICS = {"first token latency": "ttft_ms", "output tok/s/GPU": "throughput_tok_s_gpu",
                    "decode tok/s": "decode_ms", "inter-token latency": "decode_ms"}
+#: the power limit below which the energy fit takes a row: measured draw per GPU < this x the GPU's TDP
+#: (above it the GPU runs at its limit: its clocks drop, which dse does not model)
+ENERGY_FIT_MAX_TDP_FRACTION = 0.95
+#: why the B200 GPQA rows of the ML.ENERGY v3.0 leaderboard are not modelled (the rows' own numbers)
+B200_GPQA = ("the B200 GPQA runs take 1.3-3.4x the H100 runs' median inter-token latency at the same model and "
+             "batch (Qwen3-8B at 8 sequences: 32.5 ms against 9.7 ms) where the B200's 2.4x bandwidth should make "
+             "them ~2x faster: the GPU waits on something outside it (host or engine) that no dse runtime "
+             "represents, and the energy is a waiting GPU's")
 
 
 class _NotModelled(Exception):
@@ -150,7 +167,7 @@ class Case:
     id: str                      # '<file short name>:<1-based data row>'
     label: str                   # what was measured, in a few words
     metric: str                  # decode_ms | spec_ms | speedup | bandwidth_gb_s | ttft_ms |
-                                 # throughput_tok_s_gpu | '' (not modelled)
+                                 # throughput_tok_s_gpu | energy_j_per_token | idle_w | '' (not modelled)
     measured: float | None
     role: str                    # fit | held-out | input | not modelled
     fit_group: str = ""          # key of FIT_PARAMETERS for fit/input rows
@@ -435,6 +452,46 @@ def _specdec_case(rid: str, row: dict[str, str], db: Database | None = None) -> 
     return Case(rid, "", "speedup", speedup, "held-out", design=design, note=note, source=src)
 
 
+def _energy_key(row: dict[str, str]) -> tuple[str, str, str, str]:
+    return row["hardware"], row["num_chips"], row["model"], row["batch_size"]
+
+
+def _energy_case(rid: str, row: dict[str, str], v3: dict[tuple, dict[str, str]]) -> Case:
+    """A row of energy_measurements_public.csv. An ML.ENERGY v3.0 row is an energy per output token of
+    continuous batching at its average concurrency, prompt and output lengths. A v2.0 row (an older,
+    slower engine on the same H100s) is paired with the v3.0 row of the same model, GPUs and batch: the
+    same work took longer, and the extra energy over the extra time is the power of a GPU waiting
+    between kernels, P = (E2 - E3) / (1/tps2 - 1/tps3) per GPU (``idle_w``, an input of the idle fit)."""
+    src, chips = row["source"], int(row["num_chips"])
+    dev = _lookup(HARDWARE, row["hardware"], "hardware")[0]
+    if row["framework"].startswith("vLLM 0.5.4"):
+        other = v3.get(_energy_key(row))
+        if other is None:
+            raise _NotModelled("no ML.ENERGY v3.0 row of the same model, GPUs and batch to pair it with")
+        e2, e3 = float(row["energy_j_per_token"]), float(other["energy_j_per_token"])
+        t2, t3 = 1.0 / float(row["output_tok_s"]), 1.0 / float(other["output_tok_s"])
+        idle = (e2 - e3) / (t2 - t3) / chips
+        note = (f"paired with the v3.0 row ({e3:g} J at {float(other['output_tok_s']):g} tok/s): "
+                f"({e2:g} - {e3:g}) J / ({t2 * 1e3:.4f} - {t3 * 1e3:.4f}) ms / {chips} GPU(s); assumes both engines "
+                "do the same work per token (v2.0 used ShareGPT prompts, v3.0 LMArena's)")
+        return Case(rid, "", "idle_w", idle, "input", "idle", dict(hw=dev), note, src)
+    if row["task"] == "gpqa" and dev == "b200":
+        raise _NotModelled(B200_GPQA)
+    dtype = _lookup(PRECISION, row["precision"], "precision")
+    prompt, output = int(_num(row["input_len"])), int(round(float(row["output_len"])))
+    batch = int(round(float(row["avg_batch"])))
+    design, hw_note = _design(row["hardware"], _lookup(MODELS, row["model"], "model"), dtype, chips, prompt=prompt,
+                              output=output, framework=row["framework"])
+    design.update(batch=batch, continuous=True)
+    draw = float(row["avg_power_w"]) / chips
+    note = "; ".join(x for x in (
+        f"continuous batching at the measured mean concurrency {batch} (max_num_seqs {row['batch_size']}), prompt "
+        f"{prompt} (estimate), output {output}; measured {draw:.0f} W per GPU, median inter-token "
+        f"{row['itl_ms']} ms", hw_note) if x)
+    return Case(rid, "", "energy_j_per_token", float(row["energy_j_per_token"]), "", design=design, note=note,
+                source=src)
+
+
 def _label(rid: str, row: dict[str, str]) -> str:
     if rid.startswith("specdec:"):
         return (f"{row['hardware']} {row['target_model']} + {row['draft_method']} {row['k_or_tree']} "
@@ -445,10 +502,13 @@ def _label(rid: str, row: dict[str, str]) -> str:
     if rid.startswith("serving:"):
         return (f"{row['hardware']} x{row['num_chips']} {row['model']} {row['precision']} B={row['batch_size']} "
                 f"{row['input_len']}/{row['output_len']} ({row['framework']})")
+    if rid.startswith("energy:"):
+        return (f"{row['hardware']} x{row['num_chips']} {row['model']} {row['precision'].split(' ')[0]} "
+                f"{row['task'].split(' ')[0]} B={row['batch_size']} ({row['framework'].split(' (')[0]})")
     return f"{row['hardware']} x{row['num_chips']} {row['model']} {row['precision']} ({row['framework']})"
 
 
-def _role(case: Case, row: dict[str, str]) -> Case:
+def _role(case: Case, row: dict[str, str], db: Database | None = None) -> Case:
     """Fill in fit / held-out for decode rows (the fit subsets of FIT_PARAMETERS), and mark the
     speculative rows the tree costs are fitted on."""
     d = case.design
@@ -470,6 +530,9 @@ def _role(case: Case, row: dict[str, str]) -> Case:
     elif (case.id.startswith("serving:") and d["target"] == "llama-2-7b" and d["hw"] in ("h100-sxm", "a100-80gb")
           and row.get("framework", "").startswith("TensorRT-LLM")):
         group = "serving"
+    elif (case.id.startswith("energy:") and d["hw"] == "h100-sxm" and d["target"] == "llama-3.1-8b"
+          and float(row["avg_power_w"]) / d["chips"] < ENERGY_FIT_MAX_TDP_FRACTION * (db or load_database()).device(d["hw"]).tdp_w):
+        group = "energy"
 
     return Case(case.id, case.label, case.metric, case.measured, "fit" if group else "held-out", group,
                 case.design, case.note, case.source)
@@ -477,9 +540,12 @@ def _role(case: Case, row: dict[str, str]) -> Case:
 
 def cases(db: Database | None = None) -> list[Case]:
     """Every measurement row as a Case, in file order."""
+    db = db or load_database()
     rows = read_rows(db)
     ar_ms = {r["model"]: float(r["ms_per_token"]) for rid, r in rows
              if rid.startswith("decode:") and r["model"] in ("Chinchilla-70B", "Chinchilla-draft-4B")}
+    v3 = {_energy_key(r): r for rid, r in rows if rid.startswith("energy:") and r["framework"].startswith("vLLM 0.11")
+          and r["task"] == "lm-arena-chat"}
     out = []
     for rid, row in rows:
         label, source = _label(rid, row), row.get("source", "")
@@ -488,14 +554,17 @@ def cases(db: Database | None = None) -> list[Case]:
                 case = _specdec_case(rid, row, db)
             elif rid.startswith("serving:"):
                 case = _serving_case(rid, row)
+            elif rid.startswith("energy:"):
+                case = _energy_case(rid, row, v3)
             else:
                 case = _decode_case(rid, row, ar_ms)
         except _NotModelled as why:
-            measured = _num(row.get("ms_per_token") or row.get("measured_speedup") or row.get("value") or "")
+            measured = _num(row.get("ms_per_token") or row.get("measured_speedup") or row.get("value")
+                            or row.get("energy_j_per_token") or "")
             out.append(Case(rid, label, "", measured, "not modelled", note=str(why), source=source))
             continue
         out.append(_role(Case(rid, label, case.metric, case.measured, case.role, case.fit_group, case.design,
-                              case.note, case.source), row))
+                              case.note, case.source), row, db))
     return out
 
 
@@ -508,6 +577,10 @@ def predict(case: Case, db: Database | None = None) -> float | None:
     if case.metric == "bandwidth_gb_s":
         dev = db.device(case.design["hw"])
         return dev.mem_bw_bytes_s * dev.mem_efficiency / 1e9
+    if case.metric == "idle_w":
+        from .catalog.technology import load_technology
+        from .model.technology import known_part_energy
+        return known_part_energy(load_technology(db.root), db.device(case.design["hw"]))["idle_w"]
     r = evaluate_design(db=db, **case.design)
     if not r["fits"]:
         return None
@@ -520,7 +593,7 @@ def _metric(case: Case, r: dict[str, Any]) -> float:
         d = case.design
         return d["batch"] * d["output"] / (r["request_latency_ms"] * 1e-3) / d["chips"]
     key = {"decode_ms": "baseline_ms_per_token", "spec_ms": "spec_ms_per_token", "speedup": "speedup",
-           "ttft_ms": "ttft_ms"}[case.metric]
+           "ttft_ms": "ttft_ms", "energy_j_per_token": "energy_j_per_token"}[case.metric]
     return r[key]
 
 
@@ -572,15 +645,32 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
                     max_abs_error=max(errs) if errs else None)
 
     fam = {"decode": ("decode_ms",), "speculative": ("spec_ms", "speedup"), "ttft": ("ttft_ms",),
-           "throughput": ("throughput_tok_s_gpu",), "acceptance": ("tau",)}
+           "throughput": ("throughput_tok_s_gpu",), "acceptance": ("tau",), "energy": ("energy_j_per_token",)}
     out: dict[str, Any] = {}
     for name, metrics in fam.items():
         sel = [r for r in rows if r["metric"] in metrics]
         out[name] = {"fit": stats([r for r in sel if r["role"] == "fit"]),
                      "held-out": stats([r for r in sel if r["role"] == "held-out"]),
                      "all": stats(sel)}
+    out["energy_by_batch"] = energy_by_batch(rows)
     out["not_modelled"] = [r["id"] for r in rows if r["role"] == "not modelled" and not r["id"].startswith("acceptance:")]
     out["acceptance_not_placed"] = sum(1 for r in rows if r["role"] == "not modelled" and r["id"].startswith("acceptance:"))
+    return out
+
+
+#: batch bands of the energy rows' signed-error medians (summary["energy_by_batch"])
+ENERGY_BATCH_BANDS = ((1, 16), (17, 128), (129, 100_000))
+
+
+def energy_by_batch(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Median signed error of the held-out energy rows per batch band (and GPU): a model right for the
+    right reason has no sign that follows the batch."""
+    out = []
+    for hw in ("h100-sxm", "b200"):
+        for lo, hi in ENERGY_BATCH_BANDS:
+            errs = [r["rel_error"] for r in rows if r["metric"] == "energy_j_per_token" and r["role"] == "held-out"
+                    and r["rel_error"] is not None and r["design"]["hw"] == hw and lo <= r["design"]["batch"] <= hi]
+            out.append(dict(hw=hw, batch=(lo, hi), n=len(errs), median_error=statistics.median(errs) if errs else None))
     return out
 
 
@@ -698,6 +788,42 @@ def fit(db: Database | None = None) -> dict[str, float]:
     out["graphs.mla_extra_kernels"] = float(_nnls(np.array(rows), np.array(rhs))[0])
     out.update(_fit_serving([c for c in cs if c.fit_group == "serving"], db))
     out.update(_fit_trees([c for c in cs if c.fit_group == "trees"], db))
+    out.update(_fit_energy(cs, db))
+    return out
+
+
+def _fit_energy(cs: list[Case], db: Database) -> dict[str, float]:
+    """Energy stages (docs/calibration.md section 5d). Idle: the mean busy-but-waiting power of the
+    paired rows (``idle_w`` inputs, all on H100s) as the fraction of the H100's provisioned power
+    above its leakage, f = (P_idle - leakage) / (power_w - leakage). Energy: given f as stored, the
+    on-chip pJ per DRAM bit X and the operand-delivery factor F by relative least squares (values >= 0):
+    energy per token is linear in both, E = E0 + a X + b F (E0, a, b from evaluate_design with the
+    technology constants at X = F = 0 and at unit values; no row is at its power limit there)."""
+    from .api import evaluate_design
+    from .catalog.technology import load_technology
+    from .model.technology import known_part_energy
+    tech = load_technology(db.root)
+    out: dict[str, float] = {}
+    idle = [c for c in cs if c.fit_group == "idle"]
+    devs = {c.design["hw"] for c in idle}
+    assert len(devs) == 1, devs          # the pairs are all H100s
+    e = known_part_energy(tech, db.device(devs.pop()))
+    p_idle = statistics.fmean(c.measured for c in idle)
+    out["nodes.active_idle_fraction"] = (p_idle - e["static_w"]) / (e["power_limit_w"] - e["static_w"])
+
+    def energy(c, x, f):
+        t = tech.with_overrides({"onchip_pj_per_dram_bit": x, "operand_delivery_factor": f})
+        r = evaluate_design(db=db, tech=t, **c.design)
+        assert r["energy_j_per_token"] * r["tokens_per_s"] < r["power_w"], c.id     # below its power limit
+        return r["energy_j_per_token"]
+
+    rows, rhs = [], []
+    for c in (c for c in cs if c.fit_group == "energy"):
+        e0 = energy(c, 0.0, 0.0)
+        rows.append([(energy(c, 1.0, 0.0) - e0) / c.measured, (energy(c, 0.0, 1.0) - e0) / c.measured])
+        rhs.append(1.0 - e0 / c.measured)
+    x, f = _nnls(np.array(rows), np.array(rhs))
+    out["nodes.onchip_pj_per_dram_bit"], out["nodes.operand_delivery_factor"] = float(x), float(f)
     return out
 
 
@@ -786,8 +912,10 @@ def _factor(design: dict[str, Any], db: Database) -> float:
 
 def stored_values(db: Database | None = None) -> dict[str, float]:
     """The database's current values of the fitted defaults, keyed like :func:`fit`."""
+    from .catalog.technology import load_technology
     from .model.transformer import COMPUTE_EFFICIENCY_FACTOR
     db = db or load_database()
+    tech = load_technology(db.root)
     a100, graphs, eager = db.device("a100-80gb"), db.runtime("graphs"), db.runtime("eager")
     gf = db.runtime("gpt-fast")
     return {"a100-80gb.mem_efficiency": a100.mem_efficiency,
@@ -802,7 +930,10 @@ def stored_values(db: Database | None = None) -> dict[str, float]:
             "graphs.request_overhead_us": graphs.request_overhead_s * 1e6,
             "graphs.sequence_overhead_us": graphs.sequence_overhead_s * 1e6,
             "eager.tree_kernels_per_layer": eager.tree_kernels_per_layer,
-            "eager.draft_step_overhead_us": eager.draft_step_overhead_s * 1e6}
+            "eager.draft_step_overhead_us": eager.draft_step_overhead_s * 1e6,
+            "nodes.active_idle_fraction": tech.active_idle_fraction,
+            "nodes.onchip_pj_per_dram_bit": tech.onchip_j_per_dram_bit * 1e12,
+            "nodes.operand_delivery_factor": tech.operand_delivery_factor}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -810,7 +941,8 @@ def stored_values(db: Database | None = None) -> dict[str, float]:
 # ---------------------------------------------------------------------------------------------
 
 _UNITS = {"decode_ms": "ms/token", "spec_ms": "ms/token", "speedup": "x", "bandwidth_gb_s": "GB/s",
-          "ttft_ms": "ms", "throughput_tok_s_gpu": "tok/s/GPU", "tau": "tokens/pass"}
+          "ttft_ms": "ms", "throughput_tok_s_gpu": "tok/s/GPU", "tau": "tokens/pass", "energy_j_per_token": "J/token",
+          "idle_w": "W/GPU"}
 
 
 def _pct(x: float | None) -> str:
@@ -854,10 +986,15 @@ def format_report(rep: dict[str, Any]) -> str:
     out.append("median |error| (n rows):")
     for fam, title in (("decode", "decode latency"), ("speculative", "speculative (spec ms/token, speedup)"),
                        ("ttft", "time to first token"), ("throughput", "large-batch throughput (request latency)"),
-                       ("acceptance", "acceptance (tau of published rows, hardware_db/acceptance)")):
+                       ("acceptance", "acceptance (tau of published rows, hardware_db/acceptance)"),
+                       ("energy", "energy per token")):
         parts = [f"{role} {_pct(s[fam][role]['median_abs_error']).lstrip('+')} (n={s[fam][role]['n']})"
                  for role in ("fit", "held-out", "all")]
         out.append(f"  {title}: " + ", ".join(parts))
+    bands = [f"{b['hw']} B {b['batch'][0]}-{b['batch'][1]} " if b["batch"][1] < 100_000 else f"{b['hw']} B >={b['batch'][0]} "
+             for b in s["energy_by_batch"]]
+    bands = [f"{x}{_pct(b['median_error'])} (n={b['n']})" for x, b in zip(bands, s["energy_by_batch"])]
+    out.append("  energy per token, held-out median signed error by batch: " + ", ".join(bands))
     out.append(f"  not modelled: {len(s['not_modelled'])} rows ({', '.join(s['not_modelled'])})")
     if rep.get("acceptance_loso"):
         a = rep["acceptance_loso"]

@@ -23,6 +23,8 @@ from .catalog.technology import TechConstants
 from .model.arrays import DesignBatch, HardwareArrays
 from .model.evaluate import MIN_ROWS_DEDUPE, Metrics, distinct_rows, evaluate
 from .model.technology import (
+    SUSTAINED_DRAM_FRACTION,
+    energy_constants,
     known_part_energy,
     known_part_estimate,
     known_part_power_w,
@@ -109,7 +111,7 @@ RUNTIME_ARRAY_FIELDS = ("kernel_launch_s", "kernels_per_layer", "mla_extra_kerne
 #: a synthesised chip's mem_efficiency when its study does not set one: the rule known parts
 #: follow (docs/calibration.md section 4): DRAM 0.83 (the A100's measured streaming fraction),
 #: on-die SRAM 0.9; and its compute_efficiency: 0.66 (TensorRT-LLM prefill MFU, every device)
-MEM_EFFICIENCY_RULE = {"dram": 0.83, "sram": 0.9}
+MEM_EFFICIENCY_RULE = {"dram": SUSTAINED_DRAM_FRACTION, "sram": 0.9}
 COMPUTE_EFFICIENCY_RULE = 0.66
 
 
@@ -157,7 +159,7 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
         # and the same energy model (technology.known_part_power_w; the vendor TDP where it cannot run)
         table["power_w"] = np.array([known_part_power_w(tech, d)[0] for d in devs], dtype=np.float64)
         energy = [known_part_energy(tech, d) for d in devs]
-        for key in ("mem_j_per_byte", "j_per_flop", "static_w", "link_j_per_byte"):
+        for key in ("mem_j_per_byte", "j_per_flop", "idle_w", "power_limit_w", "link_j_per_byte"):
             table[key] = np.array([e[key] for e in energy], dtype=np.float64)
         col = {k: v[code] for k, v in table.items()}
         link_bw = np.asarray(get("link_bw_gb_s"), dtype=np.float64) * FACTOR["gb_s"] if prefix + "link_bw_gb_s" in knobs \
@@ -182,7 +184,8 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
         native_w, native_a = col["weight_math_native"] > 0, col["attention_math_native"] > 0
         domain, out_bw = col["scale_up_domain"], col["scale_out_bw_bytes_s"]
         out_lat, out_eff = col["scale_out_latency_s"], col["scale_out_efficiency"]
-        mem_j, j_bf16, static_w, link_j = col["mem_j_per_byte"], col["j_per_flop"], col["static_w"], col["link_j_per_byte"]
+        mem_j, j_bf16, idle_w, link_j = col["mem_j_per_byte"], col["j_per_flop"], col["idle_w"], col["link_j_per_byte"]
+        limit_w = col["power_limit_w"]
         buildable = np.ones(n, dtype=bool)
     else:
         node_names, node_codes = coded("process_node")
@@ -238,9 +241,11 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
         cost_chip, power_chip, area = chip.cost_usd, chip.power_w, chip.die_area_mm2
         price_chip = np.full(n, _NAN)           # a hypothetical chip has no street price
         buildable = chip.shoreline_ok & chip.stack_height_ok
-        # energy from the same tables as its power (technology.power_w)
-        mem_j = tech.memory_table().j_per_bit[mem] * _BITS_PER_BYTE
-        j_bf16, static_w = tech.node_table().j_per_flop[node], chip.static_power_w
+        # energy from the same tables as its power (technology.power_w, technology.energy_constants)
+        mem_j, j_bf16, idle_w = energy_constants(tech, j_per_bit=tech.memory_table().j_per_bit[mem], is_sram=is_sram,
+                                                 j_per_flop=tech.node_table().j_per_flop[node],
+                                                 static_w=chip.static_power_w, power_w=chip.power_w)
+        limit_w = chip.power_w
         link_j = np.full(n, tech.link_j_per_bit * _BITS_PER_BYTE)
     hw = HardwareArrays(chips=chips, capacity_bytes=cap, mem_bw_bytes_s=bw, peak_flop_s=peak,
                         mem_efficiency=eff_m, compute_efficiency=eff_c, link_bw_bytes_s=link_bw,
@@ -249,7 +254,8 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
                         scale_out_bw_bytes_s=out_bw, scale_out_latency_s=out_lat, scale_out_efficiency=out_eff,
                         # a FLOP at a dtype costs the BF16 FLOP's energy x peak BF16 / peak at that dtype
                         mem_j_per_byte=mem_j, j_per_flop=j_bf16 * peak_bf16 / peak,
-                        attention_j_per_flop=j_bf16 * peak_bf16 / peak_att, link_j_per_byte=link_j, static_w=static_w,
+                        attention_j_per_flop=j_bf16 * peak_bf16 / peak_att, link_j_per_byte=link_j, idle_w=idle_w,
+                        power_limit_w=limit_w,
                         **rcols)
     # past its scale-up domain a group must be whole domains on a scale-out network
     dom_b = np.broadcast_to(domain, (n,))

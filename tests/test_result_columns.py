@@ -184,27 +184,39 @@ def device(name: str, chips: int) -> dict:
                 link_eff=d.get("link_efficiency", LINKS[d["link_class"]]["efficiency"]["value"]),
                 cost=chip_cost("n4", d["memory_type"], d["die_area_mm2"], KNOWN_STACKS[name], cap),
                 price=d["price_usd"], power=known_power("n4", d), area=d["die_area_mm2"],
-                **energy_constants("n4", d["memory_type"], d["die_area_mm2"]))
+                **energy_constants("n4", d["memory_type"], d["die_area_mm2"], known_power("n4", d)))
 
 
-def energy_constants(node: str, mem: str, area: float) -> dict:
-    """Per chip: J per byte of its memory (pJ/bit x 8), J per BF16 FLOP at its node, static W (W/mm^2 x its
-    silicon), J per link byte (the SerDes pJ/bit x 8): technology/nodes.yaml and memory.yaml."""
+def energy_constants(node: str, mem: str, area: float, power: float) -> dict:
+    """Per chip (technology/nodes.yaml and memory.yaml): J per byte of its memory ((pJ/bit + the on-chip
+    pJ per DRAM bit) x 8), J per BF16 FLOP of an inference step (the node's pJ/FLOP x (1 + the operand
+    delivery factor)), busy W (leakage W/mm^2 x its silicon + the active-idle fraction x (its power -
+    leakage)), its power limit (its provisioned power), J per link byte (the SerDes pJ/bit x 8)."""
     tech, g = _tech()
     n = {k: v["value"] for k, v in tech["nodes"][node].items()}
     pj_bit = _y("technology/memory.yaml")["memory"][mem]["pj_per_bit"]["value"]
-    return dict(mem_j=pj_bit * 8e-12, j_flop=n["pj_per_flop"] * 1e-12, static=n["static_w_per_mm2"] * area,
+    static = n["static_w_per_mm2"] * area
+    return dict(mem_j=(pj_bit + g["onchip_pj_per_dram_bit"]) * 8e-12,
+                j_flop=n["pj_per_flop"] * (1 + g["operand_delivery_factor"]) * 1e-12,
+                idle=static + g["active_idle_fraction"] * (power - static), limit=power,
                 link_j=g["link_pj_per_bit"] * 8e-12)
+
+
+def core_domain(g: dict, n: dict, flop_s: float, bw: float) -> float:
+    """The logic die's core domain: the heavier of dense GEMM at u_tdp x FLOP/s x J/FLOP and a DRAM stream at
+    83% (the sustained fraction) of its bandwidth through the die at the on-chip pJ per DRAM bit."""
+    return max(g["tdp_compute_utilization"] * flop_s * n["pj_per_flop"] * 1e-12,
+               0.83 * bw * 8 * g["onchip_pj_per_dram_bit"] * 1e-12)
 
 
 def known_power(node: str, d: dict) -> float:
     """A known part's power: the energy model a synthesised chip gets (synth below), from its own BF16
-    rate, bandwidth, die area and link: u x FLOP/s x J/FLOP + BW x 8 x J/bit + static W/mm^2 x area
+    rate, bandwidth, die area and link: the core domain + BW x 8 x J/bit + static W/mm^2 x area
     + link x 8 x link J/bit (not the vendor TDP: like for like, issue 9)."""
     tech, g = _tech()
     n = {k: v["value"] for k, v in tech["nodes"][node].items()}
     pj_bit = _y("technology/memory.yaml")["memory"][d["memory_type"]]["pj_per_bit"]["value"]
-    return (g["tdp_compute_utilization"] * d["peak_tflops_bf16"] * 1e12 * n["pj_per_flop"] * 1e-12
+    return (core_domain(g, n, d["peak_tflops_bf16"] * 1e12, d["mem_bw_tb_s"] * 1e12)
             + d["mem_bw_tb_s"] * 1e12 * 8 * pj_bit * 1e-12 + n["static_w_per_mm2"] * d["die_area_mm2"]
             + d["link_bw_gb_s"] * 1e9 * 8 * g["link_pj_per_bit"] * 1e-12)
 
@@ -214,8 +226,8 @@ def synth(node: str, tflops: float, mem: str, stacks: int, height: int, sram_mb:
     """A chip synthesised by hand (MODEL.md section 5) from hardware_db/technology (HBM, one die):
     BW = stacks x bw_gb_s; capacity = stacks x height x gib_per_layer GiB; area = TFLOP/s / density
     + SRAM MB / density + stacks x PHY + fixed; cost = chip_cost (wafer / (dies per wafer x Murphy yield)
-    + $/GiB x GiB + packaging (base + interposer + per stack + test per mm^2)); power = u x FLOP/s x J/FLOP
-    + BW x 8 x J/bit + static W/mm^2 x area + link x 8 x link J/bit."""
+    + $/GiB x GiB + packaging (base + interposer + per stack + test per mm^2)); power = the core domain
+    (core_domain) + BW x 8 x J/bit + static W/mm^2 x area + link x 8 x link J/bit."""
     tech, g = _tech()
     mt = _y("technology/memory.yaml")
     n = {k: v["value"] for k, v in tech["nodes"][node].items()}
@@ -228,12 +240,12 @@ def synth(node: str, tflops: float, mem: str, stacks: int, height: int, sram_mb:
     assert area <= g["reticle_limit_mm2"]                       # one die
     shoreline_ok = stacks * m["shoreline_mm"] <= g["memory_edges_per_die"] * math.sqrt(area * g["die_aspect_ratio"])
     cost = chip_cost(node, mem, area, stacks, cap)
-    power = (g["tdp_compute_utilization"] * tflops * 1e12 * n["pj_per_flop"] * 1e-12
+    power = (core_domain(g, n, tflops * 1e12, bw)
              + bw * 8 * m["pj_per_bit"] * 1e-12 + n["static_w_per_mm2"] * area
              + link_gb_s * 1e9 * 8 * g["link_pj_per_bit"] * 1e-12)
     return dict(chips=chips, bw=bw, cap=cap, peak=tflops * 1e12, eta_m=eta_m, eta_c=eta_c, link=link_gb_s * 1e9,
                 lat=lat_us * 1e-6, link_eff=LINK_EFF, cost=cost, price=math.nan, power=power, area=area,
-                buildable=shoreline_ok, **energy_constants(node, mem, area))
+                buildable=shoreline_ok, **energy_constants(node, mem, area, power))
 
 
 def metrics(tm: dict, dm: dict, T: dict, D: dict | None, *, B: int, P: int, G: int, k: int, alpha: float) -> dict:
@@ -285,12 +297,14 @@ def metrics(tm: dict, dm: dict, T: dict, D: dict | None, *, B: int, P: int, G: i
     tau = (1 - alpha ** (k + 1)) / (1 - alpha)                   # Leviathan Eq. 1
     spec = t_iter / tau
     # energy per generated token (MODEL.md section 5): the iteration's verify, k draft steps and link bytes
-    # (int32 ids at the SerDes J/byte), plus every chip's static power (target + draft chips) for the
-    # whole iteration, over the B x tau tokens it emits; the baseline: one plain step on the target chips
-    static = T["static"] * t + (D["static"] * td if on else 0.0)
+    # (int32 ids at the SerDes J/byte), plus every chip's busy power (target + draft chips) for the
+    # whole iteration, at most every chip's power limit x its time, over the B x tau tokens it emits;
+    # the baseline: one plain step on the target chips
+    idle = T["idle"] * t + (D["idle"] * td if on else 0.0)
+    limit = T["limit"] * t + (D["limit"] * td if on else 0.0)
     e_link = (B * k * 4 + 2 * B * 4) * T["link_j"] if on else 0.0
-    e_iter = verify["energy"] + k * one_draft["energy"] + e_link + static * t_iter
-    e_base = (base["energy"] + T["static"] * t * base["time"]) / B
+    e_iter = min(verify["energy"] + k * one_draft["energy"] + e_link + idle * t_iter, limit * t_iter)
+    e_base = min(base["energy"] + T["idle"] * t * base["time"], T["limit"] * t * base["time"]) / B
     pre_t = step(tm, T, B=B, q=P, S=0, prefill=True)["time"]
     pre_d = step(dm, Dg, B=B, q=P, S=0, prefill=True)["time"]
     # TTFT: both prefills (in parallel on a draft chip, after its link latency) + the runtime's
@@ -396,7 +410,7 @@ KNOWN = {
 }
 
 SYNTH_OBJ = [{"metric": "spec_ms_per_token", "direction": "minimize"}, {"metric": "cost_usd", "direction": "minimize"}]
-SYNTH_CON = [{"metric": "power_w", "max": 700.0}, {"metric": "speedup", "min": 1.2}]
+SYNTH_CON = [{"metric": "power_w", "max": 800.0}, {"metric": "speedup", "min": 1.2}]
 TARGET_KNOBS = dict(process_node="n4", peak_tflops=1000, memory="hbm3e", memory_stacks=[6, 8], stack_height=8, sram_mb=50,
                     chips=1, link_bw_gb_s=900, link_latency_us=2.0, mem_efficiency=0.8, compute_efficiency=0.7)
 DRAFT_KNOBS = dict(process_node="n5", peak_tflops=100, memory="hbm3e", memory_stacks=1, stack_height=8, sram_mb=32,
@@ -583,11 +597,11 @@ def test_known_part_on_two_chips_every_column(known):
     h = df[(df.params_target_chip_device == "h200") & (df.params_target_chip_chips == 2)].iloc[0]
     assert (h.price_usd, h.chip_price_usd, h.total_die_area_mm2) == (70_000, 35_000, 1_628)
     # power, the synthesised chips' energy model on the known part (technology/nodes.yaml n4 0.5 pJ/FLOP,
-    # 0.07 W/mm^2, u = 0.7, link 5 pJ/bit; memory.yaml hbm3e 5.0 pJ/bit, hbm3 5.5): h200 = 0.7 x 989.4e12 x
-    # 0.5e-12 = 346.29 W + 4.8e12 x 8 x 5.0e-12 = 192 W + 0.07 x 814 = 56.98 W + 900e9 x 8 x 5e-12 = 36 W
-    # = 631.27 W a chip (the vendor TDP is 700 W); h100-sxm: 346.29 + 3.35e12 x 8 x 5.5e-12 = 147.4 W
-    # + 56.98 + 36 = 586.67 W (TDP 700 W)
-    assert h.chip_power_w == pytest.approx(631.27, rel=GLUE) and h.power_w == pytest.approx(1262.54, rel=GLUE)
+    # 0.07 W/mm^2, u = 0.7, on-chip 12.1 pJ per DRAM bit, link 5 pJ/bit; memory.yaml hbm3e 5.0 pJ/bit, hbm3 5.5):
+    # h200 = max(0.7 x 989.4e12 x 0.5e-12 = 346.29 W, 0.83 x 4.8e12 x 8 x 12.1e-12 = 385.6512 W) + 4.8e12 x 8 x
+    # 5.0e-12 = 192 W + 0.07 x 814 = 56.98 W + 900e9 x 8 x 5e-12 = 36 W = 670.6312 W a chip (the vendor TDP is
+    # 700 W); h100-sxm: max(346.29, 269.1476) + 3.35e12 x 8 x 5.5e-12 = 147.4 W + 56.98 + 36 = 586.67 W (TDP 700 W)
+    assert h.chip_power_w == pytest.approx(670.6312, rel=GLUE) and h.power_w == pytest.approx(1341.2624, rel=GLUE)
     assert h.memory_capacity_gb == pytest.approx(282 * 2 ** 30 / 1e9, rel=GLUE)
     assert (h.mem_bw_tb_s, h.peak_tflops) == (4.8, 989.4)
     # cost: the manufacturing estimate of one 814 mm^2 N4 die (nodes.yaml: 300 mm wafer,
@@ -618,13 +632,17 @@ def test_known_part_on_two_chips_every_column(known):
     assert s.memory_shortfall_gb == pytest.approx(143.853617152 + 0.05 * 80 * 2 ** 30 / 1e9 - 80 * 2 ** 30 / 1e9,
                                                   rel=GLUE)
     assert s.chip_memory_shortfall_gb == s.memory_shortfall_gb and s.memory_reserve_gb == pytest.approx(4.294967296)
-    # energy, h200 x 2, baseline step (technology: hbm3e 5 pJ/bit = 4e-11 J/B, n4 0.5 pJ/FLOP, SerDes 5 pJ/bit,
-    # n4 static 0.07 W/mm^2 x 814 mm^2 = 56.98 W a chip): each chip reads 69,501,714,432 weights (80 layers
-    # + LM head) x 2 B / 2 + 641 tokens x 327,680 B / 2 = 69,606,735,872 B, x 2 chips x 4e-11 = 5.568539 J;
-    # FLOPs 2 x 69,501,714,432 + 4 x 64 x 128 x 80 x 641 = 140,683,771,904 x 0.5e-12 = 0.070342 J; two ring
-    # all-reduces a layer of 16,384 B, 2 x (2-1) x 16,384 B sent each: 80 x 2 x 32,768 B x 4e-11 = 0.000210 J;
-    # 5.639090 J + 113.96 W x the step's time, for B = 1 token
-    assert h.baseline_energy_j_per_token - 2 * 56.98 * h.baseline_ms_per_token * 1e-3 == pytest.approx(5.639090, rel=1e-6)
+    # energy, h200 x 2, baseline step (technology: hbm3e 5 pJ/bit + 12.1 pJ on-chip per DRAM bit = 1.368e-10
+    # J/B, n4 0.5 pJ/FLOP x (1 + 1.42) = 1.21 pJ, SerDes 5 pJ/bit; busy power 56.98 W leakage (0.07 W/mm^2 x
+    # 814 mm^2) + 0.162 x (670.6312 - 56.98) W = 156.3915 W a chip): each chip reads 69,501,714,432 weights (80
+    # layers + LM head) x 2 B / 2 + 641 tokens x 327,680 B / 2 = 69,606,735,872 B, x 2 chips x 1.368e-10 =
+    # 19.044403 J; FLOPs 2 x 69,501,714,432 + 4 x 64 x 128 x 80 x 641 = 140,683,771,904 x 1.21e-12 = 0.170227 J;
+    # two ring all-reduces a layer of 16,384 B, 2 x (2-1) x 16,384 B sent each: 80 x 2 x 32,768 B x 4e-11 =
+    # 0.000210 J; 19.214840 J + 312.78 W x the step's time, for B = 1 token: 1,193 W, under the two chips'
+    # 1,341.26 W limit
+    assert h.baseline_energy_j_per_token - 2 * 156.39145 * h.baseline_ms_per_token * 1e-3 == pytest.approx(
+        19.214840, rel=1e-6)
+    assert h.baseline_energy_j_per_token / (h.baseline_ms_per_token * 1e-3) < h.power_w
     assert h.tokens_per_j == pytest.approx(1.0 / h.energy_j_per_token, rel=GLUE)
     # speculation: tau 3.3616 tokens for one verify (5 tokens), 4 steps of the 1B and 100 us of overhead
     assert h.energy_j_per_token < 0.4 * h.baseline_energy_j_per_token
@@ -675,19 +693,21 @@ def test_synthesised_chip_with_draft_chip_every_column(synth_grid):
     assert on.draft_memory_required_gb == pytest.approx(2.497183744, rel=GLUE)
     assert on.draft_memory_reserve_gb == pytest.approx(0.05 * 48 * 2 ** 30 / 1e9, rel=GLUE)
     assert off.draft_memory_reserve_gb == 0.0           # the draft lives on the target chips: their reserve
-    # energy per token with the draft chips: their static power (2 x 0.07 W/mm^2 x 167.414 mm^2 at n5) runs for
-    # the whole iteration, and the link carries 24 B of int32 ids at 4e-11 J/B (9.6e-10 J)
+    # energy per token with the draft chips: their busy power (2 x (0.07 W/mm^2 x 167.414 mm^2 at n5 + 0.162 x
+    # their power above it)) runs for the whole iteration, and the link carries 24 B of int32 ids at 4e-11 J/B
     assert on.energy_j_per_token > off.energy_j_per_token
-    # the draft chips' row breaks both constraints: power - 700 W and 1.2 - speedup
+    # the draft chips' row breaks both constraints: power - 800 W and 1.2 - speedup (the lone target: 778.3 W,
+    # its core domain sized for a 6 TB/s stream through the die, 0.83 x 6e12 x 96.8e-12 = 482.1 W over 350 W of GEMM)
+    assert off.power_w == pytest.approx(482.064 + 240 + 0.07 * (1000 / 1.58 + 20 + 75 + 75), rel=GLUE)
     assert on.speedup < 1.2 and not on.feasible and on.constraint_violation == pytest.approx(
-        (on.power_w - 700.0) + (1.2 - on.speedup), rel=GLUE)
+        (on.power_w - 800.0) + (1.2 - on.speedup), rel=GLUE)
     assert off.feasible and off.constraint_violation == 0.0 and off.is_pareto and off.pareto_rank == 0
     assert pd.isna(on.is_pareto) and pd.isna(on.pareto_rank)
     # 8 stacks do not fit the die's edges: buildable False costs +1 and the row is infeasible
     eight = df[df.params_target_chip_memory_stacks == 8]
     assert not eight.buildable.any() and not eight.feasible.any() and eight.fits.all()
     e_off = eight[~eight.params_draft_chip_enabled].iloc[0]
-    assert e_off.constraint_violation == pytest.approx(1.0 + max(0.0, e_off.power_w - 700.0), rel=GLUE)
+    assert e_off.constraint_violation == pytest.approx(1.0 + max(0.0, e_off.power_w - 800.0), rel=GLUE)
 
 
 @pytest.mark.parametrize("which", ["known", "synth_grid"])

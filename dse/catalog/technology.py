@@ -117,6 +117,9 @@ GLOBAL_FIELDS: tuple[Field, ...] = (
     Field("test_usd_per_mm2", "test_usd_per_mm2", 1.0, "USD/mm^2"),
     Field("tdp_compute_utilization", "tdp_compute_utilization", 1.0, "", 0, 1, lo_open=True),
     Field("link_pj_per_bit", "link_j_per_bit", FACTOR["pj"], "pJ/bit"),
+    Field("active_idle_fraction", "active_idle_fraction", 1.0, "of the provisioned power above leakage", 0, 1),
+    Field("onchip_pj_per_dram_bit", "onchip_j_per_dram_bit", FACTOR["pj"], "pJ per bit from off-chip DRAM"),
+    Field("operand_delivery_factor", "operand_delivery_factor", 1.0, "x the node's pJ/FLOP", 0, 20),
 )
 
 
@@ -224,6 +227,9 @@ class TechConstants:
     test_usd_per_mm2: float
     tdp_compute_utilization: float
     link_j_per_bit: float
+    active_idle_fraction: float        # a busy chip's floor: leakage + this x (provisioned power - leakage)
+    onchip_j_per_dram_bit: float       # logic-die path of a bit read from off-chip DRAM (PHY, NoC, L2, SMEM)
+    operand_delivery_factor: float     # inference-step FLOP energy = node J/FLOP x (1 + this)
     provenance: tuple[Provenance, ...] = ()
     files: tuple[str, ...] = ()
 

@@ -56,7 +56,8 @@ class HardwareArrays:
     the host. A retrieval draft (REST, prompt lookup) copies its tree to the device each
     iteration: host_copy_s + bytes / host_link_bw_bytes_s. Defaults are ESTIMATES: 10 us for a
     small pinned host-to-device copy (launch + completion), 25 GB/s for PCIe 4.0 x16 one way.
-    Energy constants per chip (J per byte, per FLOP, W static) feed the energy per token.
+    Energy constants per chip (J per byte, per FLOP, W while busy, the power limit) feed the energy
+    per token.
     """
 
     chips: np.ndarray
@@ -102,7 +103,8 @@ class HardwareArrays:
     j_per_flop: np.ndarray = np.nan            # a linear-layer FLOP at the weight format's compute dtype
     attention_j_per_flop: np.ndarray = np.nan  # an attention FLOP at the KV dtype
     link_j_per_byte: np.ndarray = np.nan       # a byte sent over the scale-up (or draft-chip) link
-    static_w: np.ndarray = np.nan              # leakage and always-on power per chip, W
+    idle_w: np.ndarray = np.nan                # what a chip burns while busy, whatever it computes, W
+    power_limit_w: np.ndarray = np.inf         # provisioned power per chip: the most it draws (energy is capped at it)
 
     def __post_init__(self):
         _as_arrays(self, int_fields=("chips",), bool_fields=("weight_math_native", "attention_math_native"))

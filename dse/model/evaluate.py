@@ -365,8 +365,8 @@ def evaluate(batch: DesignBatch, w: Workload, *, dedupe: bool = True, k_bound: b
 
     A design without bandwidth or link gets infinite times (no warning); the study marks it
     not buildable. Capacity is per design; the latency terms read every DesignBatch field but
-    the memory capacities and reserves and the energy constants energy_metrics reads (static power,
-    J/FLOP), so with ``dedupe`` they are evaluated once per distinct row of those inputs and
+    the memory capacities and reserves and the energy constants energy_metrics reads (busy power,
+    power limit, J/FLOP), so with ``dedupe`` they are evaluated once per distinct row of those inputs and
     gathered (when that is under half the rows), and with
     ``k_bound`` k = auto stops at the k past which a bound rules out a better k for every
     row. Both give the same bits as without them (tests/model/test_evaluate_fast.py). Every
@@ -396,8 +396,9 @@ def evaluate(batch: DesignBatch, w: Workload, *, dedupe: bool = True, k_bound: b
 
 
 #: HardwareArrays fields the latency terms do not read: the capacity check's, and the energy constants
-#: energy_metrics applies per design after the gather (static power, J/FLOP)
-NOT_LATENCY_INPUTS = ("capacity_bytes", "memory_reserve_fraction", "static_w", "j_per_flop", "attention_j_per_flop")
+#: energy_metrics applies per design after the gather (busy power, power limit, J/FLOP)
+NOT_LATENCY_INPUTS = ("capacity_bytes", "memory_reserve_fraction", "idle_w", "power_limit_w", "j_per_flop",
+                      "attention_j_per_flop")
 
 
 def latency_columns(batch: DesignBatch) -> list[np.ndarray]:
@@ -927,28 +928,34 @@ def energy_metrics(metrics: dict, batch: DesignBatch, w: Workload) -> dict:
     """Energy per generated token (MODEL.md section 5) from _latency's ingredients (popped from
     ``metrics``): an iteration's memory and link energy (J), its FLOPs on the target chips and on a
     draft chip, priced at each group's J/FLOP (linear at the weight format's compute dtype, attention
-    at the KV dtype), plus every chip's static power for the iteration's time (a draft chip idles, it is
-    not off), over the B x tau tokens it emits; the baseline's: one plain step on the target chips, B
-    tokens. Applied per design after any dedupe gather, so designs that differ only in static power
-    or J/FLOP (silicon area, process node) share their latency row."""
+    at the KV dtype), plus every chip's busy power (idle_w: leakage, clock tree, control) for the
+    iteration's time (a draft chip idles, it is not off), over the B x tau tokens it emits; the
+    baseline's: one plain step on the target chips, B tokens. No chip draws more than its provisioned
+    power (power_limit_w): an iteration's energy is at most the chips' limits x its time (a chip at its
+    limit lowers its clocks; dse does not lengthen the time, so its tokens/s there is optimistic).
+    Applied per design after any dedupe gather, so designs that differ only in these constants
+    (silicon area, process node) share their latency row."""
     T, D = batch.target, batch.draft
     on_chip = batch.draft_on_chip & w.drafter.can_use_draft_chip
     B = batch.batch.astype(np.float64)
-    static_t = T.static_w * T.chips
-    base = (metrics.pop("_e_base") + metrics.pop("_fl_base") * T.j_per_flop
-            + metrics.pop("_fa_base") * T.attention_j_per_flop + static_t * metrics["baseline_s_per_token"]) / B
+    idle_t, limit_t = T.idle_w * T.chips, T.power_limit_w * T.chips
+    step = metrics["baseline_s_per_token"]
+    base = np.fmin(metrics.pop("_e_base") + metrics.pop("_fl_base") * T.j_per_flop
+                   + metrics.pop("_fa_base") * T.attention_j_per_flop + idle_t * step, limit_t * step) / B
     if w.drafter.kind == "none":            # the iteration is the baseline step
         for key in ("_e_iter", "_fl_t", "_fa_t", "_fl_d", "_fa_d"):
             metrics.pop(key)
         metrics.update(energy_j_per_token=base, baseline_energy_j_per_token=base, tokens_per_j=1.0 / base)
         return metrics
+    it = metrics["iter_s"]
     e_iter = (metrics.pop("_e_iter") + metrics.pop("_fl_t") * T.j_per_flop + metrics.pop("_fa_t") * T.attention_j_per_flop
-              + static_t * metrics["iter_s"])
+              + idle_t * it)
     fl_d, fa_d = metrics.pop("_fl_d"), metrics.pop("_fa_d")
     if on_chip.any():
         e_iter = e_iter + np.where(on_chip, fl_d * D.j_per_flop + fa_d * D.attention_j_per_flop
-                                   + D.static_w * D.chips * metrics["iter_s"], 0.0)
-    energy = e_iter / (B * metrics["tau"])
+                                   + D.idle_w * D.chips * it, 0.0)
+        limit_t = limit_t + np.where(on_chip, D.power_limit_w * D.chips, 0.0)
+    energy = np.fmin(e_iter, limit_t * it) / (B * metrics["tau"])
     metrics.update(energy_j_per_token=energy, baseline_energy_j_per_token=base, tokens_per_j=1.0 / energy)
     return metrics
 

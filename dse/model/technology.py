@@ -66,7 +66,7 @@ class ChipArrays:
     memory_cost_usd: np.ndarray
     packaging_cost_usd: np.ndarray
     cost_usd: np.ndarray              # silicon + memory + packaging (manufacturing, not price)
-    compute_power_w: np.ndarray
+    compute_power_w: np.ndarray       # the core domain: dense GEMM at u_tdp, or a DRAM stream through the die
     memory_power_w: np.ndarray
     static_power_w: np.ndarray
     link_power_w: np.ndarray
@@ -256,29 +256,42 @@ def usable_bandwidth_bytes_s(mem_bw_bytes_s, peak_bf16_flop_s):
     return np.minimum(mem_bw_bytes_s, np.asarray(peak_bf16_flop_s) * _GEMV16_BYTES_PER_FLOP)
 
 
+#: the fraction of its pin rate a DRAM stream sustains (STREAM on the A100: 1700 of 2039 GB/s; the rule every
+#: DRAM part's mem_efficiency takes, evaluation.MEM_EFFICIENCY_RULE): the rate the on-chip path of a DRAM
+#: stream is provisioned for
+SUSTAINED_DRAM_FRACTION = 0.83
+
+
 def power_w(tech: TechConstants, *, peak_bf16_flop_s, j_per_flop, mem_bw_bytes_s, j_per_bit,
-            die_area_mm2, static_w_per_mm2, link_bw_bytes_s
+            die_area_mm2, static_w_per_mm2, link_bw_bytes_s, is_sram=False
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Provisioned power (a TDP-like figure, for power caps), W (MODEL.md section 5):
 
-    P = u_tdp x FLOP/s x J/FLOP          (dense BF16 GEMM at the utilisation a TDP is sized for)
-      + BW_usable x 8 x J/bit            (memory at the bandwidth it can use, usable_bandwidth_bytes_s)
+    P = max(u_tdp x FLOP/s x J/FLOP,               (the logic die's core domain -- SMs, network-on-chip,
+            0.83 x BW_usable x 8 x on-chip J/bit)   L2 -- sized for the heavier of its two sustained loads:
+                                                    dense BF16 GEMM at the utilisation a TDP is sized for,
+                                                    or a DRAM stream through it at its sustained rate)
+      + BW_usable x 8 x J/bit            (the memory devices at the bandwidth they can use, usable_bandwidth_bytes_s)
       + static W/mm^2 x silicon area     (leakage and always-on logic)
       + link BW x 8 x link J/bit         (scale-up SerDes at full rate)
 
-    It is the sustained package power with compute at ``tdp_compute_utilization`` of peak and
-    memory and links saturated at once: a sizing figure comparable to a vendor TDP, not a
-    measured draw, and higher than what memory-bound decode burns (energy per token is computed
-    from each step's traffic instead, model/evaluate.py). Memory is charged at the bandwidth the
-    compute can take in, not an SRAM's full aggregate: a 500 MB SRAM-only chip of 100 TFLOP/s at
-    n5 was 762 W (175 TB/s x 8 x 0.5 pJ/bit), now 142 W; Cerebras WSE-3 111 kW, now 21.8 kW against
-    its 23 kW (with the SRAM's 0.1 pJ/bit and the wafer's 15.6 PFLOP/s dense, hardware_db).
+    A sizing figure comparable to a vendor TDP, not a measured draw; energy per token is computed from
+    each step's traffic (model/evaluate.py) and never exceeds it (a chip at its limit). The on-chip path of
+    a DRAM bit (onchip_pj_per_dram_bit, fitted on H100 energy rows) shares the core domain with the tensor
+    units, so it raises only parts whose stream outweighs their compute: an H200 (4.8 TB/s: 0.83 x 4.8e12 x
+    8 x 12.1e-12 = 385.6 W over 346.3 W of GEMM) 631.3 -> 670.6 W against its 700 W TDP; the H100, B200,
+    MI300X and Cerebras WSE-3 (SRAM: no DRAM path) are unchanged. Memory is charged at the bandwidth the
+    compute can take in, not an SRAM's full aggregate: a 500 MB SRAM-only chip of 100 TFLOP/s at n5 was
+    762 W (175 TB/s x 8 x 0.5 pJ/bit), now 142 W; Cerebras WSE-3 111 kW, now 21.8 kW against its 23 kW
+    (with the SRAM's 0.1 pJ/bit and the wafer's 15.6 PFLOP/s dense, hardware_db).
 
     Returns:
-        (total, compute, memory, static, link), each (n,).
+        (total, core domain, memory devices, static, link), each (n,).
     """
-    compute = tech.tdp_compute_utilization * peak_bf16_flop_s * j_per_flop
-    memory = usable_bandwidth_bytes_s(mem_bw_bytes_s, peak_bf16_flop_s) * _BITS_PER_BYTE * j_per_bit
+    usable = usable_bandwidth_bytes_s(mem_bw_bytes_s, peak_bf16_flop_s)
+    stream = SUSTAINED_DRAM_FRACTION * usable * _BITS_PER_BYTE * np.where(is_sram, 0.0, tech.onchip_j_per_dram_bit)
+    compute = np.maximum(tech.tdp_compute_utilization * peak_bf16_flop_s * j_per_flop, stream)
+    memory = usable * _BITS_PER_BYTE * j_per_bit
     static = static_w_per_mm2 * die_area_mm2
     link = link_power_w(tech, link_bw_bytes_s)
     return compute + memory + static + link, compute, memory, static, link
@@ -287,6 +300,26 @@ def power_w(tech: TechConstants, *, peak_bf16_flop_s, j_per_flop, mem_bw_bytes_s
 def link_power_w(tech: TechConstants, link_bw_bytes_s) -> np.ndarray:
     """Scale-up SerDes at full rate: link BW x 8 x link J/bit (the last term of power_w)."""
     return link_bw_bytes_s * _BITS_PER_BYTE * tech.link_j_per_bit
+
+
+def energy_constants(tech: TechConstants, *, j_per_bit, is_sram, j_per_flop, static_w, power_w
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A chip's energy constants for energy per token (MODEL.md section 5; fitted terms in
+    docs/calibration.md section 5d): (J per byte from its memory, J per BF16 FLOP of an inference
+    step, W while busy), elementwise:
+
+    J/byte = 8 x (memory pJ/bit + onchip_pj_per_dram_bit for off-chip DRAM, 0 for SRAM-only)
+    J/FLOP = node pJ/FLOP x (1 + operand_delivery_factor)
+    idle W = leakage + active_idle_fraction x (provisioned power - leakage)
+
+    The DRAM term is the logic die's path of a streamed byte (PHY, network-on-chip, L2, shared memory,
+    registers), the FLOP term operand delivery at decode's shapes, the idle term what a clocked chip
+    burns between and under its kernels (clock tree, control, PHYs); each is fitted on H100 rows of the
+    ML.ENERGY leaderboard. An H100 (HBM3 5.5 pJ/bit, n4 0.5 pJ/FLOP, 57 W leakage of 587 W) gets
+    8 x (5.5 + 12.3) = 142.4 pJ/byte, 0.5 x 2.4 = 1.2 pJ/FLOP and 57 + 0.157 x 530 = 140 W."""
+    mem = np.asarray(j_per_bit, dtype=np.float64) + np.where(is_sram, 0.0, tech.onchip_j_per_dram_bit)
+    idle = static_w + tech.active_idle_fraction * (np.asarray(power_w, dtype=np.float64) - static_w)
+    return mem * _BITS_PER_BYTE, np.asarray(j_per_flop, dtype=np.float64) * (1.0 + tech.operand_delivery_factor), idle
 
 
 # -- the whole chip -----------------------------------------------------------------------
@@ -352,7 +385,7 @@ def synthesize_chip(tech: TechConstants, *, node_idx, peak_tflops, memory_idx, m
     p_total, p_compute, p_mem, p_static, p_link = power_w(
         tech, peak_bf16_flop_s=peak_bf16, j_per_flop=nodes.j_per_flop[node_idx],
         mem_bw_bytes_s=bw, j_per_bit=mem.j_per_bit[memory_idx], die_area_mm2=total,
-        static_w_per_mm2=nodes.static_w_per_mm2[node_idx], link_bw_bytes_s=link_bw)
+        static_w_per_mm2=nodes.static_w_per_mm2[node_idx], link_bw_bytes_s=link_bw, is_sram=mem.is_sram[memory_idx])
 
     f64 = np.float64
     return ChipArrays(
@@ -493,7 +526,8 @@ def known_part_power_w(tech: TechConstants, dev) -> tuple[float, str]:
         mem, nodes = tech.memory_table(), tech.node_table()
         total = power_w(tech, peak_bf16_flop_s=dev.peak_bf16_flop_s, j_per_flop=nodes.j_per_flop[node],
                         mem_bw_bytes_s=dev.mem_bw_bytes_s, j_per_bit=mem.j_per_bit[mem_i], die_area_mm2=area,
-                        static_w_per_mm2=nodes.static_w_per_mm2[node], link_bw_bytes_s=dev.link_bw_bytes_s)[0]
+                        static_w_per_mm2=nodes.static_w_per_mm2[node], link_bw_bytes_s=dev.link_bw_bytes_s,
+                        is_sram=mem.is_sram[mem_i])[0]
         return float(total), "estimate"
     if dev.tdp_w:
         return float(dev.tdp_w), "tdp"
@@ -502,14 +536,21 @@ def known_part_power_w(tech: TechConstants, dev) -> tuple[float, str]:
 
 def known_part_energy(tech: TechConstants, dev) -> dict[str, float]:
     """Per-chip energy constants of a database device from the tables synthesised chips use (MODEL.md
-    section 5): ``mem_j_per_byte`` (its memory type's pJ/bit x 8), ``j_per_flop`` (dense BF16 at its
-    node), ``static_w`` (its node's leakage per mm^2 x its silicon, as in ``power_w``) and
-    ``link_j_per_byte`` (the SerDes pJ/bit x 8). NaN for what the tables cannot give (a node or
-    memory type outside them): energy per token is then undefined, not guessed."""
+    section 5, ``energy_constants``): ``mem_j_per_byte`` (its memory's pJ/bit, plus the on-chip path
+    of a DRAM bit, x 8), ``j_per_flop`` (a BF16 FLOP of an inference step at its node), ``static_w``
+    (its node's leakage per mm^2 x its silicon, as in ``power_w``), ``idle_w`` (what it burns while
+    busy whatever it computes), ``power_limit_w`` (its provisioned power, ``known_part_power_w``: the
+    most it draws) and ``link_j_per_byte`` (the SerDes pJ/bit x 8). NaN for what the tables cannot
+    give (a node or memory type outside them): energy per token is then undefined, not guessed."""
     node, mem_i, _, area, _ = _known_part_shape(tech, dev)
     nan = float("nan")
+    if node < 0 or mem_i < 0 or area <= 0:
+        return {"mem_j_per_byte": nan, "j_per_flop": nan, "static_w": nan, "idle_w": nan, "power_limit_w": nan,
+                "link_j_per_byte": tech.link_j_per_bit * _BITS_PER_BYTE}
     mem, nodes = tech.memory_table(), tech.node_table()
-    return {"mem_j_per_byte": float(mem.j_per_bit[mem_i]) * _BITS_PER_BYTE if mem_i >= 0 else nan,
-            "j_per_flop": float(nodes.j_per_flop[node]) if node >= 0 else nan,
-            "static_w": float(nodes.static_w_per_mm2[node]) * area if node >= 0 and area > 0 else nan,
-            "link_j_per_byte": tech.link_j_per_bit * _BITS_PER_BYTE}
+    static = float(nodes.static_w_per_mm2[node]) * area
+    limit = known_part_power_w(tech, dev)[0]
+    j_byte, j_flop, idle = energy_constants(tech, j_per_bit=mem.j_per_bit[mem_i], is_sram=mem.is_sram[mem_i],
+                                            j_per_flop=nodes.j_per_flop[node], static_w=static, power_w=limit)
+    return {"mem_j_per_byte": float(j_byte), "j_per_flop": float(j_flop), "static_w": static, "idle_w": float(idle),
+            "power_limit_w": limit, "link_j_per_byte": tech.link_j_per_bit * _BITS_PER_BYTE}

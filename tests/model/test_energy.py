@@ -1,9 +1,12 @@
 """Energy per token and provisioned power (issue 17 item 7), worked by hand from hardware_db/technology.
 
-Constants (technology/nodes.yaml, memory.yaml): n4 0.5 pJ/FLOP and 0.07 W/mm^2 static, n5 0.55 pJ/FLOP and
-0.07 W/mm^2; HBM3 5.5 pJ/bit, HBM3E 5.0, SRAM 0.1; the SerDes 5 pJ/bit; a TDP is sized for 70% of the BF16
-peak. Energy of a step = bytes from memory x pJ/bit x 8 + FLOPs x pJ/FLOP + link bytes x 5 pJ/bit x 8, plus
-every chip's static power for its time, per generated token.
+Constants (technology/nodes.yaml, memory.yaml): n4 0.5 pJ/FLOP and 0.07 W/mm^2 leakage, n5 0.55 pJ/FLOP and
+0.07 W/mm^2; HBM3 5.5 pJ/bit, HBM3E 5.0, GDDR6 7.5, SRAM 0.1; the SerDes 5 pJ/bit; a TDP is sized for 70% of the
+BF16 peak. Fitted on ML.ENERGY rows (docs/calibration.md section 5d): a bit read from off-chip DRAM costs the
+logic die 12.1 pJ more, an inference FLOP the node's pJ/FLOP x (1 + 1.42), a busy chip burns its leakage + 0.162 x
+(its provisioned power - leakage). Energy of a step = bytes from memory x J/byte + FLOPs x J/FLOP + link bytes x
+5 pJ/bit x 8, plus every chip's busy power for its time, at most every chip's provisioned power x its time, per
+generated token.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import dse
 from dse.api import evaluate_design
 from dse.catalog.database import load_database
 from dse.catalog.technology import load_technology
-from dse.model.technology import known_part_power_w, synthesize_chip
+from dse.model.technology import energy_constants, known_part_energy, known_part_power_w, synthesize_chip
 
 DB = load_database()
 TECH = load_technology(DB.root)
@@ -32,11 +35,14 @@ def test_provisioned_power_against_vendor_tdps():
     assert basis == "estimate"
     assert wse == pytest.approx(6015.625 + 12_500 + 3235.75, rel=1e-12)
     assert abs(wse / 23_000 - 1) < 0.30
-    # the HBM parts: memory never binds at the compute's intake (3.35 TB/s << 989 TB/s), unchanged:
-    # H100 SXM 346.29 + 147.4 + 56.98 + 36 = 586.67 W (TDP 700, -16%); H200 631.27 W (-10%);
-    # MI300X (n5, 8 x HBM3 = 5.3 TB/s, 1,307.4 TF, derived 1,155 mm^2, 896 GB/s) 853.2 W (TDP 750, +14%);
-    # B200 (n4, 8 TB/s HBM3E, 2,250 TF, derived 1,599 mm^2, 1.8 TB/s) 1,291.4 W (TDP 1,000, +29%)
-    want = {"h100-sxm": (586.67, 700), "h200": (631.27, 700), "mi300x": (853.23, 750), "b200": (1291.43, 1000)}
+    # the HBM parts: memory never binds at the compute's intake (3.35 TB/s << 989 TB/s). The core domain takes
+    # the heavier of GEMM at 70% and a DRAM stream at 83% through the die at 12.1 pJ/bit: H100 SXM max(346.29,
+    # 0.83 x 3.35e12 x 96.8e-12 = 269.15) + 147.4 + 56.98 + 36 = 586.67 W (TDP 700, -16%); H200 max(346.29,
+    # 0.83 x 4.8e12 x 96.8e-12 = 385.65) + 192 + 56.98 + 36 = 670.63 W (TDP 700, -4%; it was 631.27, -10%);
+    # MI300X (n5, 8 x HBM3 = 5.3 TB/s, 1,307.4 TF, derived 1,155 mm^2, 896 GB/s) max(503.35, 425.82) ... =
+    # 853.2 W (TDP 750, +14%); B200 (n4, 8 TB/s HBM3E, 2,250 TF, derived 1,599 mm^2, 1.8 TB/s) max(787.5,
+    # 642.75) ... = 1,291.4 W (TDP 1,000, +29%): unchanged
+    want = {"h100-sxm": (586.67, 700), "h200": (670.63, 700), "mi300x": (853.23, 750), "b200": (1291.43, 1000)}
     for name, (watts, tdp) in want.items():
         got = known_part_power_w(TECH, DB.device(name))[0]
         assert got == pytest.approx(watts, abs=0.01), name
@@ -58,19 +64,53 @@ def test_sram_chip_is_charged_at_the_bandwidth_it_can_use():
     assert float(chip.power_w[0]) == pytest.approx(142.45, abs=0.01)
 
 
+def test_energy_constants_by_hand():
+    """technology.energy_constants on the H100 SXM (n4, HBM3, 814 mm^2, provisioned 586.67 W): a byte from HBM3
+    (5.5 + 12.1 pJ/bit) x 8 = 140.8 pJ; a BF16 FLOP 0.5 x (1 + 1.42) = 1.21 pJ; busy 0.07 x 814 = 56.98 W of leakage
+    + 0.162 x (586.67 - 56.98) = 142.790 W; its limit, its provisioned 586.67 W. An SRAM-only chip's SRAM sits beside
+    its compute: no on-chip DRAM path, 0.1 x 8 = 0.8 pJ a byte."""
+    e = known_part_energy(TECH, DB.device("h100-sxm"))
+    assert e["mem_j_per_byte"] == pytest.approx(140.8e-12, rel=1e-12)
+    assert e["j_per_flop"] == pytest.approx(1.21e-12, rel=1e-12)
+    assert e["static_w"] == pytest.approx(56.98, rel=1e-12)
+    assert e["idle_w"] == pytest.approx(56.98 + 0.162 * (586.67 - 56.98), rel=1e-12)
+    assert e["idle_w"] == pytest.approx(142.78978, rel=1e-9)
+    assert e["power_limit_w"] == pytest.approx(586.67, abs=0.01)
+    sram = TECH.memory_index("sram")
+    j_byte, j_flop, idle = energy_constants(TECH, j_per_bit=TECH.memory_table().j_per_bit[sram], is_sram=True,
+                                            j_per_flop=0.55e-12, static_w=10.0, power_w=110.0)
+    assert (float(j_byte), float(j_flop), float(idle)) == pytest.approx((0.8e-12, 0.55e-12 * 2.42, 10.0 + 0.162 * 100))
+
+
 def test_baseline_energy_per_token_by_hand():
     """Llama-3.1-8B bf16 on one H100, batch 1, prompt 128, output 128 (mean context 192).
     A decode step reads 32 x 218,103,808 + the LM head 525,336,576 = 7,504,658,432 weights x 2 B
-    = 15,009,316,864 B and the KV cache of 193 tokens x 131,072 B = 25,296,896 B: 15,034,613,760 B x 8 x
-    5.5e-12 = 0.661523 J; FLOPs 2 x 7,504,658,432 + 4 x 32 x 128 x 32 x 193 = 15,110,504,448 x 0.5e-12 =
-    0.007555 J; static 0.07 x 814 = 56.98 W for the step's time. One token per step."""
+    = 15,009,316,864 B and the KV cache of 193 tokens x 131,072 B = 25,296,896 B: 15,034,613,760 B x 140.8e-12 =
+    2.116874 J; FLOPs 2 x 7,504,658,432 + 4 x 32 x 128 x 32 x 193 = 15,110,504,448 x 1.21e-12 = 0.018284 J;
+    142.790 W busy for the step's time. One token per step; 443 W on average, under the 586.67 W limit."""
     r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b")
-    dyn = 15_034_613_760 * 8 * 5.5e-12 + 15_110_504_448 * 0.5e-12
-    assert dyn == pytest.approx(0.669078, abs=1e-6)
+    dyn = 15_034_613_760 * 140.8e-12 + 15_110_504_448 * 1.21e-12
+    assert dyn == pytest.approx(2.135157, abs=1e-6)
     t = r["baseline_ms_per_token"] * 1e-3
-    assert r["baseline_energy_j_per_token"] == pytest.approx(dyn + 56.98 * t, rel=1e-9)
+    assert r["baseline_energy_j_per_token"] == pytest.approx(dyn + 142.78978 * t, rel=1e-9)
+    assert r["baseline_energy_j_per_token"] / t < r["power_w"]
     assert r["energy_j_per_token"] == r["baseline_energy_j_per_token"]          # no draft: the same
     assert r["tokens_per_j"] == pytest.approx(1 / r["energy_j_per_token"], rel=1e-12)
+
+
+def test_a_chip_draws_at_most_its_provisioned_power():
+    """Llama-3.1-8B on one H100 at 64 sequences (continuous batching, prompt 640, output 395: the ML.ENERGY v3.0
+    row's): the step's bytes, FLOPs and busy power would draw more than the H100's provisioned 586.67 W, so
+    the chip runs at that limit: energy per token = 586.67 W x the step's time / 64 exactly. At 8 sequences
+    it draws less (the measured GPU: 486 W; dse 490 W)."""
+    kw = dict(hw="h100-sxm", target="llama-3.1-8b", prompt=640, output=395, continuous=True)
+    busy = evaluate_design(batch=64, **kw)
+    step = busy["baseline_ms_per_token"] * 1e-3
+    assert busy["energy_j_per_token"] == pytest.approx(586.67 * step / 64, rel=1e-6)
+    # without the cap: the same design's dynamic energy alone (busy power removed) exceeds what the limit leaves
+    light = evaluate_design(batch=8, **kw)
+    draw = light["energy_j_per_token"] * light["tokens_per_s"]
+    assert 480 < draw < light["power_w"]
 
 
 def test_speculation_and_batching_lower_energy_per_token():
@@ -87,59 +127,56 @@ def test_speculation_and_batching_lower_energy_per_token():
 
 def test_overlapped_drafting_pays_for_discarded_windows():
     """Overlapped on a draft chip, the window drafted during verification is thrown away unless usable (1 - p_win):
-    its energy is paid again; the draft chip's static power runs the whole iteration."""
+    its energy is paid again; the draft chip's busy power runs the whole iteration."""
     kw = dict(hw="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", draft_hw="l4", alpha=0.8, k=4)
     serial = evaluate_design(**kw)
     over = evaluate_design(overlap=True, **kw)
     assert over["spec_ms_per_token"] < serial["spec_ms_per_token"]
-    # energy per iteration = dynamic + static x time; the overlapped one re-drafts with probability 1 - p_window
-    # and runs for less time: check both by the identity energy x B x tau = dyn_verify + m x dyn_draft + link
-    # + static x iter, with m = 1 (serial) and 2 - p_window (overlapped); static: the H100's 56.98 W and the
-    # L4's 0.07 W/mm^2 x its silicon
-    static = 56.98 + known_static("l4")
-    e_s = serial["energy_j_per_token"] * serial["tau"] - static * serial["iter_ms"] * 1e-3
-    e_o = over["energy_j_per_token"] * over["tau"] - static * over["iter_ms"] * 1e-3
+    # energy per iteration = dynamic + busy power x time (both under the two chips' limits, 586.67 + 76.88 W);
+    # the overlapped one re-drafts with probability 1 - p_window and runs for less time: check both by the
+    # identity energy x B x tau = dyn_verify + m x dyn_draft + link + busy x iter, with m = 1 (serial) and
+    # 2 - p_window (overlapped); busy: the H100's 142.790 W and the L4's (its leakage + 0.162 x the rest)
+    busy = 142.78978 + known_part_energy(TECH, DB.device("l4"))["idle_w"]
+    for r in (serial, over):
+        assert r["energy_j_per_token"] * r["tokens_per_s"] < 586.67 + 76.88
+    e_s = serial["energy_j_per_token"] * serial["tau"] - busy * serial["iter_ms"] * 1e-3
+    e_o = over["energy_j_per_token"] * over["tau"] - busy * over["iter_ms"] * 1e-3
     # the difference is (1 - p_window) drafts' dynamic energy, the same verify and link. By hand, one window: 4
-    # steps of Llama-3.2-1B (bf16) on the L4 (n4, GDDR6 7.5 pJ/bit): 16 x 60,817,408 + tied head 262,668,288 =
-    # 1,235,746,816 weights x 2 B + 193 tokens x 32,768 B of KV = 2,477,817,856 B x 8 x 7.5e-12 = 0.148669 J;
-    # 2 x 1,235,746,816 + 4 x 32 x 64 x 16 x 193 = 2,496,790,528 FLOPs x 0.5e-12 = 0.001248 J: 4 x 0.149917 J
-    window = 4 * (2_477_817_856 * 8 * 7.5e-12 + 2_496_790_528 * 0.5e-12)
-    assert window == pytest.approx(0.599669, abs=1e-6)
+    # steps of Llama-3.2-1B (bf16) on the L4 (n4, GDDR6 7.5 + 12.1 pJ/bit): 16 x 60,817,408 + tied head
+    # 262,668,288 = 1,235,746,816 weights x 2 B + 193 tokens x 32,768 B of KV = 2,477,817,856 B x 8 x 19.6e-12 =
+    # 0.388522 J; 2 x 1,235,746,816 + 4 x 32 x 64 x 16 x 193 = 2,496,790,528 FLOPs x 1.21e-12 = 0.003021 J: 4 x
+    # 0.391543 J
+    window = 4 * (2_477_817_856 * 8 * 19.6e-12 + 2_496_790_528 * 1.21e-12)
+    assert window == pytest.approx(1.566171, abs=1e-6)
     assert (e_o - e_s) / (1 - over["p_window"]) == pytest.approx(window, rel=1e-6)
-
-
-def known_static(name: str) -> float:
-    """A known part's static power: its node's W/mm^2 x its silicon (technology.known_part_energy)."""
-    from dse.model.technology import known_part_energy
-    return known_part_energy(TECH, DB.device(name))["static_w"]
 
 
 def test_expert_parallel_energy_is_the_mean_rank_s():
     """The busiest rank sets the time, but all ranks together move the mean rank's bytes E times: a DeepSeek-V3
-    step under EP 8 moves as many bytes as under tensor parallel; only the links and the time differ."""
+    step under EP 8 moves as many bytes as under tensor parallel; only the links and the time differ (8 H200s
+    busy at 150.015 W each: 56.98 W leakage + 0.162 x (631.27 - 56.98) W; both under their 5,050 W limit)."""
     kw = dict(hw="h200", chips=8, target="deepseek-v3", dtype="fp8", batch=8)
     ep, tp = evaluate_design(ep=8, **kw), evaluate_design(ep=1, **kw)
-    static = 8 * 56.98
-    dyn_ep = ep["baseline_energy_j_per_token"] * 8 - static * ep["baseline_ms_per_token"] * 1e-3
-    dyn_tp = tp["baseline_energy_j_per_token"] * 8 - static * tp["baseline_ms_per_token"] * 1e-3
+    busy = 8 * (56.98 + 0.162 * (631.27 - 56.98))
+    for r in (ep, tp):
+        assert r["baseline_energy_j_per_token"] * r["baseline_tokens_per_s"] < r["power_w"]
+    dyn_ep = ep["baseline_energy_j_per_token"] * 8 - busy * ep["baseline_ms_per_token"] * 1e-3
+    dyn_tp = tp["baseline_energy_j_per_token"] * 8 - busy * tp["baseline_ms_per_token"] * 1e-3
     assert dyn_ep == pytest.approx(dyn_tp, rel=0.01)
     assert ep["baseline_ms_per_token"] > tp["baseline_ms_per_token"]
 
 
-def test_energy_against_a_published_measurement():
-    """ML.ENERGY Leaderboard v3.0 (ml.energy/blog, 'LLM Inference Energy: A Longitudinal Analysis', 2025): Llama-3.1-8B
-    on an H100 at batch 64 took 0.12 J per output token with vLLM 0.11.1 (0.20 J with vLLM 0.5.4), GPU energy
-    measured over the whole serving run (prefill included). dse, continuous batching of 64 requests of 512 + 512
-    tokens (the task's lengths are not given there): 0.038 J/token. The model counts what the issue asks for:
-    bytes, FLOPs, link bytes and leakage (56.98 W, an idle H100's draw); a busy GPU also burns clock, scheduler and
-    operand-delivery power the per-FLOP figure at full utilisation does not carry (published H100 decode draw:
-    ~300 W at batch 1 against dse's 151 W), and a real server's tokens/s is lower. So dse's energy per token is a
-    lower bound, about 3x under this measurement: compare designs with it, not electricity bills."""
-    r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", batch=64, prompt=512, output=512, continuous=True)
-    assert r["energy_j_per_token"] == pytest.approx(0.0384, abs=0.0005)
-    assert r["energy_j_per_token"] < 0.12 < 4 * r["energy_j_per_token"]
-    draw = r["energy_j_per_token"] * r["tokens_per_s"]
-    assert 150 < draw < r["power_w"]
+def test_energy_against_published_measurements():
+    """ML.ENERGY Leaderboard v3.0 (github.com/ml-energy/leaderboard public/data/models, vLLM 0.11.1, steady-state GPU
+    energy per output token; hardware_db/measurements/energy_measurements_public.csv): Llama-3.1-8B on one H100,
+    LMArena prompts (640 tokens, an estimate), 388.7 output tokens at 8 sequences: 0.4548 J/token (486.4 W), and
+    Qwen3-8B, held out, 646.6 tokens at 8: 0.4440 J (427.0 W). dse within 5%; it said 0.15 J (3x low) before the
+    busy power, the on-chip DRAM path and operand delivery were charged."""
+    kw = dict(hw="h100-sxm", prompt=640, continuous=True, batch=8)
+    llama = evaluate_design(target="llama-3.1-8b", output=389, **kw)
+    qwen = evaluate_design(target="qwen3-8b", output=647, **kw)
+    assert llama["energy_j_per_token"] == pytest.approx(0.4548, rel=0.05)
+    assert qwen["energy_j_per_token"] == pytest.approx(0.4440, rel=0.05)
 
 
 STUDY = {
@@ -169,8 +206,14 @@ def test_energy_never_exceeds_provisioned_power_and_falls_with_batch(tmp_path):
     ok = df[df.fits & df.energy_j_per_token.notna()]
     assert len(ok) > 100 and (ok.params_target_chip_memory == "sram").any() and ok.params_draft_chip_enabled.any()
     draw = ok.energy_j_per_token * ok.tokens_per_s
-    assert (draw <= ok.power_w).all(), ok.loc[draw > ok.power_w, ["power_w"]].assign(draw=draw)
-    assert (ok.baseline_energy_j_per_token * ok.baseline_tokens_per_s <= ok.power_w).all()
+    limit = ok.power_w * (1 + 1e-12)
+    assert (draw <= limit).all(), ok.loc[draw > limit, ["power_w"]].assign(draw=draw)
+    assert (ok.baseline_energy_j_per_token * ok.baseline_tokens_per_s <= limit).all()
+    # the cap is a physical limit, not the rule: designs typically draw ~70% of their provisioned power; it binds
+    # for the few whose verify pass runs at the ridge (memory and compute both busy: 10 of 336 here)
+    at = draw >= ok.power_w * (1 - 1e-9)
+    assert at.any() and at.mean() < 0.1, at.mean()
+    assert 0.5 < (draw / ok.power_w).median() < 0.9
     knobs = [c for c in ok.columns if c.startswith("params_") and c != "params_batch"]
     pair = ok.pivot_table(index=knobs, columns="params_batch", values="energy_j_per_token", dropna=False)
     pair = pair.dropna()

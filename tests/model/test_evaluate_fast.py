@@ -87,7 +87,7 @@ def test_rows_differing_only_in_capacity_share_their_latency_row(db):
     # the same with per-row static power and J/FLOP (silicon area, process node) on both groups: still 60
     # latency rows, and every energy the same bits as without dedupe
     def energy_varied(hw):
-        return type(hw)(**{**{f: getattr(hw, f) for f in hw.__slots__}, "static_w": rng.uniform(20, 200, batch.n),
+        return type(hw)(**{**{f: getattr(hw, f) for f in hw.__slots__}, "idle_w": rng.uniform(20, 200, batch.n),
                            "j_per_flop": rng.uniform(2e-13, 9e-13, batch.n),
                            "attention_j_per_flop": rng.uniform(2e-13, 9e-13, batch.n)})
     batch = DesignBatch(**{**{f: getattr(batch, f) for f in batch.__slots__}, "target": energy_varied(batch.target),
