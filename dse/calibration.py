@@ -725,7 +725,9 @@ def fit(db: Database | None = None) -> dict[str, float]:
     the mla stage the kernels an MLA block adds (graphs runtime) on the DeepSeek row;
     the serving stage (``_fit_serving``) fits the graphs runtime's request and sequence costs,
     roofline p and the fp8 GEMM factor on the TensorRT-LLM 7B rows; the trees stage (``_fit_trees``)
-    the eager runtime's tree-verify kernels and draft-step cost on two Spec-Bench rows.
+    the eager runtime's tree-verify kernels and draft-step cost on two Spec-Bench rows; the energy
+    stages (``_fit_energy``) a busy chip's floor on the ML.ENERGY v2.0/v3.0 pairs and the on-chip
+    DRAM path and operand delivery on four H100 rows.
     The time is linear in every unknown (in 1/factor for the weight term), so each row's
     coefficients come from evaluating the step at unit values of the unknowns.
     """

@@ -164,7 +164,8 @@ def memory_lines(r: dict) -> list[str]:
 
 def energy_line(r: dict) -> str:
     """Energy per generated token (speculative, and the baseline's when speculating), tokens per joule,
-    and the mean power it implies (energy per token x tokens/s) beside the provisioned power_w."""
+    and the mean power it implies (energy per token x tokens/s) beside the provisioned power_w, which it
+    never exceeds (at it, the line says so)."""
     e = r.get("energy_j_per_token")
     if e is None:
         return (f"energy       - (no energy model for {r['hw']}: its process node or memory type is outside "
@@ -172,7 +173,11 @@ def energy_line(r: dict) -> str:
     base = (f" (baseline {r['baseline_energy_j_per_token']:#.3g} J/token)"
             if r["draft"] != "none" and r.get("baseline_energy_j_per_token") is not None else "")
     draw = e * r["tokens_per_s"]
-    cap = f" of {fmt(r['power_w'])} W provisioned" if r.get("power_w") is not None and not r.get("draft_hw") else ""
+    cap = ""
+    if r.get("power_w") is not None and not r.get("draft_hw"):
+        # a chip draws at most its provisioned power (model/evaluate.energy_metrics): say when it is there
+        limit = " (at its power limit: a real chip would lower its clocks)" if draw >= r["power_w"] * (1 - 1e-9) else ""
+        cap = f" of {fmt(r['power_w'])} W provisioned{limit}"
     return f"energy       {e:#.3g} J/token  {r['tokens_per_j']:#.3g} tokens/J{base}; draws {fmt(draw)} W{cap}"
 
 

@@ -23,7 +23,6 @@ from .catalog.technology import TechConstants
 from .model.arrays import DesignBatch, HardwareArrays
 from .model.evaluate import MIN_ROWS_DEDUPE, Metrics, distinct_rows, evaluate
 from .model.technology import (
-    SUSTAINED_DRAM_FRACTION,
     energy_constants,
     known_part_energy,
     known_part_estimate,
@@ -111,7 +110,7 @@ RUNTIME_ARRAY_FIELDS = ("kernel_launch_s", "kernels_per_layer", "mla_extra_kerne
 #: a synthesised chip's mem_efficiency when its study does not set one: the rule known parts
 #: follow (docs/calibration.md section 4): DRAM 0.83 (the A100's measured streaming fraction),
 #: on-die SRAM 0.9; and its compute_efficiency: 0.66 (TensorRT-LLM prefill MFU, every device)
-MEM_EFFICIENCY_RULE = {"dram": SUSTAINED_DRAM_FRACTION, "sram": 0.9}
+MEM_EFFICIENCY_RULE = {"dram": 0.83, "sram": 0.9}
 COMPUTE_EFFICIENCY_RULE = 0.66
 
 

@@ -202,21 +202,14 @@ def energy_constants(node: str, mem: str, area: float, power: float) -> dict:
                 link_j=g["link_pj_per_bit"] * 8e-12)
 
 
-def core_domain(g: dict, n: dict, flop_s: float, bw: float) -> float:
-    """The logic die's core domain: the heavier of dense GEMM at u_tdp x FLOP/s x J/FLOP and a DRAM stream at
-    83% (the sustained fraction) of its bandwidth through the die at the on-chip pJ per DRAM bit."""
-    return max(g["tdp_compute_utilization"] * flop_s * n["pj_per_flop"] * 1e-12,
-               0.83 * bw * 8 * g["onchip_pj_per_dram_bit"] * 1e-12)
-
-
 def known_power(node: str, d: dict) -> float:
     """A known part's power: the energy model a synthesised chip gets (synth below), from its own BF16
-    rate, bandwidth, die area and link: the core domain + BW x 8 x J/bit + static W/mm^2 x area
+    rate, bandwidth, die area and link: u x FLOP/s x J/FLOP + BW x 8 x J/bit + static W/mm^2 x area
     + link x 8 x link J/bit (not the vendor TDP: like for like, issue 9)."""
     tech, g = _tech()
     n = {k: v["value"] for k, v in tech["nodes"][node].items()}
     pj_bit = _y("technology/memory.yaml")["memory"][d["memory_type"]]["pj_per_bit"]["value"]
-    return (core_domain(g, n, d["peak_tflops_bf16"] * 1e12, d["mem_bw_tb_s"] * 1e12)
+    return (g["tdp_compute_utilization"] * d["peak_tflops_bf16"] * 1e12 * n["pj_per_flop"] * 1e-12
             + d["mem_bw_tb_s"] * 1e12 * 8 * pj_bit * 1e-12 + n["static_w_per_mm2"] * d["die_area_mm2"]
             + d["link_bw_gb_s"] * 1e9 * 8 * g["link_pj_per_bit"] * 1e-12)
 
@@ -226,8 +219,8 @@ def synth(node: str, tflops: float, mem: str, stacks: int, height: int, sram_mb:
     """A chip synthesised by hand (MODEL.md section 5) from hardware_db/technology (HBM, one die):
     BW = stacks x bw_gb_s; capacity = stacks x height x gib_per_layer GiB; area = TFLOP/s / density
     + SRAM MB / density + stacks x PHY + fixed; cost = chip_cost (wafer / (dies per wafer x Murphy yield)
-    + $/GiB x GiB + packaging (base + interposer + per stack + test per mm^2)); power = the core domain
-    (core_domain) + BW x 8 x J/bit + static W/mm^2 x area + link x 8 x link J/bit."""
+    + $/GiB x GiB + packaging (base + interposer + per stack + test per mm^2)); power = u x FLOP/s x J/FLOP
+    + BW x 8 x J/bit + static W/mm^2 x area + link x 8 x link J/bit."""
     tech, g = _tech()
     mt = _y("technology/memory.yaml")
     n = {k: v["value"] for k, v in tech["nodes"][node].items()}
@@ -240,7 +233,7 @@ def synth(node: str, tflops: float, mem: str, stacks: int, height: int, sram_mb:
     assert area <= g["reticle_limit_mm2"]                       # one die
     shoreline_ok = stacks * m["shoreline_mm"] <= g["memory_edges_per_die"] * math.sqrt(area * g["die_aspect_ratio"])
     cost = chip_cost(node, mem, area, stacks, cap)
-    power = (core_domain(g, n, tflops * 1e12, bw)
+    power = (g["tdp_compute_utilization"] * tflops * 1e12 * n["pj_per_flop"] * 1e-12
              + bw * 8 * m["pj_per_bit"] * 1e-12 + n["static_w_per_mm2"] * area
              + link_gb_s * 1e9 * 8 * g["link_pj_per_bit"] * 1e-12)
     return dict(chips=chips, bw=bw, cap=cap, peak=tflops * 1e12, eta_m=eta_m, eta_c=eta_c, link=link_gb_s * 1e9,
@@ -410,7 +403,7 @@ KNOWN = {
 }
 
 SYNTH_OBJ = [{"metric": "spec_ms_per_token", "direction": "minimize"}, {"metric": "cost_usd", "direction": "minimize"}]
-SYNTH_CON = [{"metric": "power_w", "max": 800.0}, {"metric": "speedup", "min": 1.2}]
+SYNTH_CON = [{"metric": "power_w", "max": 700.0}, {"metric": "speedup", "min": 1.2}]
 TARGET_KNOBS = dict(process_node="n4", peak_tflops=1000, memory="hbm3e", memory_stacks=[6, 8], stack_height=8, sram_mb=50,
                     chips=1, link_bw_gb_s=900, link_latency_us=2.0, mem_efficiency=0.8, compute_efficiency=0.7)
 DRAFT_KNOBS = dict(process_node="n5", peak_tflops=100, memory="hbm3e", memory_stacks=1, stack_height=8, sram_mb=32,
@@ -597,11 +590,11 @@ def test_known_part_on_two_chips_every_column(known):
     h = df[(df.params_target_chip_device == "h200") & (df.params_target_chip_chips == 2)].iloc[0]
     assert (h.price_usd, h.chip_price_usd, h.total_die_area_mm2) == (70_000, 35_000, 1_628)
     # power, the synthesised chips' energy model on the known part (technology/nodes.yaml n4 0.5 pJ/FLOP,
-    # 0.07 W/mm^2, u = 0.7, on-chip 12.1 pJ per DRAM bit, link 5 pJ/bit; memory.yaml hbm3e 5.0 pJ/bit, hbm3 5.5):
-    # h200 = max(0.7 x 989.4e12 x 0.5e-12 = 346.29 W, 0.83 x 4.8e12 x 8 x 12.1e-12 = 385.6512 W) + 4.8e12 x 8 x
-    # 5.0e-12 = 192 W + 0.07 x 814 = 56.98 W + 900e9 x 8 x 5e-12 = 36 W = 670.6312 W a chip (the vendor TDP is
-    # 700 W); h100-sxm: max(346.29, 269.1476) + 3.35e12 x 8 x 5.5e-12 = 147.4 W + 56.98 + 36 = 586.67 W (TDP 700 W)
-    assert h.chip_power_w == pytest.approx(670.6312, rel=GLUE) and h.power_w == pytest.approx(1341.2624, rel=GLUE)
+    # 0.07 W/mm^2, u = 0.7, link 5 pJ/bit; memory.yaml hbm3e 5.0 pJ/bit, hbm3 5.5): h200 = 0.7 x 989.4e12 x
+    # 0.5e-12 = 346.29 W + 4.8e12 x 8 x 5.0e-12 = 192 W + 0.07 x 814 = 56.98 W + 900e9 x 8 x 5e-12 = 36 W
+    # = 631.27 W a chip (the vendor TDP is 700 W); h100-sxm: 346.29 + 3.35e12 x 8 x 5.5e-12 = 147.4 W
+    # + 56.98 + 36 = 586.67 W (TDP 700 W)
+    assert h.chip_power_w == pytest.approx(631.27, rel=GLUE) and h.power_w == pytest.approx(1262.54, rel=GLUE)
     assert h.memory_capacity_gb == pytest.approx(282 * 2 ** 30 / 1e9, rel=GLUE)
     assert (h.mem_bw_tb_s, h.peak_tflops) == (4.8, 989.4)
     # cost: the manufacturing estimate of one 814 mm^2 N4 die (nodes.yaml: 300 mm wafer,
@@ -634,13 +627,13 @@ def test_known_part_on_two_chips_every_column(known):
     assert s.chip_memory_shortfall_gb == s.memory_shortfall_gb and s.memory_reserve_gb == pytest.approx(4.294967296)
     # energy, h200 x 2, baseline step (technology: hbm3e 5 pJ/bit + 12.1 pJ on-chip per DRAM bit = 1.368e-10
     # J/B, n4 0.5 pJ/FLOP x (1 + 1.42) = 1.21 pJ, SerDes 5 pJ/bit; busy power 56.98 W leakage (0.07 W/mm^2 x
-    # 814 mm^2) + 0.162 x (670.6312 - 56.98) W = 156.3915 W a chip): each chip reads 69,501,714,432 weights (80
+    # 814 mm^2) + 0.162 x (631.27 - 56.98) W = 150.015 W a chip): each chip reads 69,501,714,432 weights (80
     # layers + LM head) x 2 B / 2 + 641 tokens x 327,680 B / 2 = 69,606,735,872 B, x 2 chips x 1.368e-10 =
     # 19.044403 J; FLOPs 2 x 69,501,714,432 + 4 x 64 x 128 x 80 x 641 = 140,683,771,904 x 1.21e-12 = 0.170227 J;
     # two ring all-reduces a layer of 16,384 B, 2 x (2-1) x 16,384 B sent each: 80 x 2 x 32,768 B x 4e-11 =
-    # 0.000210 J; 19.214840 J + 312.78 W x the step's time, for B = 1 token: 1,193 W, under the two chips'
-    # 1,341.26 W limit
-    assert h.baseline_energy_j_per_token - 2 * 156.39145 * h.baseline_ms_per_token * 1e-3 == pytest.approx(
+    # 0.000210 J; 19.214840 J + 300.03 W x the step's time, for B = 1 token: 1,181 W, under the two chips'
+    # 1,262.54 W limit
+    assert h.baseline_energy_j_per_token - 2 * 150.01498 * h.baseline_ms_per_token * 1e-3 == pytest.approx(
         19.214840, rel=1e-6)
     assert h.baseline_energy_j_per_token / (h.baseline_ms_per_token * 1e-3) < h.power_w
     assert h.tokens_per_j == pytest.approx(1.0 / h.energy_j_per_token, rel=GLUE)
@@ -696,18 +689,16 @@ def test_synthesised_chip_with_draft_chip_every_column(synth_grid):
     # energy per token with the draft chips: their busy power (2 x (0.07 W/mm^2 x 167.414 mm^2 at n5 + 0.162 x
     # their power above it)) runs for the whole iteration, and the link carries 24 B of int32 ids at 4e-11 J/B
     assert on.energy_j_per_token > off.energy_j_per_token
-    # the draft chips' row breaks both constraints: power - 800 W and 1.2 - speedup (the lone target: 778.3 W,
-    # its core domain sized for a 6 TB/s stream through the die, 0.83 x 6e12 x 96.8e-12 = 482.1 W over 350 W of GEMM)
-    assert off.power_w == pytest.approx(482.064 + 240 + 0.07 * (1000 / 1.58 + 20 + 75 + 75), rel=GLUE)
+    # the draft chips' row breaks both constraints: power - 700 W and 1.2 - speedup
     assert on.speedup < 1.2 and not on.feasible and on.constraint_violation == pytest.approx(
-        (on.power_w - 800.0) + (1.2 - on.speedup), rel=GLUE)
+        (on.power_w - 700.0) + (1.2 - on.speedup), rel=GLUE)
     assert off.feasible and off.constraint_violation == 0.0 and off.is_pareto and off.pareto_rank == 0
     assert pd.isna(on.is_pareto) and pd.isna(on.pareto_rank)
     # 8 stacks do not fit the die's edges: buildable False costs +1 and the row is infeasible
     eight = df[df.params_target_chip_memory_stacks == 8]
     assert not eight.buildable.any() and not eight.feasible.any() and eight.fits.all()
     e_off = eight[~eight.params_draft_chip_enabled].iloc[0]
-    assert e_off.constraint_violation == pytest.approx(1.0 + max(0.0, e_off.power_w - 800.0), rel=GLUE)
+    assert e_off.constraint_violation == pytest.approx(1.0 + max(0.0, e_off.power_w - 700.0), rel=GLUE)
 
 
 @pytest.mark.parametrize("which", ["known", "synth_grid"])

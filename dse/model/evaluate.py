@@ -559,7 +559,7 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
     ttft = prefill.time_s + wait + T.request_overhead_s
 
     # ---- energy (MODEL.md section 5): each step's memory and link energy and its FLOPs, per group
-    # (energy_metrics prices the FLOPs and adds static power per design, after any dedupe gather) ----
+    # (energy_metrics prices the FLOPs and adds busy power per design, after any dedupe gather) ----
     energy_in = dict(_e_base=np.broadcast_to(base.energy_j, (n,)), _fl_base=np.broadcast_to(base.group_flops_lin, (n,)),
                      _fa_base=np.broadcast_to(base.group_flops_att, (n,)))
 

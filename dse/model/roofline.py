@@ -275,8 +275,8 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     together): ``energy_j`` = every chip's bytes from memory x hw.mem_j_per_byte + the bytes its
     collectives send x hw.link_j_per_byte; its FLOPs apart, ``group_flops_lin`` and
     ``group_flops_att`` (evaluate.energy_metrics prices them per design, at the design's J/FLOP,
-    and adds static power for the iteration's time). NaN where ``hw`` has no energy constants;
-    not computed without ``energy``.
+    and adds busy power for the iteration's time, capped at the power limit). NaN where ``hw`` has
+    no energy constants; not computed without ``energy``.
 
     Continuous batching (MODEL.md section 2, serving): ``prefill_tokens`` x per sequence ride
     along in the same weight pass: the prompts (``prefill_len`` P tokens each) of the B*x/P

@@ -66,7 +66,7 @@ class ChipArrays:
     memory_cost_usd: np.ndarray
     packaging_cost_usd: np.ndarray
     cost_usd: np.ndarray              # silicon + memory + packaging (manufacturing, not price)
-    compute_power_w: np.ndarray       # the core domain: dense GEMM at u_tdp, or a DRAM stream through the die
+    compute_power_w: np.ndarray
     memory_power_w: np.ndarray
     static_power_w: np.ndarray
     link_power_w: np.ndarray
@@ -256,42 +256,29 @@ def usable_bandwidth_bytes_s(mem_bw_bytes_s, peak_bf16_flop_s):
     return np.minimum(mem_bw_bytes_s, np.asarray(peak_bf16_flop_s) * _GEMV16_BYTES_PER_FLOP)
 
 
-#: the fraction of its pin rate a DRAM stream sustains (STREAM on the A100: 1700 of 2039 GB/s; the rule every
-#: DRAM part's mem_efficiency takes, evaluation.MEM_EFFICIENCY_RULE): the rate the on-chip path of a DRAM
-#: stream is provisioned for
-SUSTAINED_DRAM_FRACTION = 0.83
-
-
 def power_w(tech: TechConstants, *, peak_bf16_flop_s, j_per_flop, mem_bw_bytes_s, j_per_bit,
-            die_area_mm2, static_w_per_mm2, link_bw_bytes_s, is_sram=False
+            die_area_mm2, static_w_per_mm2, link_bw_bytes_s
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Provisioned power (a TDP-like figure, for power caps), W (MODEL.md section 5):
 
-    P = max(u_tdp x FLOP/s x J/FLOP,               (the logic die's core domain -- SMs, network-on-chip,
-            0.83 x BW_usable x 8 x on-chip J/bit)   L2 -- sized for the heavier of its two sustained loads:
-                                                    dense BF16 GEMM at the utilisation a TDP is sized for,
-                                                    or a DRAM stream through it at its sustained rate)
-      + BW_usable x 8 x J/bit            (the memory devices at the bandwidth they can use, usable_bandwidth_bytes_s)
+    P = u_tdp x FLOP/s x J/FLOP          (dense BF16 GEMM at the utilisation a TDP is sized for)
+      + BW_usable x 8 x J/bit            (memory at the bandwidth it can use, usable_bandwidth_bytes_s)
       + static W/mm^2 x silicon area     (leakage and always-on logic)
       + link BW x 8 x link J/bit         (scale-up SerDes at full rate)
 
-    A sizing figure comparable to a vendor TDP, not a measured draw; energy per token is computed from
-    each step's traffic (model/evaluate.py) and never exceeds it (a chip at its limit). The on-chip path of
-    a DRAM bit (onchip_pj_per_dram_bit, fitted on H100 energy rows) shares the core domain with the tensor
-    units, so it raises only parts whose stream outweighs their compute: an H200 (4.8 TB/s: 0.83 x 4.8e12 x
-    8 x 12.1e-12 = 385.6 W over 346.3 W of GEMM) 631.3 -> 670.6 W against its 700 W TDP; the H100, B200,
-    MI300X and Cerebras WSE-3 (SRAM: no DRAM path) are unchanged. Memory is charged at the bandwidth the
-    compute can take in, not an SRAM's full aggregate: a 500 MB SRAM-only chip of 100 TFLOP/s at n5 was
-    762 W (175 TB/s x 8 x 0.5 pJ/bit), now 142 W; Cerebras WSE-3 111 kW, now 21.8 kW against its 23 kW
-    (with the SRAM's 0.1 pJ/bit and the wafer's 15.6 PFLOP/s dense, hardware_db).
+    It is the sustained package power with compute at ``tdp_compute_utilization`` of peak and
+    memory and links saturated at once: a sizing figure comparable to a vendor TDP, not a
+    measured draw. Energy per token is computed from each step's traffic instead (model/evaluate.py)
+    and is capped at it: no chip draws more than its provisioned power. Memory is charged at the
+    bandwidth the compute can take in, not an SRAM's full aggregate: a 500 MB SRAM-only chip of 100
+    TFLOP/s at n5 was 762 W (175 TB/s x 8 x 0.5 pJ/bit), now 142 W; Cerebras WSE-3 111 kW, now 21.8
+    kW against its 23 kW (with the SRAM's 0.1 pJ/bit and the wafer's 15.6 PFLOP/s dense, hardware_db).
 
     Returns:
-        (total, core domain, memory devices, static, link), each (n,).
+        (total, compute, memory, static, link), each (n,).
     """
-    usable = usable_bandwidth_bytes_s(mem_bw_bytes_s, peak_bf16_flop_s)
-    stream = SUSTAINED_DRAM_FRACTION * usable * _BITS_PER_BYTE * np.where(is_sram, 0.0, tech.onchip_j_per_dram_bit)
-    compute = np.maximum(tech.tdp_compute_utilization * peak_bf16_flop_s * j_per_flop, stream)
-    memory = usable * _BITS_PER_BYTE * j_per_bit
+    compute = tech.tdp_compute_utilization * peak_bf16_flop_s * j_per_flop
+    memory = usable_bandwidth_bytes_s(mem_bw_bytes_s, peak_bf16_flop_s) * _BITS_PER_BYTE * j_per_bit
     static = static_w_per_mm2 * die_area_mm2
     link = link_power_w(tech, link_bw_bytes_s)
     return compute + memory + static + link, compute, memory, static, link
@@ -385,7 +372,7 @@ def synthesize_chip(tech: TechConstants, *, node_idx, peak_tflops, memory_idx, m
     p_total, p_compute, p_mem, p_static, p_link = power_w(
         tech, peak_bf16_flop_s=peak_bf16, j_per_flop=nodes.j_per_flop[node_idx],
         mem_bw_bytes_s=bw, j_per_bit=mem.j_per_bit[memory_idx], die_area_mm2=total,
-        static_w_per_mm2=nodes.static_w_per_mm2[node_idx], link_bw_bytes_s=link_bw, is_sram=mem.is_sram[memory_idx])
+        static_w_per_mm2=nodes.static_w_per_mm2[node_idx], link_bw_bytes_s=link_bw)
 
     f64 = np.float64
     return ChipArrays(
@@ -526,8 +513,7 @@ def known_part_power_w(tech: TechConstants, dev) -> tuple[float, str]:
         mem, nodes = tech.memory_table(), tech.node_table()
         total = power_w(tech, peak_bf16_flop_s=dev.peak_bf16_flop_s, j_per_flop=nodes.j_per_flop[node],
                         mem_bw_bytes_s=dev.mem_bw_bytes_s, j_per_bit=mem.j_per_bit[mem_i], die_area_mm2=area,
-                        static_w_per_mm2=nodes.static_w_per_mm2[node], link_bw_bytes_s=dev.link_bw_bytes_s,
-                        is_sram=mem.is_sram[mem_i])[0]
+                        static_w_per_mm2=nodes.static_w_per_mm2[node], link_bw_bytes_s=dev.link_bw_bytes_s)[0]
         return float(total), "estimate"
     if dev.tdp_w:
         return float(dev.tdp_w), "tdp"
