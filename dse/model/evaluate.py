@@ -590,6 +590,7 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
     # bound. ----
     fixed = batch.k > 0
     all_fixed = bool(fixed.all())
+    K_auto = K                  # the largest k an auto row may take, whatever k other rows fix
     K = max(K, int(batch.k.max()))
     Tc, Dc = _cols(T), _cols(D)
     Bc, Sc = B[:, None], S[:, None]
@@ -806,14 +807,14 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
 
     overlapped = on_chip & w.overlap
     floor_s = base.time_s + T.spec_overhead_s
-    # k = 1..K1 first (and every fixed k); K1 < k <= K where the bound allows
+    # k = 1..K1 first (and every fixed k); K1 < k <= K_auto where the bound allows
     K1 = min(K, max(K_FIRST, int(batch.k.max()))) if k_bound else K
 
     def larger_k(best, per_k) -> np.ndarray:
-        """The k in K1+1..K at which some auto row may beat its ``best`` s/token over k <= K1: its
-        lower bound (draft_lb + T_base + t_spec) / tau(k) (_auto_k_bound's, for trees with the
+        """The k in K1+1..K_auto at which some auto row may beat its ``best`` s/token over k <= K1:
+        its lower bound (draft_lb + T_base + t_spec) / tau(k) (_auto_k_bound's, for trees with the
         tree's tau and levels at depth bound k) less the margin is below the best."""
-        ks = np.arange(K1 + 1, K + 1)
+        ks = np.arange(K1 + 1, K_auto + 1)
         kk = ks[None, :]
         tau_k, win_k = tau_tab[kk], win_tab[kk]
         steps = np.broadcast_to(kk, (n, ks.size)).astype(np.float64)
@@ -833,7 +834,7 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
     elif n < MIN_ROWS_K_LOOP or any_tree:
         kc = np.arange(1, K1 + 1)[None, :]       # every k at once, then the best per row
         t = terms(kc)
-        if K1 < K:                              # and the larger k some row may win at, at once
+        if K1 < K_auto:                         # and the larger k some row may win at, at once
             v = t.t_iter / t.tau
             best = np.take_along_axis(v, np.argmin(v, axis=1)[:, None], axis=1)[:, 0]
             more = larger_k(best, t.per_k)
@@ -841,15 +842,19 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
                 t = _concat_terms(t, terms(more[None, :]), n, K1, more.size)
                 kc = np.concatenate([kc, more[None, :]], axis=1)
     else:                                       # k by k, stopping where a bound allows
-        bound = _auto_k_bound(tau_tab, win_tab, K1, fixed, overlapped, floor_s)
-        kc = np.where(fixed, batch.k, _auto_k(lambda k: terms(k, energy=False), K, bound if k_bound else None, K1,
-                                              larger_k))[:, None]
+        K1a = min(K1, K_auto)
+        bound = _auto_k_bound(tau_tab, win_tab, K1a, fixed, overlapped, floor_s)
+        kc = np.where(fixed, batch.k, _auto_k(lambda k: terms(k, energy=False), K_auto, bound if k_bound else None,
+                                              K1a, larger_k))[:, None]
     if t is None:
         t = terms(kc)
     if kc.shape[1] == 1:
         idx = np.zeros(n, dtype=np.int64)
     else:
-        idx = np.where(fixed, batch.k - 1, np.argmin(t.t_iter / t.tau, axis=1))
+        v = t.t_iter / t.tau
+        if kc.max() > K_auto:       # columns of a fixed row's larger k: not a candidate of the auto rows
+            v = np.where(kc <= K_auto, v, np.inf)
+        idx = np.where(fixed, batch.k - 1, np.argmin(v, axis=1))
 
     def pick(a, copy=True):
         if kc.shape[1] == 1:            # one k per row: its column, no gather (a view where ``copy`` is False)
