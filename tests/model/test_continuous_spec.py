@@ -105,3 +105,30 @@ def test_an_overloaded_prefill_queue_is_bounded_by_the_clients():
     assert w == pytest.approx([0.0, 1.0, 1.0])
     w = prefill_queue_s(0.1, 6, 100, 0.01)          # rho 0.5: 0.5 x 0.1 / (2 x 0.5) = 0.05
     assert float(w) == pytest.approx(0.05)
+    # rho 1.5 (15 x 0.1 / (100 x 0.01)): P-K has no steady state (its formula would give -0.15);
+    # bounded: 15 x 0.1 = 1.5
+    assert float(prefill_queue_s(0.1, 16, 100, 0.01)) == pytest.approx(1.5)
+
+
+def test_a_tree_drafts_the_arriving_prompts_in_its_first_level(db):
+    """A draft model's tree (16 nodes, depth <= 4, geometric ranks: 3-4-4-5) under continuous
+    batching: the x = 2,048 x 63 / (64 x 256) x tau = 7.875 x 4.47008 = 35.2019 prompt tokens a
+    sequence ride along in the first level's step (3 positions), not in the others: the draft
+    costs what that one step gains over its static self more."""
+    import numpy as np
+
+    from dse.api import hardware_arrays
+    from dse.model.roofline import step_cost
+    from dse.model.transformer import step_kwargs
+    kw = dict(hw="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=0.8, k=4, tree_nodes=16,
+              rank_profile="geometric", batch=64, prompt=2048, output=256)
+    cont, static = evaluate_design(continuous=True, **kw), evaluate_design(**kw)
+    assert cont["tree_shape"] == static["tree_shape"] == "3-4-4-5"
+    assert cont["tau"] == pytest.approx(4.47008, rel=1e-12)
+    hw = hardware_arrays(db.device("h100-sxm"), db.runtime("graphs"), 1, "bf16")
+    step = dict(batch=64.0, q=3.0, context=2048.0 + 128.0, **step_kwargs("bf16", "bf16"))
+    draft = db.model("llama-3.2-1b")
+    gain = (step_cost(draft, hw, prefill_tokens=7.875 * 4.47008, prefill_len=2048.0, **step).time_s
+            - step_cost(draft, hw, **step).time_s)
+    assert cont["draft_ms_per_iter"] - static["draft_ms_per_iter"] == pytest.approx(float(np.ravel(gain)[0]) * 1e3,
+                                                                                    rel=1e-9)

@@ -32,8 +32,9 @@ def _assert_same(m1, m2):
 
 def _designs(db, n, rng, *, draft_chip=False, pathological=False, k_choices=(0,), max_batch=16):
     """n designs around an H100 (8B-class target): random bandwidth, FLOP/s, chips, batch,
-    prompt and output; with ``draft_chip``, half drafting on a second group over a link; with
-    ``pathological``, some groups without bandwidth (infinite times, NaN when overlapped)."""
+    prompt and output; with ``draft_chip``, half drafting on a second group over a link ("all":
+    every one); with ``pathological``, some groups without bandwidth (infinite times, NaN when
+    overlapped)."""
     from dse.catalog.technology import load_technology
     dev, rt, tech = db.device("h100-sxm"), db.runtime("graphs"), load_technology(db.root)
 
@@ -48,7 +49,7 @@ def _designs(db, n, rng, *, draft_chip=False, pathological=False, k_choices=(0,)
 
     t = group(rng.choice([1, 2, 4, 8], n))
     d = group(rng.choice([1, 2], n)) if draft_chip else t
-    on = rng.random(n) < 0.5 if draft_chip else np.zeros(n, bool)
+    on = rng.random(n) < (1.0 if draft_chip == "all" else 0.5) if draft_chip else np.zeros(n, bool)
     return DesignBatch(target=t, draft=d, draft_on_chip=on,
                        draft_link_bw_bytes_s=np.minimum(t.link_bw_bytes_s, d.link_bw_bytes_s) if draft_chip else 0.0,
                        draft_link_latency_s=2e-6 if draft_chip else 0.0, batch=rng.integers(1, max_batch + 1, n),
@@ -167,6 +168,8 @@ CASES = {
     "medusa": dict(draft="medusa:5"),
     "ngram": dict(draft="ngram"),
     "high alpha": dict(acceptance=make_acceptance(0.95)),
+    # every row overlapped: the larger k past 8 are let in by the overlapped rows' bound alone
+    "high alpha, all overlapped": dict(acceptance=make_acceptance(0.95), overlap=True, draft_chip="all"),
     "high alpha, ngram": dict(draft="ngram", acceptance=make_acceptance(0.95), overlap=False),
 }
 
