@@ -136,11 +136,19 @@ def test_overhead_per_token_of_a_tree():
     assert r["overhead_ms_per_token"] == pytest.approx((4 * 82 + 1910 + 100) * 1e-3 / r["tau"], rel=1e-12)
 
 
-@pytest.mark.parametrize("draft", ["eagle", "medusa:4", "hydra:4"])
-def test_parts_with_and_without_fp8_units_in_one_batch(db, draft):
-    """One study batch of an A100 (fp8 weight-only) and an H100 (native fp8) gives each row what
-    dse eval gives that part alone: the weight-only rule (heads and fc included) is per row."""
-    s = {"name": "s", "workload": {"target": "llama-3.1-8b", "draft": draft, "dtype": "fp8", "batch": 64,
+def test_overhead_per_token_of_a_plain_moe_decode():
+    # Mixtral-8x7B on 2 H100s: 32 routed-MoE GQA layers of 8 + 5 kernels x 6.5 us + 38 us = 2,742 us
+    r = evaluate_design(hw="h100-sxm", chips=2, target="mixtral-8x7b")
+    assert r["overhead_ms_per_token"] == pytest.approx(2.742, rel=1e-12)
+
+
+@pytest.mark.parametrize("draft, kv", [("eagle", "bf16"), ("medusa:4", "bf16"), ("hydra:4", "bf16"),
+                                       ("llama-3.2-1b", "fp8")])
+def test_parts_with_and_without_fp8_units_in_one_batch(db, draft, kv):
+    """One study batch of an A100 (fp8 weight-only, and attention at the bf16 rate on an fp8 KV
+    cache) and an H100 (native fp8) gives each row what dse eval gives that part alone: the
+    weight-only rule (heads and fc included) is per row."""
+    s = {"name": "s", "workload": {"target": "llama-3.1-8b", "draft": draft, "dtype": "fp8", "kv_dtype": kv, "batch": 64,
                                    "prompt_tokens": 128, "output_tokens": 128, "acceptance": {"alpha": 0.8}, "k": 3, "runtime": "gpt-fast"},
          "objectives": [{"metric": "spec_ms_per_token"}],
          "space": {"target_chip": {"device": ["a100-80gb", "h100-sxm"]}}}
@@ -148,7 +156,7 @@ def test_parts_with_and_without_fp8_units_in_one_batch(db, draft):
     d, m = evaluate_study(st, {"target_chip_device": np.array(["a100-80gb", "h100-sxm"])}, 2, db, st.tech)
     cols = metric_table(d, m)
     for i, hw in enumerate(("a100-80gb", "h100-sxm")):
-        one = evaluate_design(hw=hw, draft=draft, k=3, dtype="fp8", batch=64, runtime="gpt-fast", **KW)
+        one = evaluate_design(hw=hw, draft=draft, k=3, dtype="fp8", kv_dtype=kv, batch=64, runtime="gpt-fast", **KW)
         for c in ("draft_ms_per_iter", "verify_ms_per_iter", "spec_ms_per_token", "overhead_ms_per_token"):
             assert cols[c][i] == pytest.approx(one[c], rel=1e-12), (hw, c)
 

@@ -69,6 +69,27 @@ def test_scaling_to_a_top1_rate_by_hand():
     assert GEOMETRIC.probabilities(0.7, 3) == pytest.approx([0.7, 0.21, 0.063])
 
 
+def test_another_beta_and_the_tail_cut_by_hand():
+    """The law for any beta, p_r(a) = p_r(a0) (a/a0)^beta (1-a)/(1-a0), and the cut of a tail that
+    would cover more than the misses 1 - a (no shipped profile reaches it: their tails cover less
+    than their own misses)."""
+    from dse.catalog.rank_profiles import RankProfile
+    # beta 1, p = (0.5, 0.2, 0.1) at a = 0.6: factor (0.6/0.5)^1 x 0.4/0.5 = 0.96: (0.6, 0.192, 0.096)
+    linear = RankProfile(name="t", p=(0.5, 0.2, 0.1), beta=1.0)
+    assert linear.probabilities(0.6, 4) == pytest.approx([0.6, 0.192, 0.096, 0.0], rel=1e-12)
+    # beta 2 at a = 0.4: (0.8)^2 x 0.6/0.5 = 0.768: (0.4, 0.1536, 0.0768)
+    assert RankProfile(name="t", p=(0.5, 0.2, 0.1), beta=2.0).probabilities(0.4, 3) == pytest.approx(
+        [0.4, 0.1536, 0.0768], rel=1e-12)
+    # a profile whose tail covers all its misses, p = (0.5, 0.3, 0.2), at a = 0.8: scaled by
+    # sqrt(0.8/0.5) x 0.2/0.5 = 0.505964 the tail would be 0.151789 + 0.101193 = 0.252982 > 0.2;
+    # cut to 0.2 it keeps its measured shape: 0.2 x (0.6, 0.4) = (0.12, 0.08)
+    full = RankProfile(name="t", p=(0.5, 0.3, 0.2))
+    got = full.probabilities(np.array([0.8, 0.3]), 3)
+    assert got[0] == pytest.approx([0.8, 0.12, 0.08], rel=1e-12)
+    # at a = 0.3 (below a0) nothing is cut: sqrt(0.6) x 0.7/0.5 = 1.0844353 x (0.3, 0.2)
+    assert got[1] == pytest.approx([0.3, 0.3 * 1.0844353, 0.2 * 1.0844353], rel=1e-7)
+
+
 def test_the_tail_never_covers_more_than_the_misses():
     # draft-model at a = 0.98: the scaled tail 0.2924 * sqrt(0.98/0.6342) * 0.02/0.3658 = 0.0199 < 0.02 = 1 - a;
     # at a = 0.999 it would be 0.0199 * ... : every row of probabilities sums to <= 1 for any a
@@ -204,6 +225,12 @@ def _db_with(tmp_path, text: str) -> Path:
     (lambda y: y["drafters"].update(model="nonesuch"), "drafters.model"),
     (lambda y: y["scaling"]["beta"].pop("source"), "scaling.beta"),
     (lambda y: y["profiles"]["draft-model"].update(of=10), "profiles.draft-model.of"),
+    (lambda y: y["profiles"]["draft-model"].update(of=667.5), "profiles.draft-model.of"),
+    (lambda y: y["profiles"]["draft-model"].update(counts=[423, 72.5]), "profiles.draft-model.counts"),
+    (lambda y: y["profiles"]["eagle"].update(p=0.79), "profiles.eagle.p"),
+    (lambda y: y["profiles"]["eagle"].update(p=[1.0]), "profiles.eagle"),           # top-1 rate 1: no misses
+    (lambda y: y["profiles"]["medusa"].update(top_k_accuracy=[0.5, 1.2]), "profiles.medusa.top_k_accuracy"),
+    (lambda y: y["profiles"]["medusa"].update(top_k_accuracy=[0.5, 0.4, 0.6]), "profiles.medusa.top_k_accuracy"),
 ])
 def test_a_bad_profile_file_names_the_field(tmp_path, edit, field):
     raw = yaml.safe_load((DB / "acceptance" / "rank_profiles.yaml").read_text())
@@ -211,6 +238,17 @@ def test_a_bad_profile_file_names_the_field(tmp_path, edit, field):
     root = _db_with(tmp_path, yaml.safe_dump(raw))
     with pytest.raises((SpecError, SpecErrors), match=field.replace(".", r"\.")):
         load_rank_profiles(root)
+
+
+def test_edge_values_a_profile_file_may_hold(tmp_path):
+    """Every one of W ranks accepted in some step (counts summing to of), and equal consecutive
+    top-k accuracies (a rank never accepted), are data, not errors."""
+    raw = yaml.safe_load((DB / "acceptance" / "rank_profiles.yaml").read_text())
+    raw["profiles"]["draft-model"].update(counts=[3, 1], of=4)
+    raw["profiles"]["medusa"].update(top_k_accuracy=[0.5, 0.5, 0.6])
+    ps = load_rank_profiles(_db_with(tmp_path, yaml.safe_dump(raw)))
+    assert ps.profiles["draft-model"].p == (0.75, 0.25)
+    assert ps.profiles["medusa"].p == pytest.approx((0.5, 0.0, 0.1), abs=1e-15)
 
 
 def test_results_files_carry_the_rank_profile_column(tmp_path):

@@ -163,9 +163,12 @@ def test_fp8_on_an_a100_runs_weight_only(db):
     assert d16 - d8 == pytest.approx(6_607_077_376 / (2.039e12 * 0.83) * 1e3, rel=1e-4)
     # an H100 has fp8 units: native, at its fp8 rate with the fitted fp8 GEMM factor
     assert evaluate_design(hw="h100-sxm", target="llama-2-7b", dtype="fp8")["weight_math"] == "native"
-    # the same rule for an fp8 KV cache (attention at the bf16 rate and efficiency): no slower than bf16
+    # the same rule for an fp8 KV cache: attention at the bf16 rate and efficiency (factor 1, not fp8's
+    # 0.7 nor any other), so an 8,192-token prefill, whose attention is compute-bound, takes the same
+    # time but for its halved KV writes (67 MB: at most 40 us, 1.8 us under the smooth roofline)
     kv = dict(hw="a100-80gb", target="llama-3.1-8b", prompt=8192, output=1)
-    assert evaluate_design(kv_dtype="fp8", **kv)["ttft_ms"] <= evaluate_design(**kv)["ttft_ms"]
+    gain = evaluate_design(**kv)["ttft_ms"] - evaluate_design(kv_dtype="fp8", **kv)["ttft_ms"]
+    assert 0.0 < gain < 0.01
 
 
 def test_an_all_to_all_across_domains_sends_its_far_steps_over_the_network():

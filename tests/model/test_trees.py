@@ -372,3 +372,12 @@ def test_tree_verify_and_draft_steps_pay_the_runtimes_tree_costs():
         assert c["verify_ms_per_iter"] == c0["verify_ms_per_iter"]
         assert c["draft_ms_per_iter"] - c0["draft_ms_per_iter"] == pytest.approx(
             steps * 0.030 if draft == "eagle" else 0.0, abs=1e-12)
+
+
+def test_a_tree_from_per_position_rates_takes_each_depths_rate():
+    # rates 0.8 then 0.5 (geometric ranks), 3 nodes, depth <= 2: the candidates are 0.8 (depth 1,
+    # rank 1), 0.8 x 0.5 = 0.4 and 0.8 x 0.5 x 0.5 = 0.2 (depth 2, ranks 1-2 under it) and 0.8 x 0.2 =
+    # 0.16 (depth 1, rank 2): the best three give tau 1 + 0.8 + 0.4 + 0.2 = 2.4, shape 1-2
+    r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="eagle", acceptance="0.8,0.5", tree_nodes=3,
+                        k=2, rank_profile="geometric")
+    assert r["tau"] == pytest.approx(2.4, rel=1e-12) and r["tree_shape"] == "1-2"
