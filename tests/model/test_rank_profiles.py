@@ -231,6 +231,10 @@ def _db_with(tmp_path, text: str) -> Path:
     (lambda y: y["profiles"]["eagle"].update(p=[1.0]), "profiles.eagle"),           # top-1 rate 1: no misses
     (lambda y: y["profiles"]["medusa"].update(top_k_accuracy=[0.5, 1.2]), "profiles.medusa.top_k_accuracy"),
     (lambda y: y["profiles"]["medusa"].update(top_k_accuracy=[0.5, 0.4, 0.6]), "profiles.medusa.top_k_accuracy"),
+    (lambda y: y["scaling"].update(beta=0.5), "scaling.beta"),                       # a bare number: no source
+    (lambda y: y["scaling"]["beta"].update(value=5.0), "scaling.beta"),              # beta in [0, 4]
+    (lambda y: y.update(profiles=[1, 2]), "profiles"),
+    (lambda y: y["profiles"].update(medusa=3), "profiles.medusa"),
 ])
 def test_a_bad_profile_file_names_the_field(tmp_path, edit, field):
     raw = yaml.safe_load((DB / "acceptance" / "rank_profiles.yaml").read_text())

@@ -161,8 +161,13 @@ def test_fp8_on_an_a100_runs_weight_only(db):
     kw = dict(hw="a100-80gb", target="llama-2-7b", prompt=0, output=1)
     d16, d8 = (evaluate_design(dtype=d, **kw)["baseline_ms_per_token"] for d in ("bf16", "fp8"))
     assert d16 - d8 == pytest.approx(6_607_077_376 / (2.039e12 * 0.83) * 1e3, rel=1e-4)
-    # an H100 has fp8 units: native, at its fp8 rate with the fitted fp8 GEMM factor
+    # an H100 has fp8 units: native, at its fp8 rate with the fitted fp8 GEMM factor; fp4 units it has
+    # not (NVFP4 runs weight-only there, native on a B200); 16-bit math every part has
     assert evaluate_design(hw="h100-sxm", target="llama-2-7b", dtype="fp8")["weight_math"] == "native"
+    assert evaluate_design(hw="h100-sxm", target="llama-2-7b", dtype="nvfp4")["weight_math"].startswith(
+        "weight-only: h100-sxm has no fp4 units")
+    assert evaluate_design(hw="b200", target="llama-2-7b", dtype="nvfp4")["weight_math"] == "native"
+    assert evaluate_design(hw="h100-sxm", target="llama-2-7b", dtype="bf16")["weight_math"] == "native"
     # the same rule for an fp8 KV cache: attention at the bf16 rate and efficiency (factor 1, not fp8's
     # 0.7 nor any other), so an 8,192-token prefill, whose attention is compute-bound, takes the same
     # time but for its halved KV writes (67 MB: at most 40 us, 1.8 us under the smooth roofline)
