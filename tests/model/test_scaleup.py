@@ -107,6 +107,23 @@ def test_a_group_past_its_domain_is_whole_domains_on_a_network(db):
     assert d.hardware["buildable"].tolist() == [True, True, True, False]
 
 
+def test_a_group_needs_memory_bandwidth_and_across_chips_a_link(db):
+    # the MI355X has no link bandwidth in the database: one chip is buildable, two are not (inside its
+    # domain of 8: the link, not the domain, refuses them); an H100 pair is
+    s = {"name": "s", "workload": {"target": "llama-3.1-8b"}, "objectives": [{"metric": "spec_ms_per_token"}],
+         "space": {"target_chip": {"device": ["mi355x", "h100-sxm"], "chips": [1, 2]}}}
+    st = parse_study(s, "s.yaml", db)
+    d = build_designs(st, {"target_chip_device": np.array(["mi355x", "mi355x", "h100-sxm"]),
+                           "target_chip_chips": np.array([1, 2, 2])}, 3, db, st.tech)
+    assert d.hardware["buildable"].tolist() == [True, False, True]
+    # an SRAM-only chip with no SRAM has no bandwidth (0 B/s): not buildable
+    s = {"name": "s", "workload": {"target": "llama-3.1-8b"}, "objectives": [{"metric": "spec_ms_per_token"}],
+         "space": {"target_chip": {"process_node": "n5", "peak_tflops": 500, "memory": "sram", "sram_mb": [0, 1000]}}}
+    st = parse_study(s, "s.yaml", db)
+    d = build_designs(st, {"target_chip_sram_mb": np.array([0.0, 1000.0])}, 2, db, st.tech)
+    assert d.batch.target.mem_bw_bytes_s[0] == 0.0 and d.hardware["buildable"].tolist() == [False, True]
+
+
 def test_a_synthesised_chip_has_a_domain_knob(db):
     # Llama-3.1-70B fp8 on 8 chips whose domain is 4: per all-reduce of 16,384 B, 2 x 3 x 0.44 us +
     # 1.5 x 16,384 / 369e9 = 2.70660 us within the domain and 2 x 9.7 us + 4,096 / 47e9 = 19.48715 us
