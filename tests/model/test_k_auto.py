@@ -90,3 +90,15 @@ def test_auto_k_is_the_best_fixed_k_when_drafting_overlaps(draft_hw, alpha, k):
     auto = evaluate_design(**kw)
     assert auto["k"] == k == 1 + int(np.argmin(per_k))
     assert auto["spec_ms_per_token"] == pytest.approx(min(per_k), rel=1e-12)
+
+
+@pytest.mark.parametrize("draft, alpha, depth", [("eagle", 0.9, 9), ("eagle", 0.95, 15), ("llama-3.2-1b", 0.95, 9)])
+def test_auto_depth_of_a_tree_is_the_best_fixed_depth(draft, alpha, depth):
+    """A 64-node tree on Llama-3.1-8B (H100): k = auto is the tree's depth bound, and past 8 the
+    bound that admits a deeper tree counts one draft step per level the tree uses; auto must be
+    the best of the 16 fixed depth bounds."""
+    kw = dict(hw="h100-sxm", target="llama-3.1-8b", draft=draft, alpha=alpha, tree_nodes=64)
+    per_k = [evaluate_design(**kw, k=j)["spec_ms_per_token"] for j in range(1, 17)]
+    auto = evaluate_design(**kw)
+    assert auto["k"] == depth == 1 + int(np.argmin(per_k))
+    assert auto["spec_ms_per_token"] == pytest.approx(min(per_k), rel=1e-12)
