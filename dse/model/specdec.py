@@ -97,11 +97,11 @@ def rank_matrix(acc: AcceptanceSpec, depth: int, ranks: int, profile: RankProfil
 
     alpha (the top-1 rate at every depth) or per-position rates a_d (the top-1 rate at depth d):
     the drafter kind's measured rank ``profile`` scaled to that top-1 rate
-    (dse.catalog.rank_profiles: p_1 = a, p_r = p_r(a0) sqrt(a/a0) (1-a)/(1-a0)); None is the
-    geometric limit p_r = a(1 - a)^(r-1) (Sequoia section 3.1: every candidate independently as
-    good as the first). A given rank vector (one row) applies at every depth; rows per depth
-    (Medusa head i, rank r) are used as given. Depths past the given rows repeat the last row;
-    ranks past the given ones have p = 0. Shape (depth, ranks).
+    (dse.catalog.rank_profiles: p_1 = a, p_r = p_r(a0) (a/a0)^beta (1-a)/(1-a0), beta 0.5 as shipped,
+    the tail cut to 1 - a); None is the geometric limit p_r = a(1 - a)^(r-1) (Sequoia section 3.1:
+    every candidate independently as good as the first). A given rank vector (one row) applies
+    at every depth; rows per depth (Medusa head i, rank r) are used as given. Depths past the
+    given rows repeat the last row; ranks past the given ones have p = 0. Shape (depth, ranks).
     """
     if acc.kind in ("alpha", "per_position"):
         a = np.asarray([acc.alpha] if acc.kind == "alpha" else acc.per_position, dtype=np.float64)
