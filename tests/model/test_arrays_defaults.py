@@ -53,3 +53,20 @@ def test_without_the_new_fields_there_is_no_domain_and_no_network(db):
     assert float(np.ravel(communication_time_s(m, _h100(16), T, 2.0, 126))[0]) == pytest.approx(float(flat), rel=1e-12)
     # a domain of 8 given without a scale-out network: nothing joins the two domains
     assert np.isinf(np.ravel(communication_time_s(m, _h100(16, scale_up_domain=8.0), T, 2.0, 126))[0])
+
+
+def test_without_the_new_fields_a_draft_head_step_pays_no_host_cost(db):
+    # EAGLE, k = 3 on one H100-like chip: the runtime's draft-step cost is 0 unless the arrays give it;
+    # given 30 us it adds 3 x 30 us to the draft
+    from dse.model import DesignBatch, evaluate
+    from dse.workload import Workload, make_acceptance, parse_drafter
+    tgt = db.model("llama-3.1-8b")
+    w = Workload(target=tgt, drafter=parse_drafter("eagle", tgt, db), acceptance=make_acceptance(0.8))
+
+    def draft_s(hw):
+        b = DesignBatch(target=hw, draft=hw, draft_on_chip=False, draft_link_bw_bytes_s=0.0, draft_link_latency_s=0.0,
+                        batch=1, prompt_tokens=128, output_tokens=128, k=3)
+        return float(evaluate(b, w).draft_s_per_iter[0])
+    plain, zero, thirty = draft_s(_h100(1)), draft_s(_h100(1, draft_step_overhead_s=0.0)), \
+        draft_s(_h100(1, draft_step_overhead_s=30e-6))
+    assert plain == zero and thirty - plain == pytest.approx(90e-6, rel=1e-9)

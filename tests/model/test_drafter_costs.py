@@ -174,3 +174,23 @@ def test_early_exit_drafts_with_the_targets_expert_parallel(db, ep):
                                         ep=e, **step_kwargs("bf16", "bf16")).time_s)[0])
     assert r["draft_ms_per_iter"] == pytest.approx(2 * step(ep) * 1e3, rel=1e-12)
     assert step(1) != pytest.approx(step(8), rel=1e-6)
+
+
+def test_overlapped_and_serial_rows_in_one_batch(db):
+    """A study that searches whether a draft chip is there, with overlapped drafting: the row with
+    the chip (L4, overlapped: part of the draft's fixed costs hidden) and the row without it
+    (drafting on the target, serial) each report what dse eval reports for that design alone (the
+    link differs: a study's draft-chip link is its link_bw_gb_s knob, 128 GB/s, dse eval's the
+    slower end's, the L4's 64 GB/s)."""
+    s = {"name": "s", "workload": {"target": "llama-3.1-70b", "draft": "llama-3.2-1b", "dtype": "fp8", "batch": 1,
+                                   "prompt_tokens": 128, "output_tokens": 128, "acceptance": {"alpha": 0.8}, "k": 4,
+                                   "overlap": True},
+         "objectives": [{"metric": "spec_ms_per_token"}],
+         "space": {"target_chip": {"device": "h100-sxm"}, "draft_chip": {"enabled": [True, False], "device": "l4"}}}
+    st = parse_study(s, "s.yaml", db)
+    d, m = evaluate_study(st, {"draft_chip_enabled": np.array([True, False])}, 2, db, st.tech)
+    cols = metric_table(d, m)
+    kw = dict(hw="h100-sxm", target="llama-3.1-70b", draft="llama-3.2-1b", alpha=0.8, k=4, dtype="fp8")
+    for i, one in enumerate((evaluate_design(draft_hw="l4", overlap=True, **kw), evaluate_design(**kw))):
+        for c in ("overhead_ms_per_token", "draft_ms_per_iter", "verify_ms_per_iter"):
+            assert cols[c][i] == pytest.approx(one[c], rel=1e-12), (i, c)
