@@ -240,10 +240,78 @@ def v_calibration() -> str:
         return f"{100 * d['median_abs_error']:.1f}%", d["n"]
     (df, nf), (dh, nh) = med("decode", "fit"), med("decode", "held-out")
     (t, nt), (r, nr) = med("ttft", "held-out"), med("throughput", "held-out")
-    (sp, ns) = med("speculative", "held-out")
+    (sp, ns), (en, ne) = med("speculative", "held-out"), med("energy", "held-out")
     return (f"median absolute error on decode latency {df} on the {nf} fitted rows and {dh} on the {nh} held-out "
             f"rows; time to first token {t} held out (n={nt}); large-batch request latency {r} held out (n={nr}); "
-            f"speculative {sp} on the {ns} held-out rows")
+            f"speculative {sp} on the {ns} held-out rows; energy per token {en} on the {ne} held-out rows")
+
+
+_CODESIGN: dict = {}
+
+
+def _codesign() -> dict:
+    """The grid sweep of studies/draft-codesign.yaml (seconds), read once: its counts and its answer."""
+    if _CODESIGN:
+        return _CODESIGN
+    import pandas as pd
+
+    from dse.pareto import first_of_equal, pareto_mask
+    with tempfile.TemporaryDirectory(prefix="dse-docs-codesign-") as tmp:
+        out = Path(tmp) / "sweep.parquet"
+        r = subprocess.run([str(Path(sys.executable).parent / "dse"), "sweep",
+                            str(ROOT / "studies" / "draft-codesign.yaml"), "--out", str(out), "--quiet"],
+                           capture_output=True, text=True, timeout=1800)
+        if r.returncode:
+            raise RuntimeError(f"dse sweep studies/draft-codesign.yaml failed:\n{r.stdout}{r.stderr}")
+        m = re.search(r"([\d,]+) designs from ([\d,]+) grid points", r.stdout + r.stderr)
+        df = pd.read_parquet(out)
+    f = df[df["feasible"]].copy()
+    f["does"] = f["params_draft"].where(f["k"] > 0, "none").astype(str)        # k = 0: no speculation
+    obj = ["spec_ms_per_token", "cost_usd", "energy_j_per_token"]
+    v = f[obj].to_numpy(dtype=float)
+    fr = f[first_of_equal(v, pareto_mask(v, ["minimize"] * 3))]
+    on_chip = f["params_draft_chip_enabled"].astype("boolean").fillna(False).to_numpy(dtype=bool)
+    own, chip = f[~on_chip], f[on_chip]           # the drafts on the target's own chips; on a draft chip
+
+    def best(g):
+        return g.loc[g["spec_ms_per_token"].idxmin()]
+
+    def name(d):
+        return {"none": "no speculation", "llama-3.2-1b": "the 1B", "llama-3.2-3b": "the 3B", "llama-3.1-8b": "the 8B",
+                "eagle3": "EAGLE-3", "medusa:4": "Medusa", "ngram": "prompt lookup", "early-exit": "an early exit"}[d]
+    wins: dict[str, list] = {}
+    for _, g in own.groupby(["params_target_chip_memory", "params_batch"]):
+        w = best(g)
+        wins.setdefault(w["does"], []).append(float(w["speedup"]))
+    b1 = own[(own["params_target_chip_memory"] == "hbm3e") & (own["params_batch"] == 1)]
+    lat = b1.groupby("does")["spec_ms_per_token"].min().sort_values()
+    en = b1.groupby("does")["energy_j_per_token"].min().sort_values()
+    cells = [(mem, int(b), best(g)) for (mem, b), g in chip.groupby(["params_target_chip_memory", "params_batch"])]
+    pays = [c for c in cells if c[2]["k"] > 0]
+    off = [f"{mem.upper()} at batch {b}" for mem, b, w in cells if w["k"] == 0]
+    top = max(pays, key=lambda c: c[2]["speedup"]) if pays else None
+    counts = fr["does"].value_counts()
+    g = f[f["params_draft"] != "eagle3"]
+    v = g[obj].to_numpy(dtype=float)
+    alt = g[first_of_equal(v, pareto_mask(v, ["minimize"] * 3))]["does"].value_counts()
+
+    def num(x):
+        return f"{int(x.replace(',', '')):,}"
+    _CODESIGN.update(
+        counts=f"{num(m.group(1))} distinct designs of {num(m.group(2))} grid points" if m else "?",
+        front=f"{len(fr)} designs: " + ", ".join(f"{n} {name(d)}" for d, n in counts.items()),
+        front_without_eagle3=f"{alt.sum()} designs: " + ", ".join(f"{n} {name(d)}" for d, n in alt.items()),
+        wins="; ".join(f"{name(d)} in {len(x)} of {sum(len(y) for y in wins.values())} "
+                       f"({min(x):.2f}-{max(x):.2f}x)" for d, x in wins.items()),
+        batch1_latency=f"{name(lat.index[0])} {lat.iloc[0]:.2f} ms/token; then "
+                       + ", ".join(f"{name(d)} {t:.2f}" for d, t in lat.iloc[1:].items()),
+        batch1_energy=f"{name(en.index[0])}'s {en.iloc[0]:.2f} J, then "
+                      + ", ".join(f"{name(d)} {e:.2f}" for d, e in en.iloc[1:].items()),
+        draft_chip=(f"its best is {name(top[2]['does'])} on {top[0].upper()} at batch {top[1]} "
+                    f"({top[2]['speedup']:.2f}x)" if top is not None else "it never pays")
+                   + (f"; its fastest design switches speculation off on {', '.join(off)}" if off else ""),
+    )
+    return _CODESIGN
 
 
 def _scaleout() -> dict:
@@ -322,6 +390,8 @@ VALUES: dict[str, Callable[[], str]] = {
     "batch_crossover_k4": v_batch_crossover_k4, "calibration": v_calibration, "scaleout_tasks": v_scaleout_tasks,
     "scaleout_journal": v_scaleout_journal,
     "quickstart_timing": v_quickstart_timing, "quickstart_run": v_quickstart_run,
+    **{f"codesign_{k}": (lambda k=k: _codesign()[k])
+       for k in ("counts", "front", "front_without_eagle3", "wins", "batch1_latency", "batch1_energy", "draft_chip")},
 }
 #: values computed in well under a second each (the rest: seconds, or measured timings)
 CHEAP_VALUES = {"devices", "models", "constants_estimated", "grid_points_quickstart", "tree_claim",

@@ -465,6 +465,13 @@ def test_codesign_figure_data_picks_the_fastest_draft_per_cell():
     assert d.winner[("hbm3e", 8)] == ("early-exit:24", 4.0, 2.0)
     assert d.winner[("gddr7", 1)] == ("eagle3 (off)", 5.0, 1.8)        # its best k was 0: not speculating
     assert d.winner[("gddr7 + draft chip", 1)] == ("llama-3.2-1b", 6.0, 1.5)
+    # the front panel groups by what a design does: the eagle3 row at k = 0 (5 ms, $6) is drawn as
+    # `none`, beside the plain none row (9 ms, $7, dominated by it); the latency-cost front is
+    # eagle3 (2, 10), the 1B (3, 9), the early exit (4, 8), the k = 0 row (5, 6) and the draft chip (6, 5)
+    by = {name: (pts.tolist(), pf.tolist()) for name, pts, pf in d.drafts}
+    assert by["none"] == ([[9.0, 7.0]], [[5.0, 6.0]])
+    assert by["eagle3"] == ([], [[2.0, 10.0]])
+    assert by["llama-3.2-1b"][1] == [[3.0, 9.0], [6.0, 5.0]]
 
 
 def test_a_row_of_the_designs_own_shape_is_its_measurement():

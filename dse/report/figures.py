@@ -298,6 +298,10 @@ def _codesign_data(df, objs) -> CodesignData | None:
     dirs = da.directions(objs)
     label = _draft_label(df).to_numpy(dtype=object)
     kind = np.array([str(x).split(":")[0] for x in label], dtype=object)
+    # a drafting design whose best k is 0 does not speculate: drawn as `none`, its cell says "(off)"
+    k0 = (df["k"].to_numpy(dtype=float, na_value=np.nan) == 0) if "k" in df.columns else np.zeros(len(df), bool)
+    label = np.where(k0 & (kind != "none"), np.array([f"{x} (off)" for x in label], dtype=object), label)
+    kind = np.where(k0, "none", kind)
     front = pareto.pareto_mask(vals[:, :2], dirs[:2], feasible=ok)
     drafts = []
     for d in dict.fromkeys(kind[ok]):
@@ -312,9 +316,6 @@ def _codesign_data(df, objs) -> CodesignData | None:
     sign = 1.0 if dirs[0] == "minimize" else -1.0
     winner = {}
     speed = df["speedup"].to_numpy(dtype=float, na_value=np.nan) if "speedup" in df.columns else np.full(len(df), np.nan)
-    if "k" in df.columns:       # a drafting design whose best k is 0 does not speculate: say so
-        off = (df["k"].to_numpy(dtype=float, na_value=np.nan) == 0) & (kind != "none")
-        label = np.where(off, np.array([f"{x} (off)" for x in label], dtype=object), label)
     for c in sorted(set(cls[ok])):
         for b in sorted(set(batch[ok]), key=lambda v: (str(type(v)), v)):
             m = ok & (cls == c) & (batch == b)
@@ -327,7 +328,9 @@ def _codesign_data(df, objs) -> CodesignData | None:
 
 
 def _figure_codesign(d: CodesignData, title: str):
-    fig = _new_figure(12.0, 5.0)
+    from matplotlib.patches import Rectangle
+
+    fig = _new_figure(12.0, 5.8)
     ax, tab = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     colour = {name: (OKABE_ITO[i % len(OKABE_ITO)], MARKERS[i % len(MARKERS)]) for i, (name, _, _) in enumerate(d.drafts)}
     for name, pts, pf in d.drafts:
@@ -345,7 +348,8 @@ def _figure_codesign(d: CodesignData, title: str):
     ax.set_xlabel(f"{axis_label(d.x)}, {_arrow(d.dx)}")
     ax.set_ylabel(f"{axis_label(d.y)}, {_arrow(d.dy)}")
     ax.grid(True, lw=0.4, alpha=0.5)
-    ax.legend(fontsize=7, title="draft (front points outlined)", title_fontsize=7, loc="best")
+    ax.legend(fontsize=7, title="draft (front points outlined; a design whose best k is 0 counts as none)",
+              title_fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3, frameon=False)
     ax.set_title("The front by draft", fontsize=9)
     # the winners: one cell per (chip class, batch), coloured by the winning draft's kind
     nr, nc = len(d.classes), len(d.batches)
@@ -353,13 +357,13 @@ def _figure_codesign(d: CodesignData, title: str):
         for j, b in enumerate(d.batches):
             w = d.winner.get((c, b))
             if w is None:
-                tab.add_patch(__import__("matplotlib.patches", fromlist=["Rectangle"]).Rectangle(
+                tab.add_patch(Rectangle(
                     (j, nr - 1 - i), 1, 1, facecolor="white", edgecolor=GREY, lw=0.5))
                 tab.text(j + 0.5, nr - 0.5 - i, "-", ha="center", va="center", fontsize=7, color=GREY)
                 continue
             name, val, sp = w
             col = colour.get(str(name).split(":")[0], (GREY, "o"))[0]
-            tab.add_patch(__import__("matplotlib.patches", fromlist=["Rectangle"]).Rectangle(
+            tab.add_patch(Rectangle(
                 (j, nr - 1 - i), 1, 1, facecolor=col, alpha=0.35, edgecolor="white", lw=1.0))
             sp_text = f"\n{sp:.2f}x" if sp == sp else ""
             tab.text(j + 0.5, nr - 0.5 - i, f"{name}\n{_fmt(val)} {unit_of(d.x)}{sp_text}", ha="center",
