@@ -550,7 +550,8 @@ def resolve(target: ModelSpec, drafter: DrafterSpec, task: TaskMix, temperature:
             terms.insert(1, f"{total_params(drafter.model) / total_params(target):.2%} of the target's parameters, "
                             f"{'same family' if feats.other_family == 0 else 'other family'}")
         if drafter.kind == "early-exit":
-            terms.insert(1, f"exit at {drafter.exit_layer}/{target.num_layers} layers")
+            terms.insert(1, f"exit at {drafter.exit_layer}/{target.num_layers} layers of a target trained for early "
+                            "exit (LayerSkip)")
         if n:
             terms.append(f"anchored on {n} table row{'s' if n > 1 else ''} of this pair")
         terms.append(f"band +-1 LOSO RMS of {drafter.meth if drafter.meth in f.sigma else 'all methods'}")

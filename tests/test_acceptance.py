@@ -275,6 +275,8 @@ def test_eval_without_alpha_says_where_acceptance_comes_from(draft, tmp_path):
     head = res.output.splitlines()[1]
     assert " modelled: " in head and "+-" in head
     assert " band " in res.output and "(" in next(x for x in res.output.splitlines() if x.startswith("accounting"))
+    if draft == "early-exit:20":    # the table's early exits are all LayerSkip-trained targets: said so
+        assert "exit at 20/80 layers of a target trained for early exit (LayerSkip)" in head
 
 
 # ------------------------------------------------------------------ studies: the draft as a knob
