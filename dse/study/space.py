@@ -80,9 +80,14 @@ def active_masks(study: StudySpec, values: dict, n: int, names: dict[str, tuple]
     [True, False]
     """
     def get(name, default):
-        if name in values and values[name] is not None:
-            return np.asarray(values[name])
         k = study.knob(name)
+        if name in values and values[name] is not None:
+            v = np.asarray(values[name])
+            if v.dtype == object:       # a controller that is itself inactive (None) acts at its neutral value
+                none = np.equal(v, None)
+                if none.any():
+                    v = np.where(none, neutral_value(k) if k is not None else default, v)
+            return v
         v = k.fixed if k is not None and k.fixed is not None else default
         return np.full(n, v, dtype=object if isinstance(v, str) else None)
 
