@@ -1,40 +1,237 @@
-"""A front found in numpy before Optuna runs: designs to seed a study with (issue 11, item 3).
+"""A front found in numpy before Optuna runs: designs to seed a study with (issues 11 and 20).
 
-The model costs about a microsecond per design in numpy and Optuna's samplers milliseconds per
-trial, so the seeds of a study come from numpy: a space-filling batch (uniform, log-uniform for
-log ranges, every choice equally likely; inactive knobs at their neutral value, dse.study.space),
-then rounds of local refinement: children of the feasible front, each knob moved with
-probability 2/knobs by a step that shrinks from 20% to 2% of its range (a categorical knob
-redrawn), kept when feasible and non-dominated (an elitist archive, constraint-aware: an
-infeasible design never enters it). The archive is thinned to the requested number of designs by
-removing, one at a time, the design that adds least hypervolume (reference: 1.1 x the archive's
-nadir, as ``dse.analysis.hypervolume_reference``), so the seeds spread along the whole front.
+The model costs microseconds per design in numpy and Optuna's samplers milliseconds per trial,
+so the seeds of a study come from numpy, in three steps:
+
+1. a space-filling batch: uniform draws (log-uniform for log ranges, every choice equally likely;
+   inactive knobs at their neutral value, dse.study.space), drawn in parts until it holds
+   enough feasible designs or reaches its cap (a study where 4% of the space is feasible gets up
+   to 8 times the batch of one where all of it is);
+2. rounds of refinement: children of the archive (the feasible non-dominated designs found so
+   far) and, for 30% of them, of its niches (:class:`Pool`: a small front per value of each knob
+   that switches others on or off, so a draft chip keeps improving while it is still dominated);
+   half of them a uniform crossover of two parents; each knob moved with probability 2/knobs (at
+   least one per child) by a normal step that shrinks from 20% to 2% of its range (log range for
+   log knobs) as the rounds pass, a categorical knob redrawn; kept when feasible and
+   non-dominated (elitist, constraint-aware: an infeasible design never enters; while none is
+   feasible the parents are the least violating designs);
+3. the archive, capped at ``archive_max`` designs (dse.thinning: exact hypervolume contributions
+   up to 3 objectives, epsilon boxes above), is thinned to the seeds (exact contributions up to 3
+   objectives, epsilon boxes then estimated contributions above).
+
+How much it evaluates (:func:`presearch_budget`) scales with the space: the effective number
+of knobs (a continuous range or 16+ levels counts 1, a knob of L levels log2(L)/4), the number
+of objectives, the trial budget and how much of the space is feasible; and it stops after
+``seconds`` of CPU time (``search.presearch_s``) in any case, between two parts. Deterministic
+for a seed while the time cap does not bind (dse.search says when it does).
 
 numpy and moocore only (no Optuna): ``dse.search`` enqueues the seeds as Optuna trials, so
-every seed is a trial of the study and a row of its results.
+every seed is a trial of the study and a row of its results; ``dse.breeder`` keeps breeding
+from the archive after them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+import time
+from dataclasses import dataclass, field
 
-import moocore
 import numpy as np
 
 from .evaluation import constraint_values, evaluate_study, metric_table, objective_matrix
-from .pareto import maximise_flags, pareto_mask
-from .study.space import active_masks
+from .pareto import pareto_mask
+from .progress import Progress
+from .study.space import CONTROL_KEYS, active_masks, neutral_value
 from .study.spec import Knob, StudySpec
+from .thinning import EXACT_MAX_OBJECTIVES, box_thin, normalise, thin
+
+#: designs per effective knob at 1,000 trials (fitted: see docs/search-quality.md)
+DESIGNS_PER_KNOB = 24_000
+#: share of the budget spent on the space-filling batch; the batch may grow up to GROWTH times
+#: its share while fewer than FEASIBLE_PER_KNOB x knobs of its designs are feasible
+INITIAL_SHARE, GROWTH, FEASIBLE_PER_KNOB = 1 / 3, 8, 400
+#: archive cap (parents) per objective count; children per round
+ARCHIVE_MAX = {2: 2_000, 3: 2_000}
+ARCHIVE_MAX_MANY = 3_000
+CHILDREN_MIN = 2_000
+#: the archive is thinned back to its cap once it holds SLACK x the cap
+SLACK = 1.25
+#: default time cap of the pre-search, seconds (search.presearch_s)
+PRESEARCH_S = 8.0
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much the pre-search evaluates: ``initial`` designs to start (grown up to
+    ``initial_max`` while too few are feasible), then ``rounds`` of ``children``, unless
+    ``seconds`` pass first; the archive holds ``archive_max`` designs, ``keep`` become seeds."""
+
+    initial: int
+    initial_max: int
+    feasible_wanted: int
+    children: int
+    rounds: int
+    archive_max: int
+    keep: int
+    seconds: float
+    niche_max: int = 200
+
+    @property
+    def designs(self) -> int:
+        """Designs evaluated when the batch does not grow and the clock does not stop it."""
+        return self.initial + self.children * self.rounds
+
+
+def knob_weight(k: Knob) -> float:
+    """A searched knob's share of the space's size: 1 for a continuous range or one of 16 or
+    more levels, log2(levels) / 4 below (a choice of 2: 0.25, of 4: 0.5)."""
+    if k.choices:
+        levels = len(k.choices)
+    elif k.kind == "int":
+        levels = int(k.high) - int(k.low) + 1 if not k.step else int((k.high - k.low) // k.step) + 1
+    elif k.step:
+        levels = int(round((k.high - k.low) / k.step)) + 1
+    else:
+        return 1.0
+    return min(1.0, math.log2(max(levels, 1)) / 4) if levels < 16 else 1.0
+
+
+def effective_knobs(study: StudySpec) -> float:
+    """Sum of :func:`knob_weight` over the searched knobs (quickstart: 5.4)."""
+    return sum(knob_weight(k) for k in study.searched)
+
+
+def presearch_budget(study: StudySpec, n_trials: int, keep: int, seconds: float = PRESEARCH_S) -> Budget:
+    """The budget for a study and a trial budget. Designs = DESIGNS_PER_KNOB x effective knobs
+    x sqrt(objectives - 1) x min(1, n_trials / 1,000) (at least 20,000): a third to start, the
+    rest in 20 rounds. quickstart at 1,000 trials: 5.4 knobs -> 130,000 designs."""
+    knobs = max(effective_knobs(study), 1.0)
+    m = len(study.objectives)
+    scale = min(1.0, n_trials / 1000)
+    total = max(20_000, int(DESIGNS_PER_KNOB * knobs * math.sqrt(max(m - 1, 1)) * scale))
+    initial = int(total * INITIAL_SHARE)
+    rounds = 20
+    children = max(CHILDREN_MIN // 4, (total - initial) // rounds)
+    return Budget(initial=initial, initial_max=GROWTH * initial, feasible_wanted=int(FEASIBLE_PER_KNOB * knobs),
+                  children=children, rounds=rounds, archive_max=ARCHIVE_MAX.get(m, ARCHIVE_MAX_MANY), keep=keep,
+                  seconds=float(seconds))
+
+
+@dataclass
+class Archive:
+    """Feasible non-dominated designs: knob arrays (every searched knob, inactive ones at any
+    value) and objective values, one design per distinct objective vector."""
+
+    params: dict[str, np.ndarray]
+    values: np.ndarray
+    directions: list[str]
+
+    def __len__(self) -> int:
+        return self.values.shape[0]
+
+    def merge(self, params: dict[str, np.ndarray], values: np.ndarray, feasible: np.ndarray, cap: int) -> None:
+        """Add the feasible designs, keep the non-dominated (one per objective vector), cap."""
+        if len(self):
+            params = {k: np.concatenate([self.params[k], v]) for k, v in params.items()}
+            feasible = np.concatenate([np.ones(len(self), dtype=bool), feasible])
+            values = np.concatenate([self.values, values])
+        self.params, self.values = front_of(params, values, feasible, self.directions)
+        if len(self) > SLACK * cap:          # thinned in bursts: a few hundred designs over the cap wait
+            idx = cap_rows(self.values, cap, self.directions)
+            self.take(idx)
+
+    def take(self, idx: np.ndarray) -> None:
+        self.params, self.values = {k: v[idx] for k, v in self.params.items()}, self.values[idx]
+
+
+def cap_rows(values: np.ndarray, cap: int, directions) -> np.ndarray:
+    """Rows of a front kept under the archive cap: exact hypervolume thinning up to 3
+    objectives (as the seeds), epsilon boxes above (fast: the parents need spread, not the best
+    hypervolume subset)."""
+    if values.shape[1] <= EXACT_MAX_OBJECTIVES:
+        return thin(values, cap, directions)
+    return box_thin(normalise(values, directions), cap)
+
+
+#: share of each round's children bred from the niches
+NICHE_SHARE = 0.3
+
+
+def niche_knobs(study: StudySpec) -> list[Knob]:
+    """Searched choice knobs that decide other knobs' activity (dse.study.space.CONTROL_KEYS: the
+    draft chip on or off, the memory type, the chip count, the device), with at most 8 choices."""
+    return [k for k in study.searched if k.key in CONTROL_KEYS and k.choices and len(k.choices) <= 8]
+
+
+@dataclass
+class Pool:
+    """The archive and one small front per value of each niche knob (:func:`niche_knobs`): the
+    best designs with the draft chip on, with HBM4, on 8 chips. A subspace whose designs are all
+    dominated at first (a draft chip needs a dozen knobs right before it pays) keeps improving
+    in its niche until it reaches the front. While nothing is feasible, ``lost`` holds the least
+    violating designs (:func:`violation`) as parents."""
+
+    study: StudySpec
+    archive: Archive
+    cap: int
+    niche_cap: int = 200
+    niches: dict = field(default_factory=dict)
+    lost: tuple | None = None
+
+    @classmethod
+    def empty(cls, study: StudySpec, cap: int, niche_cap: int = 200) -> Pool:
+        dirs = [o.direction for o in study.objectives]
+        m = len(dirs)
+        niches = {(k.name, v): Archive({}, np.zeros((0, m)), dirs) for k in niche_knobs(study) for v in k.choices}
+        return cls(study, Archive({}, np.zeros((0, m)), dirs), cap, niche_cap, niches)
+
+    def merge(self, params: dict[str, np.ndarray], values: np.ndarray, feasible: np.ndarray,
+              cons: np.ndarray | None = None) -> None:
+        """Add evaluated designs to the archive and to the niche of each of their active values."""
+        self.archive.merge(params, values, feasible, self.cap)
+        if self.niches and feasible.any():
+            n = values.shape[0]
+            masks = active_masks(self.study, params, n)
+            for (name, value), arch in self.niches.items():
+                col = params[name]
+                sel = feasible & (col == value) & masks.get(name, np.ones(n, dtype=bool))
+                if sel.any():
+                    arch.merge({k: v[sel] for k, v in params.items()}, values[sel], np.ones(int(sel.sum()), bool),
+                               self.niche_cap)
+        if not len(self.archive) and cons is not None:
+            self.lost = _least_violating(self.lost, params, cons, self.cap)
+
+    def children(self, n: int, scale: float, rng: np.random.Generator) -> dict[str, np.ndarray] | None:
+        """n children: NICHE_SHARE of them bred in the niches (an equal part each), the rest from
+        the archive (:func:`breed`); from the least violating designs while nothing is feasible;
+        None when there is nothing to breed from."""
+        if not len(self.archive):
+            return breed(self.study, self.lost[0], n, scale, rng) if self.lost is not None else None
+        full = [a for a in self.niches.values() if len(a)]
+        per = int(n * NICHE_SHARE) // len(full) if full else 0
+        parts = [breed(self.study, a.params, per, scale, rng) for a in full] if per else []
+        parts.append(breed(self.study, self.archive.params, n - per * len(parts), scale, rng))
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
 @dataclass
 class Seeds:
-    """The thinned front: knob values per design (inactive knobs None), objectives, and the
-    number of designs evaluated to find it."""
+    """The thinned front: knob values per design (inactive knobs left out), objectives, the
+    number of designs evaluated to find it, the archive it was thinned from, and whether the
+    time cap stopped the search."""
 
     params: list[dict]
     values: np.ndarray
     evaluated: int
+    archive: Archive | None = None
+    budget: Budget | None = None
+    timed_out: bool = False
+    seconds: float = 0.0
+    rounds: int = 0
+    pool: Pool | None = None
+    #: designs in the space-filling batch and how many of them were feasible
+    initial: int = 0
+    initial_feasible: int = 0
 
 
 def sample_knob(k: Knob, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -49,12 +246,18 @@ def sample_knob(k: Knob, n: int, rng: np.random.Generator) -> np.ndarray:
     return _snap(k, x)
 
 
+def sample(study: StudySpec, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """n designs drawn uniformly (:func:`sample_knob` per searched knob)."""
+    return {k.name: sample_knob(k, n, rng) for k in study.searched}
+
+
 def _snap(k: Knob, x: np.ndarray) -> np.ndarray:
     """Clip to the range and round to the knob's step (integers for int knobs)."""
     lo, hi = float(k.low), float(k.high)
     x = np.clip(x, lo, hi)
-    if k.step:
-        x = np.clip(lo + np.round((x - lo) / k.step) * k.step, lo, hi)
+    if k.step:              # the top of the step grid (Optuna's too: high need not be on it)
+        top = lo + np.floor((hi - lo) / k.step + 1e-9) * k.step
+        x = np.clip(lo + np.round((x - lo) / k.step) * k.step, lo, top)
     if k.kind == "int":
         return np.round(x).astype(np.int64)
     return x.astype(np.float64)
@@ -88,77 +291,168 @@ def mutate(study: StudySpec, params: dict[str, np.ndarray], scale: float, rng: n
     return out
 
 
+def crossover(study: StudySpec, a: dict[str, np.ndarray], b: dict[str, np.ndarray], rng: np.random.Generator
+              ) -> dict[str, np.ndarray]:
+    """Uniform crossover: each knob of each child from parent a or b with probability 1/2."""
+    n = len(next(iter(a.values())))
+    out = {}
+    for k in study.searched:
+        pick = rng.random(n) < 0.5
+        out[k.name] = np.where(pick, a[k.name], b[k.name])
+    return out
+
+
+def breed(study: StudySpec, parents: dict[str, np.ndarray], n: int, scale: float, rng: np.random.Generator
+          ) -> dict[str, np.ndarray]:
+    """n children of a pool of parents (uniform choice): half a crossover of two parents, then
+    every child mutated (:func:`mutate` at ``scale``)."""
+    size = len(next(iter(parents.values())))
+    first = rng.integers(0, size, n)
+    kids = {k: v[first] for k, v in parents.items()}
+    if size > 1:
+        half = n // 2
+        other = rng.integers(0, size, half)
+        mixed = crossover(study, {k: v[:half] for k, v in kids.items()}, {k: v[other] for k, v in parents.items()},
+                          rng)
+        kids = {k: np.concatenate([mixed[k], kids[k][half:]]) for k in kids}
+    return mutate(study, kids, scale, rng)
+
+
+def step_scale(progress: float) -> float:
+    """Mutation step as a fraction of a knob's range: 20% at the start of refinement, 2% at its
+    end (geometric in between)."""
+    return 0.2 * 0.1 ** min(max(progress, 0.0), 1.0)
+
+
 def score(study: StudySpec, params: dict[str, np.ndarray], n: int, db, tech) -> tuple[np.ndarray, np.ndarray]:
     """(objective values (n, m), feasible (n,)) of designs, as the results file would have them."""
+    vals, feasible, _ = score_with_violation(study, params, n, db, tech)
+    return vals, feasible
+
+
+def score_with_violation(study: StudySpec, params: dict[str, np.ndarray], n: int, db, tech
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`score` and the constraint values (n, c) (<= 0 where met, dse.evaluation)."""
     designs, metrics = evaluate_study(study, params, n, db, tech)
     cols = metric_table(designs, metrics)
     cons = constraint_values(cols, study)
     vals = objective_matrix(cols, study)
     feasible = np.all(cons <= 0, axis=1) & cols["fits"] & np.isfinite(vals).all(axis=1)
-    return vals, feasible
+    return vals, feasible, cons
 
 
-def thin(values: np.ndarray, keep: int, directions) -> np.ndarray:
-    """Indices of ``keep`` rows of a front, removing the least hypervolume contributor one at a
-    time (reference 1.1 x the nadir, pushed out by 10% of each range)."""
-    n = values.shape[0]
-    if n <= keep:
-        return np.arange(n)
-    flags = maximise_flags(directions)
-    lo, hi = values.min(axis=0), values.max(axis=0)
-    span = np.where(hi > lo, hi - lo, np.abs(hi) + 1.0)
-    ref = np.where(flags, lo - 0.1 * span, hi + 0.1 * span)
-    idx = np.arange(n)
-    while idx.size > keep:
-        contrib = moocore.hv_contributions(values[idx], ref=ref, maximise=flags)
-        drop = max(1, (idx.size - keep) // 8)       # several at a time while far from the target
-        idx = np.delete(idx, np.argsort(contrib, kind="stable")[:drop])
-    return idx
+def violation(cons: np.ndarray) -> np.ndarray:
+    """One number per design for how far it is from feasible: the sum over constraints of the
+    positive part, each divided by that constraint's median positive part in the batch."""
+    pos = np.maximum(np.nan_to_num(cons, nan=1.0, posinf=1e300), 0.0)
+    scale = np.array([np.median(c[c > 0]) if (c > 0).any() else 1.0 for c in pos.T])
+    return (pos / np.where(scale > 0, scale, 1.0)).sum(axis=1)
 
 
-def presearch(study: StudySpec, db, tech, *, seed: int, keep: int, initial: int = 20_000, rounds: int = 20,
-              children: int = 4_000, archive_max: int = 2_000) -> Seeds:
-    """The seeds: a space-filling batch, ``rounds`` of local refinement, the front thinned to
-    ``keep`` designs. Deterministic for a seed."""
+def presearch(study: StudySpec, db, tech, *, seed: int, keep: int, budget: Budget | None = None,
+              n_trials: int = 1000, progress: Progress | None = None, clock=time.process_time) -> Seeds:
+    """The seeds: a space-filling batch, rounds of refinement, the archive thinned to ``keep``
+    designs (see the module docstring). Deterministic for a seed while ``budget.seconds`` does
+    not bind; ``progress`` (a dse.progress.Progress in designs) is updated after every part."""
+    budget = budget or presearch_budget(study, n_trials, keep)
     rng = np.random.default_rng(seed)
-    knobs = study.searched
     dirs = [o.direction for o in study.objectives]
-    params = {k.name: sample_knob(k, initial, rng) for k in knobs}
-    vals, feas = score(study, params, initial, db, tech)
-    evaluated = initial
-    arch_p, arch_v = _front(params, vals, feas, dirs)
-    for r in range(rounds):
-        if not len(arch_v):                      # nothing feasible yet: sample afresh
-            params = {k.name: sample_knob(k, children, rng) for k in knobs}
-        else:
-            pick = rng.integers(0, len(arch_v), children)
-            scale = 0.2 * (0.1 ** (r / max(rounds - 1, 1)))     # 20% -> 2% of each range
-            params = mutate(study, {k: v[pick] for k, v in arch_p.items()}, scale, rng)
-        vals, feas = score(study, params, children, db, tech)
-        evaluated += children
-        merged = {k: np.concatenate([arch_p[k], params[k]]) if len(arch_v) else params[k] for k in params}
-        mv = np.concatenate([arch_v, vals]) if len(arch_v) else vals
-        mf = np.concatenate([np.ones(len(arch_v), bool), feas]) if len(arch_v) else feas
-        arch_p, arch_v = _front(merged, mv, mf, dirs)
-        if len(arch_v) > archive_max:
-            idx = thin(arch_v, archive_max, dirs)
-            arch_p, arch_v = {k: v[idx] for k, v in arch_p.items()}, arch_v[idx]
-    idx = thin(arch_v, keep, dirs) if len(arch_v) else np.arange(0)
-    masks = active_masks(study, {k: v[idx] for k, v in arch_p.items()}, idx.size)
-    out = []
-    for i, row in enumerate(idx):
-        out.append({k.name: _plain(arch_p[k.name][row]) for k in knobs
-                    if k.name not in masks or masks[k.name][i]})
-    return Seeds(params=out, values=arch_v[idx], evaluated=evaluated)
+    start = clock()
+    pool = Pool.empty(study, budget.archive_max, budget.niche_max)
+    evaluated, part = 0, max(1, -(-budget.initial // 4))
+    feasible_seen = 0
+    timed_out = False
+
+    def tick(n, left):
+        if progress is not None:
+            progress.total = max(progress.total, progress.done + n + left)     # the batch grew
+            progress.update(n)
+
+    # 1. the space-filling batch, in parts, grown while too few designs are feasible
+    while evaluated < budget.initial or (feasible_seen < budget.feasible_wanted and evaluated < budget.initial_max):
+        params = sample(study, part, rng)
+        vals, feas, cons = score_with_violation(study, params, part, db, tech)
+        evaluated += part
+        feasible_seen += int(feas.sum())
+        pool.merge(params, vals, feas, cons)
+        tick(part, budget.children * budget.rounds)
+        if clock() - start > budget.seconds:
+            timed_out = True
+            break
+    initial, initial_feasible = evaluated, feasible_seen
+    # 2. refinement
+    done = 0
+    for r in range(budget.rounds):
+        if timed_out:
+            break
+        params = pool.children(budget.children, step_scale(r / max(budget.rounds - 1, 1)), rng)
+        if params is None:
+            params = sample(study, budget.children, rng)
+        vals, feas, cons = score_with_violation(study, params, budget.children, db, tech)
+        evaluated += budget.children
+        pool.merge(params, vals, feas, cons)
+        done = r + 1
+        tick(budget.children, budget.children * (budget.rounds - done))
+        if clock() - start > budget.seconds and r + 1 < budget.rounds:
+            timed_out = True
+    arch = pool.archive
+    idx = thin(arch.values, keep, dirs) if len(arch) else np.arange(0)
+    return Seeds(params=seed_params(study, arch, idx), values=arch.values[idx], evaluated=evaluated, archive=arch,
+                 budget=budget, timed_out=timed_out, seconds=clock() - start, rounds=done, pool=pool, initial=initial,
+                 initial_feasible=initial_feasible)
 
 
-def _front(params: dict, vals: np.ndarray, feas: np.ndarray, dirs) -> tuple[dict, np.ndarray]:
-    """The feasible non-dominated designs, one per distinct objective vector."""
-    mask = pareto_mask(vals, dirs, feas)
-    idx = np.flatnonzero(mask)
-    _, first = np.unique(vals[idx], axis=0, return_index=True)
-    idx = idx[np.sort(first)]
+def seed_params(study: StudySpec, arch: Archive, idx: np.ndarray) -> list[dict]:
+    """Rows ``idx`` of the archive as Optuna parameters: active knobs only, plain Python values."""
+    knobs = study.searched
+    rows = {k: v[idx] for k, v in arch.params.items()}
+    masks = active_masks(study, rows, idx.size)
+    return [{k.name: _plain(rows[k.name][i]) for k in knobs if k.name not in masks or masks[k.name][i]}
+            for i in range(idx.size)]
+
+
+def _least_violating(prev, params: dict, cons: np.ndarray, cap: int):
+    """The ``cap`` least violating designs of the previous pool and this batch (:func:`violation`)."""
+    v = violation(cons)
+    if prev is not None:
+        params = {k: np.concatenate([prev[0][k], params[k]]) for k in params}
+        v = np.concatenate([prev[1], v])
+    order = np.argsort(v, kind="stable")[:cap]
+    return {k: x[order] for k, x in params.items()}, v[order]
+
+
+def front_of(params: dict, vals: np.ndarray, feas: np.ndarray, dirs) -> tuple[dict, np.ndarray]:
+    """The feasible non-dominated designs, one per distinct objective vector (the first)."""
+    idx = np.flatnonzero(pareto_mask(vals, dirs, feas))
+    idx = idx[first_distinct(vals[idx])]
     return {k: v[idx] for k, v in params.items()}, vals[idx]
+
+
+def first_distinct(vals: np.ndarray) -> np.ndarray:
+    """Sorted positions of the first row of each distinct row (a lexsort, not np.unique on rows)."""
+    n = vals.shape[0]
+    if n < 2:
+        return np.arange(n)
+    order = np.lexsort((np.arange(n), *vals.T[::-1]))
+    sv = vals[order]
+    new = np.ones(n, dtype=bool)
+    new[1:] = np.any(sv[1:] != sv[:-1], axis=1)
+    return np.sort(order[new])
+
+
+def fill_neutral(study: StudySpec, rows: list[dict]) -> dict[str, np.ndarray]:
+    """Optuna parameter dicts (inactive knobs absent) as knob arrays, an absent knob at its
+    neutral value (dse.study.space.neutral_value) brought into its range (a link of 0 GB/s is
+    neutral but below a log range: mutation works in the range)."""
+    out = {}
+    for k in study.searched:
+        fill = neutral_value(k)
+        if not k.choices:
+            fill = min(max(fill, k.low), k.high)
+        col = [r.get(k.name, fill) for r in rows]
+        out[k.name] = np.array(col, dtype=object) if k.choices else \
+            np.array(col, dtype=np.int64 if k.kind == "int" else np.float64)
+    return out
 
 
 def _plain(v):

@@ -103,10 +103,18 @@ def _suggest(trial, name: str, d):
     return trial.suggest_float(name, d.low, d.high, step=d.step, log=d.log)
 
 
-def make_sampler(name: str, seed: int, population: int, n_objectives: int):
+def make_sampler(name: str, seed: int, population: int, n_objectives: int, *, study: StudySpec | None = None,
+                 db=None, tech=None, n_trials: int | None = None):
     """The sampler, always with its seed (Optuna 5's default multi-objective sampler is TPE).
-    NSGA-III and QMC are marked experimental by Optuna; that warning is silenced here."""
+    NSGA-III and QMC are marked experimental by Optuna; that warning is silenced here. ``auto``
+    (dse.breeder.BreederSampler) needs the study, database, technology and trial budget."""
     import optuna
+    if name == "auto":
+        if study is None:
+            raise RuntimeFailure("sampler auto needs the study (make_sampler(..., study=, db=, tech=, n_trials=))")
+        from .breeder import BreederSampler
+        return BreederSampler(study, db, tech, seed=seed, batch=population, n_trials=n_trials or study.n_trials,
+                              presearch_s=study.presearch_s)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         sampler = _sampler(name, seed, population)
@@ -142,7 +150,7 @@ def _sampler(name: str, seed: int, population: int):
     import optuna
 
     from .samplers import MemoNSGAIIISampler, MemoNSGAIISampler
-    if name in ("nsga2", "auto"):       # auto: NSGA-II after the seeds of enqueue_seeds
+    if name == "nsga2":
         return MemoNSGAIISampler(population_size=population, seed=seed)
     if name == "nsga3":
         return MemoNSGAIIISampler(population_size=population, seed=seed)
@@ -150,8 +158,7 @@ def _sampler(name: str, seed: int, population: int):
         return optuna.samplers.TPESampler(seed=seed, multivariate=True)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    if name == "qmc":
-        # the space is conditional on purpose: no warning per conditional knob and trial
+    if name == "qmc":       # the space is conditional on purpose: no warning per conditional knob and trial
         return optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True, seed=seed, warn_independent_sampling=False)
     if name == "gp":
         try:
@@ -293,7 +300,8 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     directions = [o.direction for o in study.objectives]
     # every option is checked before the storage (a journal file) is created
-    opt_sampler = make_sampler(sampler_name, seed, study.batch_size, len(directions))
+    opt_sampler = make_sampler(sampler_name, seed, study.batch_size, len(directions), study=study, db=db, tech=tech,
+                               n_trials=n_trials)
     store, storage_url = resolve_storage(study, storage, out)
     ostudy = _create_study(study, store, storage_url, directions, opt_sampler)
     runs = list(ostudy.user_attrs.get("dse_runs", []))
@@ -302,10 +310,10 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
         runs.append({"sampler": sampler_name, "seed": seed, "first_trial": first})
         ostudy.set_user_attr("dse_runs", runs)
     run_key = f"dse_run:{uuid.uuid4().hex[:16]}"      # this worker's own record: no read-modify-write race
-    if sampler_name == "auto" and first == 0:
-        enqueue_seeds(ostudy, study, n_trials, seed, db, tech)
-    tally, signum = {"told": 0}, 0
     label = f"dse run task {task[0]}/{task[1]}" if task else "dse run"
+    if sampler_name == "auto" and first == 0:
+        enqueue_seeds(ostudy, study, n_trials, seed, db, tech, sampler=opt_sampler, progress=progress, label=label)
+    tally, signum = {"told": 0}, 0
     with stop_on_signals() as stop:
         try:
             _search_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heartbeat_timeout_s, tally,
@@ -389,6 +397,14 @@ def _search_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heart
             live = states[TrialState.RUNNING] + states[TrialState.WAITING]
             waiting = states[TrialState.WAITING]
             b = min(study.batch_size, max(n_trials - complete - live, 0) + waiting)
+            prepare = getattr(ostudy.sampler, "prepare", None)       # dse.breeder: new designs only
+            if b > waiting and prepare is not None:
+                b = min(b, waiting + prepare(ostudy, b - waiting))
+                if b <= 0 and not live:
+                    if progress:
+                        sys.stderr.write(f"[{label}] no design the study does not hold is left to propose: stopping "
+                                         f"at {complete} trials\n")
+                    break
             if b <= 0:             # the rest is in other workers' hands: wait for them (or their timeout)
                 if not said_waiting and progress:
                     sys.stderr.write(f"[{label}] waiting for {live} trials RUNNING in other workers (failed as "
@@ -535,25 +551,39 @@ def seed_count(n_trials: int, batch_size: int) -> int:
     return int(min(256, max(min(batch_size, n_trials), n_trials // 2)))
 
 
-def find_seeds(study: StudySpec, n_trials: int, seed: int, db, tech):
-    """The seeds of sampler auto for a budget: dse.presearch with 120 designs per trial up to
-    1,000 trials (40,000 to start, 20 rounds of 4,000 children: 120,000 designs in all). A
-    start of 20,000 missed the low-latency end of the quickstart front on 2 of 5 seeds
-    (docs/search-quality.md)."""
-    from .presearch import presearch
-    scale = min(1.0, n_trials / 1000)
-    return presearch(study, db, tech, seed=seed, keep=seed_count(n_trials, study.batch_size),
-                     initial=max(2000, int(40_000 * scale)), children=max(200, int(4_000 * scale)))
+def find_seeds(study: StudySpec, n_trials: int, seed: int, db, tech, *, progress: bool = False,
+               label: str = "dse run"):
+    """The seeds of sampler auto for a budget: dse.presearch with the budget of
+    dse.presearch.presearch_budget (it grows with the space and the trials, up to 1,000) and the
+    study's time cap (search.presearch_s); progress on stderr when ``progress``."""
+    from .presearch import presearch, presearch_budget
+    keep = seed_count(n_trials, study.batch_size)
+    budget = presearch_budget(study, n_trials, keep, study.presearch_s)
+    bar = Progress(budget.designs, unit="designs", label=f"{label} pre-search", enabled=progress)
+    try:
+        seeds = presearch(study, db, tech, seed=seed, keep=keep, budget=budget, progress=bar)
+    finally:
+        bar.close()
+    if seeds.timed_out and progress:
+        sys.stderr.write(f"[{label}] pre-search stopped by its time cap (search.presearch_s = {study.presearch_s:g} s) "
+                         f"after {seeds.evaluated:,} of {budget.designs:,} designs: its seeds depend on this "
+                         "machine's speed; a larger presearch_s makes the run repeatable\n")
+    return seeds
 
 
-def enqueue_seeds(ostudy, study: StudySpec, n_trials: int, seed: int, db, tech) -> int:
-    """Sampler auto: a front found in numpy (dse.presearch; its effort scales with n_trials, up
-    to 120,000 designs) enqueued as the study's first trials. They are asked, evaluated and told
-    like any trial, so every seed is in the storage and the Parquet file; NSGA-II breeds from them."""
-    seeds = find_seeds(study, n_trials, seed, db, tech)
-    for p in seeds.params:
-        ostudy.enqueue_trial(p, skip_if_exists=False)
-    ostudy.set_user_attr("dse_seeds", {"designs": len(seeds.params), "evaluated_in_numpy": seeds.evaluated})
+def enqueue_seeds(ostudy, study: StudySpec, n_trials: int, seed: int, db, tech, *, sampler=None,
+                  progress: bool = False, label: str = "dse run") -> int:
+    """Sampler auto: a front found in numpy (dse.presearch) enqueued as the study's first trials.
+    They are asked, evaluated and told like any trial, so every seed is in the storage and the
+    Parquet file; ``sampler`` (dse.breeder.BreederSampler) keeps breeding from the archive they
+    were thinned from."""
+    seeds = find_seeds(study, n_trials, seed, db, tech, progress=progress, label=label)
+    for p in seeds.params:       # skip_if_exists: two workers that start together enqueue them once
+        ostudy.enqueue_trial(p, skip_if_exists=True)
+    if sampler is not None and hasattr(sampler, "adopt"):
+        sampler.adopt(seeds.pool, seeds.budget)
+    ostudy.set_user_attr("dse_seeds", {"designs": len(seeds.params), "evaluated_in_numpy": seeds.evaluated,
+                                       "seconds": round(seeds.seconds, 3), "stopped_by_time_cap": seeds.timed_out})
     return len(seeds.params)
 
 

@@ -8,7 +8,15 @@ import pytest
 import yaml
 
 from dse.pareto import hypervolume, pareto_mask
-from dse.presearch import mutate, sample_knob, thin
+from dse.presearch import (
+    Budget,
+    effective_knobs,
+    knob_weight,
+    mutate,
+    presearch,
+    presearch_budget,
+    sample_knob,
+)
 from dse.search import find_seeds, run_study, seed_count
 from dse.study import Knob, load_study, open_study
 
@@ -25,14 +33,75 @@ def small(tmp_path, n_trials, sampler, seed=0):
     return load_study(p)
 
 
-def test_thin_drops_the_least_hypervolume_first():
-    """Front (1,4) (2,3) (3,2) (4,1): reference = nadir + 10% of the range 3 = (4.3, 4.3).
-    Contributions: (1,4): 1 x 0.3 = 0.3; (2,3): 1 x 1 = 1; (3,2): 1; (4,1): 0.3 x 1 = 0.3; the
-    first of the ties goes. Then (2,3): 1 x 1.3 = 1.3, (3,2): 1 x 1 = 1, (4,1): 0.3: it goes."""
-    v = np.array([[1, 4], [2, 3], [3, 2], [4, 1]], dtype=float)
-    assert thin(v, 3, ["minimize", "minimize"]).tolist() == [1, 2, 3]
-    assert thin(v, 2, ["minimize", "minimize"]).tolist() == [1, 2]
-    assert thin(v, 9, ["minimize", "minimize"]).tolist() == [0, 1, 2, 3]
+def test_knob_weights_by_hand():
+    """A range counts 1; L levels log2(L)/4 below 16, 1 from 16."""
+    assert knob_weight(Knob("a", "target_chip", "peak_tflops", "float", low=1.0, high=2.0)) == 1.0
+    assert knob_weight(Knob("b", "target_chip", "memory", "cat", choices=("x", "y"))) == 0.25
+    assert knob_weight(Knob("c", "target_chip", "chips", "int", choices=(1, 2, 4, 8))) == 0.5
+    assert knob_weight(Knob("d", "target_chip", "memory_stacks", "int", low=1, high=12)) == pytest.approx(
+        np.log2(12) / 4)
+    assert knob_weight(Knob("e", "target_chip", "memory_stacks", "int", low=1, high=16)) == 1.0
+    assert knob_weight(Knob("f", "target_chip", "sram_mb", "float", low=0.0, high=512.0, step=128.0)) == \
+        pytest.approx(np.log2(5) / 4)
+
+
+def test_budget_scales_with_the_space_by_hand(tmp_path):
+    """quickstart: process node (2 choices) 0.25 + peak (range) 1 + memory (3) 0.3962 + stacks
+    (1..12) 0.8962 + stack height (3) 0.3962 + SRAM (range) 1 + chips (4) 0.5 + link (range) 1
+    = 5.4387 knobs; 24,000 designs a knob at 1,000 trials: 130,529 = 43,509 to start (a third)
+    + 20 rounds of 4,351. Three objectives: x sqrt(2); 250 trials: a quarter; a floor of 20,000."""
+    s = load_study(QUICK)
+    assert effective_knobs(s) == pytest.approx(5.43872, abs=1e-5)
+    b = presearch_budget(s, 1000, 256)
+    assert (b.initial, b.children, b.rounds, b.designs) == (43_509, 4_351, 20, 130_529)
+    assert b.initial_max == 8 * 43_509 and b.feasible_wanted == 2_175 and b.archive_max == 2_000
+    assert presearch_budget(s, 250, 128).designs == pytest.approx(130_529 / 4, abs=20)
+    tiny = presearch_budget(s, 10, 10)                     # the floor, 20,000: 6,666 + 20 x 666
+    assert (tiny.initial, tiny.children, tiny.designs) == (6_666, 666, 19_986)
+    raw = yaml.safe_load(QUICK.read_text())
+    raw["objectives"].append({"metric": "power_w", "direction": "minimize"})
+    p = tmp_path / "three.yaml"
+    p.write_text(yaml.safe_dump(raw))
+    assert presearch_budget(load_study(p), 1000, 256).designs == pytest.approx(130_529 * 2 ** 0.5, abs=30)
+    # k searched in 1..8 (0.75), a draft chip on or off (0.25) and its peak (1): 7.4387 knobs
+    raw = yaml.safe_load(QUICK.read_text())
+    raw["space"]["k"] = {"low": 1, "high": 8}
+    raw["space"]["draft_chip"] = {"enabled": [True, False], "peak_tflops": {"low": 10, "high": 200, "log": True},
+                                  "link_bw_gb_s": 128}
+    p = tmp_path / "more.yaml"
+    p.write_text(yaml.safe_dump(raw))
+    more = load_study(p)
+    assert effective_knobs(more) == pytest.approx(7.43872, abs=1e-5)
+    assert presearch_budget(more, 1000, 256).designs == pytest.approx(24_000 * 7.43872, abs=20)
+
+
+def test_a_rarely_feasible_space_gets_a_bigger_first_batch(tmp_path):
+    """With a 220 W cap few quickstart designs are feasible: the first batch grows past its
+    share until 400 x knobs of its designs are feasible or it is 8 times its share."""
+    raw = yaml.safe_load(QUICK.read_text())
+    raw["constraints"] = [{"metric": "power_w", "max": 220}]
+    p = tmp_path / "tight.yaml"
+    p.write_text(yaml.safe_dump(raw))
+    study, db, tech = open_study(p)
+    b = Budget(initial=4_000, initial_max=32_000, feasible_wanted=300, children=1_000, rounds=2,
+               archive_max=500, keep=32, seconds=1e9)
+    res = presearch(study, db, tech, seed=0, keep=32, budget=b)
+    assert 4_000 < res.initial <= 32_000 and res.initial % 1_000 == 0        # whole parts of 1,000
+    assert res.initial_feasible >= 300 or res.initial == 32_000
+    assert res.evaluated == res.initial + 2 * 1_000 and len(res.params) == 32
+    loose = presearch(*open_study(QUICK), seed=0, keep=32, budget=b)
+    assert loose.initial == 4_000 and loose.initial_feasible >= 300          # about 12% feasible
+
+
+def test_the_time_cap_stops_between_parts():
+    """A clock that advances 1 s per reading and a 2.5 s cap: the batch stops after its third
+    part (readings at 1, 2, 3 s after the start), no refinement round runs, and the seeds say so."""
+    study, db, tech = open_study(QUICK)
+    ticks = iter(range(1000))
+    b = Budget(initial=4_000, initial_max=4_000, feasible_wanted=0, children=1_000, rounds=5, archive_max=500,
+               keep=16, seconds=2.5)
+    res = presearch(study, db, tech, seed=0, keep=16, budget=b, clock=lambda: float(next(ticks)))
+    assert res.timed_out and res.rounds == 0 and res.evaluated == 3_000 and len(res.params) == 16
 
 
 def test_sampling_and_mutation_stay_in_range():

@@ -63,7 +63,10 @@ from .spec import (
 #: search budgets: a study beyond these is a typo, not a plan (10^7 trials of Optuna's
 #: ~1 ms ask/tell is 3 hours; a seed must fit numpy's 32-bit seeding, which Optuna uses)
 SEARCH_RANGES = {"n_trials": Range(True, 1, 10_000_000), "batch_size": Range(True, 2, 100_000),
-                 "seed": Range(True, 0, 2**32 - 1)}
+                 "seed": Range(True, 0, 2**32 - 1), "presearch_s": Range(False, 0, 86_400, lo_open=True, unit="s")}
+#: objectives a study may have (the search thins its archive in seconds up to here, dse.thinning;
+#: beyond, nearly every design is non-dominated and a front says little)
+MAX_OBJECTIVES = 6
 #: grid points per continuous knob (points^knobs designs: 1000 points on 2 knobs is 10^6)
 GRID_POINTS = Range(True, 2, 1000)
 TECH_KEYS = ("process_node", "peak_tflops", "memory", "memory_stacks", "stack_height", "sram_mb")
@@ -511,8 +514,8 @@ def _chip_section(section: str, table: dict[str, KnobDef], sec: Any, choices: di
 def _objectives(raw: Any, err: _Errors) -> list[Objective]:
     metrics = sorted(NUMERIC_METRICS)
     out: list[Objective] = []
-    if not isinstance(raw, list) or not 1 <= len(raw) <= 4:
-        err.add("objectives", raw if raw is not None else MISSING, "expected a list of 1 to 4 objectives")
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_OBJECTIVES:
+        err.add("objectives", raw if raw is not None else MISSING, f"expected a list of 1 to {MAX_OBJECTIVES} objectives")
         return out
     for i, o in enumerate(raw):
         path = f"objectives[{i}]"
@@ -559,7 +562,7 @@ def _search(raw: dict, err: _Errors, name: str) -> dict:
     """search, grid, output and storage."""
     block = raw.get("search") or {}
     if not isinstance(block, dict):
-        err.add("search", block, "expected a mapping of sampler, n_trials, batch_size, seed")
+        err.add("search", block, "expected a mapping of sampler, n_trials, batch_size, seed, presearch_s")
         block = {}
     for key in block:
         if key not in SEARCH_DEFAULTS:
@@ -685,7 +688,8 @@ def parse_study(raw: Any, path: str | Path, db: Database | None = None) -> Study
                      sampler=search["sampler"], n_trials=int(search["n_trials"]),
                      batch_size=int(search["batch_size"]), seed=int(search["seed"]),
                      grid_points=int(search["grid_points"]), output=search["output"], storage=search["storage"],
-                     technology=tech_raw, raw=raw, tech=tech, drafts=drafts)
+                     technology=tech_raw, raw=raw, tech=tech, drafts=drafts,
+                     presearch_s=float(search["presearch_s"]))
 
 
 def load_study(path: str | Path, db: Database | None = None) -> StudySpec:

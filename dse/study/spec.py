@@ -92,7 +92,7 @@ WORKLOAD_KEYS = {"target", "draft", "dtype", "kv_dtype", "batch", "prompt_tokens
                  "task"}
 TOP_KEYS = {"name", "description", "workload", "space", "objectives", "constraints", "search", "grid", "output",
             "storage", "technology", "schema_version"}
-SEARCH_DEFAULTS = {"sampler": "auto", "n_trials": 2000, "batch_size": 64, "seed": 0}
+SEARCH_DEFAULTS = {"sampler": "auto", "n_trials": 2000, "batch_size": 64, "seed": 0, "presearch_s": 8.0}
 
 
 @dataclass(frozen=True)
@@ -205,6 +205,8 @@ class StudySpec:
     raw: dict = field(default_factory=dict)
     tech: Any = None        # the resolved TechConstants (database constants + overrides)
     drafts: Any = None      # DraftChoices: the Workload of each row's draft
+    #: sampler auto: the numpy pre-search stops after this many seconds (dse.presearch)
+    presearch_s: float = SEARCH_DEFAULTS["presearch_s"]
 
     # the workload's fields, read through (the study holds one Workload, not copies)
     target = property(lambda self: self.workload.target)
@@ -265,7 +267,7 @@ class StudySpec:
             "objectives": [{"metric": o.metric, "direction": o.direction} for o in self.objectives],
             "constraints": [{k: v for k, v in vars(c).items() if v is not None} for c in self.constraints],
             "search": {"sampler": self.sampler, "n_trials": self.n_trials, "batch_size": self.batch_size,
-                       "seed": self.seed},
+                       "seed": self.seed, "presearch_s": self.presearch_s},
             "grid": {"points": self.grid_points}, "output": self.output, "storage": self.storage,
             "technology": self.technology,
         }
