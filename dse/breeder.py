@@ -224,43 +224,57 @@ class BreederSampler(BaseSampler):
             vals, feas, cons = score_with_violation(self._spec, kids, n, self._db, self._tech)
             self._stats["screened"] += n
             self._pool.merge(kids, vals, feas, cons)
-        rows = self._pick(self._pool.archive)
+        rows = self._pick(self._pool)
         self._queue = list(zip(rows, self._ids(rows).tolist())) if rows else []
         self._dry = not rows
 
-    def _pick(self, arch: Archive) -> list[dict]:
-        """Up to ``batch`` archive designs not in the study, chosen to add most hypervolume to the
-        front of its trials; uniform new designs when the archive has none."""
-        if not len(arch):
-            return self._random_new()
-        ids = design_ids(self._spec, arch.params, len(arch))
-        new = np.flatnonzero(~np.isin(ids, np.fromiter(self._known, dtype=np.uint64, count=len(self._known))))
-        self._stats["answered_from_record"] += len(arch) - new.size
-        if not new.size:
-            return self._random_new()
-        nf = self._front.shape[0]
-        values = np.concatenate([self._front, arch.values[new]])
-        fixed = np.arange(values.shape[0]) < nf
-        ok = np.flatnonzero(pareto_mask(values, self._dirs) | fixed)   # candidates the trials dominate add nothing
-        if (~fixed[ok]).sum() > PRECUT * self._batch:    # one candidate per epsilon box first (no twins)
-            ok = ok[box_thin(normalise(values[ok], self._dirs), nf + PRECUT * self._batch, fixed[ok])]
-        chosen = new[ok[pick(values[ok], self._batch, self._dirs, fixed[ok])] - nf]
-        return seed_params(self._spec, arch, chosen)
+    def _pick(self, pool: Pool) -> list[dict]:
+        """Up to ``batch`` designs the study does not hold: the archive designs that add most
+        hypervolume to the front of its trials (dse.thinning.pick), then other new archive and
+        niche designs, then uniform new designs (an archive the study holds entirely)."""
+        out: list[dict] = []
+        taken = np.fromiter(self._known, dtype=np.uint64, count=len(self._known))
+        arch = pool.archive
+        if len(arch):
+            ids = design_ids(self._spec, arch.params, len(arch))
+            new = np.flatnonzero(~np.isin(ids, taken))
+            self._stats["answered_from_record"] += len(arch) - new.size
+            if new.size:
+                nf = self._front.shape[0]
+                values = np.concatenate([self._front, arch.values[new]])
+                fixed = np.arange(values.shape[0]) < nf
+                ok = np.flatnonzero(pareto_mask(values, self._dirs) | fixed)   # dominated by a trial: adds nothing
+                if (~fixed[ok]).sum() > PRECUT * self._batch:    # one candidate per epsilon box first (no twins)
+                    ok = ok[box_thin(normalise(values[ok], self._dirs), nf + PRECUT * self._batch, fixed[ok])]
+                chosen = new[ok[pick(values[ok], self._batch, self._dirs, fixed[ok])] - nf]
+                rest = np.setdiff1d(new, chosen)[: self._batch - chosen.size]
+                rows = np.concatenate([chosen, rest])
+                out += seed_params(self._spec, arch, rows)
+                taken = np.concatenate([taken, ids[rows]])
+        for niche in pool.niches.values():
+            if len(out) >= self._batch:
+                break
+            if len(niche):
+                ids = design_ids(self._spec, niche.params, len(niche))
+                _, first = np.unique(ids, return_index=True)
+                fresh = np.sort(first[~np.isin(ids[first], taken)])[: self._batch - len(out)]
+                out += seed_params(self._spec, niche, fresh)
+                taken = np.concatenate([taken, ids[fresh]])
+        if len(out) < self._batch:
+            out += self._random_new(self._batch - len(out), taken)
+        return out
 
-    def _random_new(self, tries: int = 8) -> list[dict]:
-        """Uniform designs the study does not hold (when every archive design is in it)."""
+    def _random_new(self, want: int, taken: np.ndarray, tries: int = 8) -> list[dict]:
+        """Up to ``want`` uniform designs whose identity is not in ``taken``."""
         n = 4 * self._batch
         out: list[dict] = []
-        taken = set(self._known)
         for _ in range(tries):
             params = sample(self._spec, n, self._rng)
             ids = design_ids(self._spec, params, n)
             _, first = np.unique(ids, return_index=True)
-            fresh = np.sort(first[~np.isin(ids[first], np.fromiter(taken, dtype=np.uint64, count=len(taken)))])
-            fresh = fresh[: self._batch - len(out)]
-            taken.update(ids[fresh].tolist())
-            arch = Archive(params, np.zeros((n, len(self._dirs))), self._dirs)
-            out += seed_params(self._spec, arch, fresh)
-            if len(out) >= self._batch:
+            fresh = np.sort(first[~np.isin(ids[first], taken)])[: want - len(out)]
+            taken = np.concatenate([taken, ids[fresh]])
+            out += seed_params(self._spec, Archive(params, np.zeros((n, len(self._dirs))), self._dirs), fresh)
+            if len(out) >= want:
                 break
         return out
