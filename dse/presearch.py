@@ -131,6 +131,8 @@ class Archive:
 
     def merge(self, params: dict[str, np.ndarray], values: np.ndarray, feasible: np.ndarray, cap: int) -> None:
         """Add the feasible designs, keep the non-dominated (one per objective vector), cap."""
+        if not values.shape[0]:
+            return
         if len(self):
             params = {k: np.concatenate([self.params[k], v]) for k, v in params.items()}
             feasible = np.concatenate([np.ones(len(self), dtype=bool), feasible])
