@@ -9,9 +9,11 @@ workers. Before each batch it
    feasible ones to its archive (dse.presearch.Archive: feasible non-dominated designs) and
    records every design the study holds (finished, running or enqueued) by its identity
    (:func:`design_ids`);
-2. breeds ``screen`` children of the archive (dse.presearch.breed: crossover and mutation, a
-   quarter each at steps of 10%, 3%, 1% and 0.3% of each knob's range) and evaluates them with
-   the numpy model, the model every trial is evaluated with;
+2. breeds one pre-search round of children (dse.presearch.Budget.children: the round grows with
+   the space, 4,351 designs for studies/quickstart.yaml) from its archive and niches
+   (dse.presearch.Pool: crossover and mutation, a quarter each at steps of 10%, 3%, 1% and 0.3%
+   of each knob's range) and evaluates them with the numpy model, the model every trial is
+   evaluated with;
 3. proposes the ``batch`` archive designs not yet in the study that add most hypervolume to the
    front of the study's trials (dse.thinning.thin with the trials held fixed). A design the study
    already holds is answered from that record and never proposed again: no trial is spent twice
@@ -46,8 +48,6 @@ from .study.space import active_masks, category_codes, knob_names
 from .study.spec import StudySpec
 from .thinning import box_thin, normalise, pick
 
-#: designs screened in numpy per trial proposed
-SCREEN_PER_TRIAL = 200
 #: mutation steps (fraction of a knob's range) of the four parts of each screened batch
 SCALES = (0.1, 0.03, 0.01, 0.003)
 #: candidates kept per trial to propose before the exact choice (epsilon boxes, dse.thinning.box_thin)
@@ -102,13 +102,12 @@ class BreederSampler(BaseSampler):
 
     def __init__(self, study: StudySpec, db, tech, *, seed: int, batch: int, n_trials: int,
                  pool: Pool | None = None, budget: Budget | None = None,
-                 screen_per_trial: int = SCREEN_PER_TRIAL, presearch_s: float | None = None):
+                 presearch_s: float | None = None):
         self._spec, self._db, self._tech = study, db, tech
         self._seed, self._batch, self._n_trials = seed, max(1, batch), n_trials
         self._rng = np.random.default_rng(seed)
         self._fallback = RandomSampler(seed=seed)
         self._pool, self._budget = pool, budget
-        self._screen = max(screen_per_trial * self._batch, 4 * len(SCALES))
         self._presearch_s = presearch_s
         self._dirs = [o.direction for o in study.objectives]
         self._queue: list[dict] = []
@@ -216,11 +215,10 @@ class BreederSampler(BaseSampler):
         self._read(study)
         self._stale = False
         self._stats["generations"] += 1
-        part = self._screen // len(SCALES)
-        kids = [self._pool.children(part, scale, self._rng) for scale in SCALES]
-        if kids[0] is not None:
-            kids = {k: np.concatenate([c[k] for c in kids]) for k in kids[0]}
-            n = part * len(SCALES)
+        n = max(self._budget.children, len(SCALES))                 # one pre-search round per batch
+        scale = np.resize(np.asarray(SCALES), n)                        # the four steps, interleaved
+        kids = self._pool.children(n, scale, self._rng)
+        if kids is not None:
             vals, feas, cons = score_with_violation(self._spec, kids, n, self._db, self._tech)
             self._stats["screened"] += n
             self._pool.merge(kids, vals, feas, cons)

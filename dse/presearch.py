@@ -129,8 +129,10 @@ class Archive:
     def __len__(self) -> int:
         return self.values.shape[0]
 
-    def merge(self, params: dict[str, np.ndarray], values: np.ndarray, feasible: np.ndarray, cap: int) -> None:
-        """Add the feasible designs, keep the non-dominated (one per objective vector), cap."""
+    def merge(self, params: dict[str, np.ndarray], values: np.ndarray, feasible: np.ndarray, cap: int,
+              spread_only: bool = False) -> None:
+        """Add the feasible designs, keep the non-dominated (one per objective vector), cap
+        (:func:`cap_rows`; ``spread_only``: by epsilon boxes whatever the objectives)."""
         if not values.shape[0]:
             return
         if len(self):
@@ -139,7 +141,8 @@ class Archive:
             values = np.concatenate([self.values, values])
         self.params, self.values = front_of(params, values, feasible, self.directions)
         if len(self) > SLACK * cap:          # thinned in bursts: a few hundred designs over the cap wait
-            idx = cap_rows(self.values, cap, self.directions)
+            idx = box_thin(normalise(self.values, self.directions), cap) if spread_only else \
+                cap_rows(self.values, cap, self.directions)
             self.take(idx)
 
     def take(self, idx: np.ndarray) -> None:
@@ -199,21 +202,20 @@ class Pool:
                 sel = feasible & (col == value) & masks.get(name, np.ones(n, dtype=bool))
                 if sel.any():
                     arch.merge({k: v[sel] for k, v in params.items()}, values[sel], np.ones(int(sel.sum()), bool),
-                               self.niche_cap)
+                               self.niche_cap, spread_only=True)
         if not len(self.archive) and cons is not None:
             self.lost = _least_violating(self.lost, params, cons, self.cap)
 
-    def children(self, n: int, scale: float, rng: np.random.Generator) -> dict[str, np.ndarray] | None:
-        """n children: NICHE_SHARE of them bred in the niches (an equal part each), the rest from
-        the archive (:func:`breed`); from the least violating designs while nothing is feasible;
-        None when there is nothing to breed from."""
+    def children(self, n: int, scale, rng: np.random.Generator) -> dict[str, np.ndarray] | None:
+        """n children (:func:`breed`, ``scale`` a number or one per child, in order): the archive's
+        first, then NICHE_SHARE of them from the niches, an equal part each; from the least
+        violating designs while nothing is feasible; None when there is nothing to breed from."""
         if not len(self.archive):
             return breed(self.study, self.lost[0], n, scale, rng) if self.lost is not None else None
-        full = [a for a in self.niches.values() if len(a)]
+        full = [a.params for a in self.niches.values() if len(a)]
         per = int(n * NICHE_SHARE) // len(full) if full else 0
-        parts = [breed(self.study, a.params, per, scale, rng) for a in full] if per else []
-        parts.append(breed(self.study, self.archive.params, n - per * len(parts), scale, rng))
-        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        pools = [self.archive.params] + (full if per else [])
+        return breed(self.study, pools, [n - per * (len(pools) - 1)] + [per] * (len(pools) - 1), scale, rng)
 
 
 @dataclass
@@ -265,10 +267,11 @@ def _snap(k: Knob, x: np.ndarray) -> np.ndarray:
     return x.astype(np.float64)
 
 
-def mutate(study: StudySpec, params: dict[str, np.ndarray], scale: float, rng: np.random.Generator
+def mutate(study: StudySpec, params: dict[str, np.ndarray], scale, rng: np.random.Generator
            ) -> dict[str, np.ndarray]:
     """Children: each knob moved with probability 2/knobs (at least one knob per child) by a
-    normal step of ``scale`` x its range (in log space for log ranges); categoricals redrawn."""
+    normal step of ``scale`` (one number, or one per child) x its range (in log space for log
+    ranges); categoricals redrawn."""
     knobs = study.searched
     n = len(next(iter(params.values())))
     move = rng.random((n, len(knobs))) < min(1.0, 2.0 / len(knobs))
@@ -281,10 +284,9 @@ def mutate(study: StudySpec, params: dict[str, np.ndarray], scale: float, rng: n
         else:
             x = np.asarray(v, dtype=np.float64)
             if k.log:
-                new = np.exp(np.log(x) + rng.normal(0.0, scale * np.log(k.high / k.low), n))
+                new = np.exp(np.log(x) + rng.normal(0.0, 1.0, n) * scale * np.log(k.high / k.low))
             else:
-                width = float(k.high - k.low)
-                step = rng.normal(0.0, scale * width, n)
+                step = rng.normal(0.0, 1.0, n) * scale * float(k.high - k.low)
                 if k.kind == "int":             # an integer knob moves by at least one
                     step = np.where(np.abs(step) < 1, np.sign(step + 1e-12), step)
                 new = x + step
@@ -293,31 +295,35 @@ def mutate(study: StudySpec, params: dict[str, np.ndarray], scale: float, rng: n
     return out
 
 
-def crossover(study: StudySpec, a: dict[str, np.ndarray], b: dict[str, np.ndarray], rng: np.random.Generator
-              ) -> dict[str, np.ndarray]:
-    """Uniform crossover: each knob of each child from parent a or b with probability 1/2."""
+def crossover(study: StudySpec, a: dict[str, np.ndarray], b: dict[str, np.ndarray], rng: np.random.Generator,
+              share: float = 1.0) -> dict[str, np.ndarray]:
+    """Uniform crossover: a ``share`` of the children (each with that probability) take each
+    knob from parent a or b with probability 1/2; the others are copies of a."""
     n = len(next(iter(a.values())))
+    cross = rng.random(n) < share
     out = {}
     for k in study.searched:
-        pick = rng.random(n) < 0.5
-        out[k.name] = np.where(pick, a[k.name], b[k.name])
+        out[k.name] = np.where(cross & (rng.random(n) < 0.5), b[k.name], a[k.name])
     return out
 
 
-def breed(study: StudySpec, parents: dict[str, np.ndarray], n: int, scale: float, rng: np.random.Generator
-          ) -> dict[str, np.ndarray]:
-    """n children of a pool of parents (uniform choice): half a crossover of two parents, then
-    every child mutated (:func:`mutate` at ``scale``)."""
-    size = len(next(iter(parents.values())))
-    first = rng.integers(0, size, n)
-    kids = {k: v[first] for k, v in parents.items()}
-    if size > 1:
-        half = n // 2
-        other = rng.integers(0, size, half)
-        mixed = crossover(study, {k: v[:half] for k, v in kids.items()}, {k: v[other] for k, v in parents.items()},
-                          rng)
-        kids = {k: np.concatenate([mixed[k], kids[k][half:]]) for k in kids}
-    return mutate(study, kids, scale, rng)
+def breed(study: StudySpec, pools: list[dict[str, np.ndarray]] | dict[str, np.ndarray], counts, scale,
+          rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Children of pools of parents: ``counts[i]`` from pool i (two parents drawn uniformly from
+    it), half of them a crossover of their two parents (:func:`crossover`), every one mutated
+    (:func:`mutate` at ``scale``, a number or one per child). One pool and one count may be given
+    bare."""
+    if isinstance(pools, dict):
+        pools, counts = [pools], [counts]
+    a_parts, b_parts = [], []
+    for pool, cnt in zip(pools, counts):
+        size = len(next(iter(pool.values())))
+        i, j = rng.integers(0, size, cnt), rng.integers(0, size, cnt)
+        a_parts.append({k: v[i] for k, v in pool.items()})
+        b_parts.append({k: v[j] for k, v in pool.items()})
+    a = {k: np.concatenate([p[k] for p in a_parts]) for k in a_parts[0]}
+    b = {k: np.concatenate([p[k] for p in b_parts]) for k in b_parts[0]}
+    return mutate(study, crossover(study, a, b, rng, share=0.5), scale, rng)
 
 
 def step_scale(progress: float) -> float:

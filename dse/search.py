@@ -578,8 +578,13 @@ def enqueue_seeds(ostudy, study: StudySpec, n_trials: int, seed: int, db, tech, 
     Parquet file; ``sampler`` (dse.breeder.BreederSampler) keeps breeding from the archive they
     were thinned from."""
     seeds = find_seeds(study, n_trials, seed, db, tech, progress=progress, label=label)
-    for p in seeds.params:       # skip_if_exists: two workers that start together enqueue them once
-        ostudy.enqueue_trial(p, skip_if_exists=True)
+    from .breeder import design_ids, rows_to_arrays
+    held = [t.params or t.system_attrs.get("fixed_params") or {} for t in ostudy.get_trials(deepcopy=False)]
+    held_ids = set(design_ids(study, rows_to_arrays(study, held), len(held)).tolist()) if held else set()
+    ids = design_ids(study, rows_to_arrays(study, seeds.params), len(seeds.params)).tolist() if seeds.params else []
+    for p, i in zip(seeds.params, ids):     # two workers that start together enqueue the seeds once
+        if i not in held_ids:
+            ostudy.enqueue_trial(p, skip_if_exists=False)
     if sampler is not None and hasattr(sampler, "adopt"):
         sampler.adopt(seeds.pool, seeds.budget)
     ostudy.set_user_attr("dse_seeds", {"designs": len(seeds.params), "evaluated_in_numpy": seeds.evaluated,
