@@ -10,7 +10,7 @@ Run:  python benchmarks/bench_search.py [--trials 10000] [--shared-trials 2000] 
     Per row: wall time, the model's share (time inside dse.search.evaluate_study, i.e.
     build_designs + evaluate, wrapped with a timer; it includes the final re-evaluation of every
     trial for the Parquet file) and the bookkeeping per trial, (wall - model) / trials. One more
-    in-memory row with the default sampler, auto (NSGA-II after a numpy pre-search), for reference.
+    in-memory row with the default sampler, auto (a numpy pre-search, then dse.breeder), for reference.
     Target: 10,000 in-memory NSGA-II trials <= 12 s. Optuna is imported and a 64-trial
     in-memory run is done first, untimed.
 (b) `dse sweep` of quickstart at the smallest grid resolution with >= --sweep-points (2,000,000) grid

@@ -114,6 +114,7 @@ class BreederSampler(BaseSampler):
         self._pending: dict[int, tuple[dict, int]] = {}   # trial id -> (design, identity)
         self._known: set[int] = set()                 # identities of every design the study holds
         self._read_ids: set[int] = set()              # finished trials read (they never change)
+        self._pos, self._pos_id = 0, None             # trials before _pos are all finished and read
         self._front = np.zeros((0, len(self._dirs)))  # objective values of the trials' front
         self._stale = True
         self._dry = False                             # the last generation found no new design
@@ -180,7 +181,15 @@ class BreederSampler(BaseSampler):
     def _read(self, study) -> None:
         """Record every design of the study; add finished feasible ones to the front and archive."""
         seen, new_rows, new_values = [], [], []
-        for t in study._get_trials(deepcopy=False, use_cache=True):
+        trials = study._get_trials(deepcopy=False, use_cache=True)
+        if self._pos > len(trials) or (self._pos and trials[self._pos - 1]._trial_id != self._pos_id):
+            self._pos, self._pos_id = 0, None            # not the list read before: read it all again
+        leading = True
+        for i in range(self._pos, len(trials)):
+            t = trials[i]
+            leading = leading and t.state.is_finished()
+            if leading:                                  # every trial up to here is finished and read
+                self._pos, self._pos_id = i + 1, t._trial_id
             if t._trial_id in self._read_ids:
                 continue
             params = t.params or t.system_attrs.get("fixed_params") or {}

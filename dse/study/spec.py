@@ -10,7 +10,8 @@ from typing import Any
 from ..catalog.links import SCALE_UP_CLASSES
 from ..workload import K_LIMIT, TREE_NODES_MAX, DrafterSpec, Workload
 
-#: "auto" (the default): NSGA-II whose first trials are a front found in numpy (dse.presearch)
+#: "auto" (the default): a front found in numpy (dse.presearch) as the first trials, then trials bred
+#: from the front and screened in numpy (dse.breeder)
 SAMPLERS = ("auto", "nsga2", "nsga3", "tpe", "gp", "random", "qmc")
 
 
