@@ -44,6 +44,7 @@ from .presearch import (
     score_with_violation,
     seed_params,
 )
+from .progress import Progress
 from .study.space import active_masks, category_codes, knob_names
 from .study.spec import StudySpec
 from .thinning import box_thin, normalise, pick
@@ -102,13 +103,14 @@ class BreederSampler(BaseSampler):
 
     def __init__(self, study: StudySpec, db, tech, *, seed: int, batch: int, n_trials: int,
                  pool: Pool | None = None, budget: Budget | None = None,
-                 presearch_s: float | None = None):
+                 presearch_s: float | None = None, progress: bool = False, label: str = "dse run"):
         self._spec, self._db, self._tech = study, db, tech
         self._seed, self._batch, self._n_trials = seed, max(1, batch), n_trials
         self._rng = np.random.default_rng(seed)
         self._fallback = RandomSampler(seed=seed)
         self._pool, self._budget = pool, budget
         self._presearch_s = presearch_s
+        self._progress, self._label = progress, label
         self._dirs = [o.direction for o in study.objectives]
         self._queue: list[dict] = []
         self._pending: dict[int, tuple[dict, int]] = {}   # trial id -> (design, identity)
@@ -215,7 +217,13 @@ class BreederSampler(BaseSampler):
         """No archive handed over (a resumed run, another worker): a pre-search of its own."""
         kw = {"seconds": self._presearch_s} if self._presearch_s else {}
         self._budget = presearch_budget(self._spec, self._n_trials, keep=1, **kw)
-        self._pool = presearch(self._spec, self._db, self._tech, seed=self._seed, keep=1, budget=self._budget).pool
+        bar = Progress(self._budget.designs, unit="designs", label=f"{self._label} pre-search (breeding pool)",
+                       enabled=self._progress)
+        try:
+            self._pool = presearch(self._spec, self._db, self._tech, seed=self._seed, keep=1, budget=self._budget,
+                                   progress=bar).pool
+        finally:
+            bar.close()
 
     def _refill(self, study) -> None:
         """One generation: read the study, breed and screen, queue the best new designs."""

@@ -104,7 +104,7 @@ def _suggest(trial, name: str, d):
 
 
 def make_sampler(name: str, seed: int, population: int, n_objectives: int, *, study: StudySpec | None = None,
-                 db=None, tech=None, n_trials: int | None = None):
+                 db=None, tech=None, n_trials: int | None = None, progress: bool = False, label: str = "dse run"):
     """The sampler, always with its seed (Optuna 5's default multi-objective sampler is TPE).
     NSGA-III and QMC are marked experimental by Optuna; that warning is silenced here. ``auto``
     (dse.breeder.BreederSampler) needs the study, database, technology and trial budget."""
@@ -114,7 +114,7 @@ def make_sampler(name: str, seed: int, population: int, n_objectives: int, *, st
             raise RuntimeFailure("sampler auto needs the study (make_sampler(..., study=, db=, tech=, n_trials=))")
         from .breeder import BreederSampler
         return BreederSampler(study, db, tech, seed=seed, batch=population, n_trials=n_trials or study.n_trials,
-                              presearch_s=study.presearch_s)
+                              presearch_s=study.presearch_s, progress=progress, label=label)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         sampler = _sampler(name, seed, population)
@@ -300,8 +300,9 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     directions = [o.direction for o in study.objectives]
     # every option is checked before the storage (a journal file) is created
+    label = f"dse run task {task[0]}/{task[1]}" if task else "dse run"
     opt_sampler = make_sampler(sampler_name, seed, study.batch_size, len(directions), study=study, db=db, tech=tech,
-                               n_trials=n_trials)
+                               n_trials=n_trials, progress=progress, label=label)
     store, storage_url = resolve_storage(study, storage, out)
     ostudy = _create_study(study, store, storage_url, directions, opt_sampler)
     runs = list(ostudy.user_attrs.get("dse_runs", []))
@@ -310,7 +311,6 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
         runs.append({"sampler": sampler_name, "seed": seed, "first_trial": first})
         ostudy.set_user_attr("dse_runs", runs)
     run_key = f"dse_run:{uuid.uuid4().hex[:16]}"      # this worker's own record: no read-modify-write race
-    label = f"dse run task {task[0]}/{task[1]}" if task else "dse run"
     if sampler_name == "auto" and first == 0:
         enqueue_seeds(ostudy, study, n_trials, seed, db, tech, sampler=opt_sampler, progress=progress, label=label)
     tally, signum = {"told": 0}, 0
