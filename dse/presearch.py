@@ -42,7 +42,7 @@ from .evaluation import constraint_values, evaluate_study, metric_table, objecti
 from .pareto import pareto_mask
 from .progress import Progress
 from .study.space import CONTROL_KEYS, active_masks, neutral_value
-from .study.spec import Knob, StudySpec
+from .study.spec import SEARCH_DEFAULTS, Knob, StudySpec
 from .thinning import EXACT_MAX_OBJECTIVES, box_thin, normalise, thin
 
 #: designs per effective knob at 1,000 trials (fitted: see docs/search-quality.md)
@@ -56,8 +56,9 @@ ARCHIVE_MAX_MANY = 3_000
 CHILDREN_MIN = 2_000
 #: the archive is thinned back to its cap once it holds SLACK x the cap
 SLACK = 1.25
-#: default time cap of the pre-search, seconds (search.presearch_s)
-PRESEARCH_S = 8.0
+#: default time cap of the pre-search, CPU seconds (search.presearch_s); on the benchmark studies
+#: the pre-search takes 0.9-6.1 s (docs/search-quality.md), so it binds on larger spaces only
+PRESEARCH_S = SEARCH_DEFAULTS["presearch_s"]
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,7 @@ WORKLOAD_KEYS = {"target", "draft", "dtype", "kv_dtype", "batch", "prompt_tokens
                  "task"}
 TOP_KEYS = {"name", "description", "workload", "space", "objectives", "constraints", "search", "grid", "output",
             "storage", "technology", "schema_version"}
-SEARCH_DEFAULTS = {"sampler": "auto", "n_trials": 2000, "batch_size": 64, "seed": 0, "presearch_s": 8.0}
+SEARCH_DEFAULTS = {"sampler": "auto", "n_trials": 2000, "batch_size": 64, "seed": 0, "presearch_s": 10.0}
 
 
 @dataclass(frozen=True)
