@@ -220,10 +220,11 @@ class BreederSampler(BaseSampler):
         bar = Progress(self._budget.designs, unit="designs", label=f"{self._label} pre-search (breeding pool)",
                        enabled=self._progress)
         try:
-            self._pool = presearch(self._spec, self._db, self._tech, seed=self._seed, keep=1, budget=self._budget,
-                                   progress=bar).pool
+            seeds = presearch(self._spec, self._db, self._tech, seed=self._seed, keep=1, budget=self._budget,
+                              progress=bar)
         finally:
             bar.close()
+        self._pool, self._budget = seeds.pool, seeds.breeding_budget()
 
     def _refill(self, study) -> None:
         """One generation: read the study, breed and screen, queue the best new designs."""

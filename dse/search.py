@@ -586,7 +586,7 @@ def enqueue_seeds(ostudy, study: StudySpec, n_trials: int, seed: int, db, tech, 
         if i not in held_ids:
             ostudy.enqueue_trial(p, skip_if_exists=False)
     if sampler is not None and hasattr(sampler, "adopt"):
-        sampler.adopt(seeds.pool, seeds.budget)
+        sampler.adopt(seeds.pool, seeds.breeding_budget())
     ostudy.set_user_attr("dse_seeds", {"designs": len(seeds.params), "evaluated_in_numpy": seeds.evaluated,
                                        "seconds": round(seeds.seconds, 3), "stopped_by_time_cap": seeds.timed_out})
     return len(seeds.params)

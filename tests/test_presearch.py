@@ -1,5 +1,6 @@
 """Sampler auto: a front found in numpy (dse.presearch) seeds the Optuna study (issue 11, item 3)."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -102,6 +103,19 @@ def test_the_time_cap_stops_between_parts():
                keep=16, seconds=2.5)
     res = presearch(study, db, tech, seed=0, keep=16, budget=b, clock=lambda: float(next(ticks)))
     assert res.timed_out and res.rounds == 0 and res.evaluated == 3_000 and len(res.params) == 16
+    # the breeder then screens sqrt(3,000 / 9,000) of a round per batch: 1,000 x 0.577 -> 577
+    # (floored at CHILDREN_MIN / 4 = 500); a pre-search the cap did not stop keeps its round
+    assert res.breeding_budget().children == 577
+    big = Budget(initial=4_000, initial_max=4_000, feasible_wanted=0, children=12_000, rounds=5, archive_max=500,
+                 keep=16, seconds=2.5)
+    ticks = iter(range(1000))
+    res = presearch(study, db, tech, seed=0, keep=16, budget=big, clock=lambda: float(next(ticks)))
+    assert res.evaluated == 3_000 and res.breeding_budget().children == 2_598     # 12,000 x sqrt(3/64)
+    ticks = iter([0.0] * 4 + [10.0] * 1000)       # stopped after its fourth part: 4,000 / 64,000
+    res = presearch(study, db, tech, seed=0, keep=16, budget=big, clock=lambda: next(ticks))
+    assert res.evaluated == 4_000 and res.breeding_budget().children == 3_000
+    free = presearch(study, db, tech, seed=0, keep=16, budget=replace(b, seconds=1e9), clock=lambda: 0.0)
+    assert not free.timed_out and free.breeding_budget() == free.budget
 
 
 def test_sampling_and_mutation_stay_in_range():
