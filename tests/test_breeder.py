@@ -8,6 +8,7 @@ import numpy as np
 import yaml
 
 from dse.breeder import design_ids
+from dse.grid import distinct_points, grid_axes
 from dse.pareto import hypervolume
 from dse.search import run_study, seed_count
 from dse.study import load_study, parse_study
@@ -95,3 +96,33 @@ def test_a_resumed_run_breeds_without_repeating(tmp_path):
     run_study(p, storage=str(journal), progress=False)
     df = run_study(p, n_trials=192, storage=str(journal), progress=False).frame
     assert len(df) == 192 and df["duplicate_of"].isna().all() and df["trial"].is_unique
+
+
+def test_the_no_draft_design_is_proposed_once(tmp_path):
+    """Issue 21's case: the draft a categorical knob with 'none' (k and the draft chip then act
+    on nothing). With the target chip 2 x 2 designs, 'none' is 4 designs however many trials are
+    asked; the 1B draft 4 chips x k 1..4 x (draft chip off, or on at 2 peaks) = 48; EAGLE-3 (a
+    head on the target's chips: the draft chip acts on nothing) 4 x 4 = 16. 150 trials are asked:
+    the 68 designs (the grid's distinct points) are all there, each once."""
+    raw = {"name": "draft-none", "storage": ":memory:", "output": str(tmp_path / "r.parquet"),
+           "workload": {"target": "llama-3.1-8b", "draft": ["none", "llama-3.2-1b", "eagle3"], "dtype": "bf16",
+                        "task": "mix"},
+           "space": {"k": {"low": 1, "high": 4},
+                     "target_chip": {"process_node": "n3", "peak_tflops": [500, 1000], "memory": "hbm3e",
+                                     "memory_stacks": [4, 6], "chips": 1},
+                     "draft_chip": {"enabled": [True, False], "peak_tflops": [50, 100], "memory": "lpddr5x",
+                                    "link_bw_gb_s": 128}},
+           "objectives": [{"metric": "spec_ms_per_token", "direction": "minimize"},
+                          {"metric": "cost_usd", "direction": "minimize"},
+                          {"metric": "energy_j_per_token", "direction": "minimize"}],
+           "search": {"sampler": "auto", "n_trials": 150, "batch_size": 16, "seed": 0}}
+    study = parse_study(raw, str(tmp_path / "s.yaml"))
+    df = run_study(study, progress=False).frame
+    assert df["duplicate_of"].isna().all()
+    assert (df["params_draft"] == "none").sum() == 4
+    assert (df["params_draft"] == "eagle3").sum() == 16 and len(df) == 68
+    axes = grid_axes(study, 4)                          # k at 1, 2, 3, 4
+    shape = tuple(v.size for _, v in axes)
+    flat = np.arange(int(np.prod(shape)))
+    idx = np.unravel_index(flat, shape)
+    assert distinct_points(study, axes, idx, {k.name: v[i] for (k, v), i in zip(axes, idx)}, flat.size).sum() == 68
