@@ -447,8 +447,9 @@ def knobs_page() -> str:
     lines += ["## Other study keys", "",
               f"- top level: {', '.join(f'`{k}`' for k in sorted(spec.TOP_KEYS))}",
               f"- workload: {', '.join(f'`{k}`' for k in sorted(spec.WORKLOAD_KEYS))}",
-              f"- search.sampler: {', '.join(f'`{s}`' for s in spec.SAMPLERS)} (default `auto`: NSGA-II seeded by a "
-              "front found in numpy)",
+              f"- search.sampler: {', '.join(f'`{s}`' for s in spec.SAMPLERS)} (default `auto`: a front found in numpy "
+              "as the first trials, then trials bred from the front and screened in numpy; `presearch_s` caps "
+              "the numpy pre-search, CPU seconds)",
               f"- search defaults: {', '.join(f'`{k}: {v}`' for k, v in spec.SEARCH_DEFAULTS.items())}", ""]
     return "\n".join(lines)
 

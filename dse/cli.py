@@ -134,7 +134,7 @@ def eval_cmd(as_json, **kwargs):
               help="Total trials of the study (per task with --task) [default: the study's search.n_trials, 2000 "
                    "if unset].")
 @click.option("--sampler", default=None,
-              help="auto|nsga2|nsga3|tpe|gp|random|qmc; auto = NSGA-II seeded by a front found in numpy "
+              help="auto|nsga2|nsga3|tpe|gp|random|qmc; auto = a front found in numpy, then trials bred from it "
                    "[default: the study's search.sampler, auto if unset].")
 @click.option("--seed", type=int, default=None, help="Sampler seed [default: the study's search.seed, 0 if unset].")
 @click.option("--storage", default=None,
