@@ -11,7 +11,7 @@ docs/img/search-quality.png.
 
 Studies: the shipped studies/quickstart.yaml and studies/draft-chip.yaml, and three written for
 issue 20 in benchmarks/studies/: wide-27-knobs (27 knobs, an optional draft chip, 2 objectives),
-four-objectives (latency, cost, power and area under TTFT and throughput floors, 3.7% of the space
+four-objectives (latency, cost, power and area under TTFT and throughput floors, 4.5% of the space
 feasible) and moe-many-chips (DeepSeek-V3 on 8-64 chips, batch 64, 32K prompts, a tree draft, 3
 objectives); six-objectives is timed only.
 

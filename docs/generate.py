@@ -384,18 +384,34 @@ def v_quickstart_run() -> str:
     return f"{run:.0f} s ({load} at the start)"
 
 
+def v_search_quality() -> str:
+    """sampler auto's HV ratios at 1,000 trials (seeds 0-2) in docs/search-quality.json, the full
+    run of benchmarks/bench_search_quality.py: the shipped studies' range, then the new studies'."""
+    import json
+    res = json.loads((ROOT / "docs" / "search-quality.json").read_text())["studies"]
+
+    def span(names):
+        v = [r["hv_ratio"] for n in names if n in res for r in res[n]["rows"]
+             if r["sampler"] == "auto" and r["trials"] == 1000]
+        return f"{min(v):.4f}-{max(v):.4f}"
+    shipped = [n for n in res if n in ("quickstart", "draft-chip")]
+    new = [n for n in res if n not in shipped]
+    return (f"{span(shipped)} of the best known front's hypervolume on the shipped studies ({', '.join(shipped)}) "
+            f"and {span(new)} on three larger ones ({', '.join(new)}), seeds 0-2")
+
+
 VALUES: dict[str, Callable[[], str]] = {
     "devices": v_devices, "models": v_models, "constants_estimated": v_constants_estimated,
     "grid_points_quickstart": v_grid_points_quickstart, "tree_claim": v_tree_claim,
     "batch_crossover_k4": v_batch_crossover_k4, "calibration": v_calibration, "scaleout_tasks": v_scaleout_tasks,
-    "scaleout_journal": v_scaleout_journal,
+    "scaleout_journal": v_scaleout_journal, "search_quality": v_search_quality,
     "quickstart_timing": v_quickstart_timing, "quickstart_run": v_quickstart_run,
     **{f"codesign_{k}": (lambda k=k: _codesign()[k])
        for k in ("counts", "front", "front_without_eagle3", "wins", "batch1_latency", "batch1_energy", "draft_chip")},
 }
 #: values computed in well under a second each (the rest: seconds, or measured timings)
 CHEAP_VALUES = {"devices", "models", "constants_estimated", "grid_points_quickstart", "tree_claim",
-                "batch_crossover_k4", "scaleout_tasks", "scaleout_journal"}
+                "batch_crossover_k4", "scaleout_tasks", "scaleout_journal", "search_quality"}
 #: values that are timings: regenerated with --measured only, never compared
 MEASURED_VALUES = {"quickstart_timing", "quickstart_run"}
 
