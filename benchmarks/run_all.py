@@ -17,7 +17,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 #: extra arguments per script in --quick mode
 QUICK_ARGS = {"bench_search.py": ["--quick"]}
-#: arguments always given: the full search-quality table takes about an hour (run it by hand)
+#: arguments always given: the full search-quality table takes about half an hour (run it by hand)
 ALWAYS_ARGS = {"bench_search_quality.py": ["--quick"]}
 
 
