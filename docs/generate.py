@@ -465,7 +465,7 @@ def knobs_page() -> str:
               f"- workload: {', '.join(f'`{k}`' for k in sorted(spec.WORKLOAD_KEYS))}",
               f"- search.sampler: {', '.join(f'`{s}`' for s in spec.SAMPLERS)} (default `auto`: a front found in numpy "
               "as the first trials, then trials bred from the front and screened in numpy; `presearch_s` caps "
-              "the numpy pre-search, CPU seconds)",
+              "the numpy pre-search, reference CPU seconds counted from the model's work)",
               f"- search defaults: {', '.join(f'`{k}: {v}`' for k, v in spec.SEARCH_DEFAULTS.items())}", ""]
     return "\n".join(lines)
 

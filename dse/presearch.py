@@ -22,8 +22,9 @@ so the seeds of a study come from numpy, in three steps:
 How much it evaluates (:func:`presearch_budget`) scales with the space: the effective number
 of knobs (a continuous range or 16+ levels counts 1, a knob of L levels log2(L)/4), the number
 of objectives, the trial budget and how much of the space is feasible; and it stops after
-``seconds`` of CPU time (``search.presearch_s``) in any case, between two parts. Deterministic
-for a seed while the time cap does not bind (dse.search says when it does).
+``seconds`` (``search.presearch_s``) in any case, between two parts: reference CPU seconds counted
+from the model's work (:class:`WorkClock`), not read from the machine's clock, so a seed gives
+the same seeds on any machine and under any load, cap or no cap (dse.search says when it binds).
 
 numpy and moocore only (no Optuna): ``dse.search`` enqueues the seeds as Optuna trials, so
 every seed is a trial of the study and a row of its results; ``dse.breeder`` keeps breeding
@@ -39,6 +40,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .evaluation import constraint_values, evaluate_study, metric_table, objective_matrix
+from .model.work import COUNTS
 from .pareto import pareto_mask
 from .progress import Progress
 from .study.space import CONTROL_KEYS, active_masks, neutral_value
@@ -370,15 +372,41 @@ def violation(cons: np.ndarray) -> np.ndarray:
     return (pos / np.where(scale > 0, scale, 1.0)).sum(axis=1)
 
 
+#: reference CPU seconds per unit of the model's work (dse.model.work.COUNTS): per design, per
+#: design row x k column priced, per step_cost call, per tree table asked for. Fitted (non-negative
+#: least squares on relative error) on 28 pre-search parts of 2,000-30,000 designs of seven studies
+#: (studies/quickstart, draft-chip, tree-size, draft-codesign; benchmarks/studies/moe-many-chips,
+#: wide-27-knobs, four-objectives) on the 2-core machine docs/search-quality.md was measured on:
+#: predicted / measured CPU time 0.24-1.8 per part (a study's whole pre-search: within 2x). Only the
+#: cap's scale rests on them; what binds it is counted, so it binds at the same design on any machine.
+WORK_S = {"designs": 1.29e-6, "rows": 3.1e-7, "steps": 3.3e-4, "tables": 9.3e-4}
+
+
+class WorkClock:
+    """The pre-search's clock: reference CPU seconds of the model's work since it was made,
+    ``sum(WORK_S[k] x count k)``, the same for a seed on any machine and under any load (the time
+    cap ``search.presearch_s`` is read on it, not on the machine's clock)."""
+
+    def __init__(self):
+        self._start = dict(COUNTS)
+
+    def seconds(self, designs: int) -> float:
+        done = {k: COUNTS[k] - self._start[k] for k in COUNTS}
+        return WORK_S["designs"] * designs + sum(WORK_S[k] * done[k] for k in done)
+
+
 def presearch(study: StudySpec, db, tech, *, seed: int, keep: int, budget: Budget | None = None,
-              n_trials: int = 1000, progress: Progress | None = None, clock=time.process_time) -> Seeds:
+              n_trials: int = 1000, progress: Progress | None = None, clock=time.process_time,
+              work=None) -> Seeds:
     """The seeds: a space-filling batch, rounds of refinement, the archive thinned to ``keep``
-    designs (see the module docstring). Deterministic for a seed while ``budget.seconds`` does
-    not bind; ``progress`` (a dse.progress.Progress in designs) is updated after every part."""
+    designs (see the module docstring). Deterministic for a seed (``budget.seconds`` is read on
+    a :class:`WorkClock`, or on ``work``(designs evaluated) when given); ``clock`` only times it for
+    the report; ``progress`` (a dse.progress.Progress in designs) is updated after every part."""
     budget = budget or presearch_budget(study, n_trials, keep)
     rng = np.random.default_rng(seed)
     dirs = [o.direction for o in study.objectives]
     start = clock()
+    work = work or WorkClock().seconds
     pool = Pool.empty(study, budget.archive_max, budget.niche_max)
     evaluated, part = 0, max(1, -(-budget.initial // 4))
     feasible_seen = 0
@@ -397,7 +425,7 @@ def presearch(study: StudySpec, db, tech, *, seed: int, keep: int, budget: Budge
         feasible_seen += int(feas.sum())
         pool.merge(params, vals, feas, cons)
         tick(part, budget.children * budget.rounds)
-        if clock() - start > budget.seconds:
+        if work(evaluated) > budget.seconds:
             timed_out = True
             break
     initial, initial_feasible = evaluated, feasible_seen
@@ -414,7 +442,7 @@ def presearch(study: StudySpec, db, tech, *, seed: int, keep: int, budget: Budge
         pool.merge(params, vals, feas, cons)
         done = r + 1
         tick(budget.children, budget.children * (budget.rounds - done))
-        if clock() - start > budget.seconds and r + 1 < budget.rounds:
+        if work(evaluated) > budget.seconds and r + 1 < budget.rounds:
             timed_out = True
     arch = pool.archive
     idx = thin(arch.values, keep, dirs) if len(arch) else np.arange(0)

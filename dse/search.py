@@ -566,8 +566,8 @@ def find_seeds(study: StudySpec, n_trials: int, seed: int, db, tech, *, progress
         bar.close()
     if seeds.timed_out and progress:
         sys.stderr.write(f"[{label}] pre-search stopped by its time cap (search.presearch_s = {study.presearch_s:g} s) "
-                         f"after {seeds.evaluated:,} of {budget.designs:,} designs: its seeds depend on this "
-                         "machine's speed; a larger presearch_s makes the run repeatable\n")
+                         f"after {seeds.evaluated:,} of {budget.designs:,} designs (reference CPU seconds counted from the "
+                         "model's work: the same designs on any machine; a larger presearch_s searches more)\n")
     return seeds
 
 

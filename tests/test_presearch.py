@@ -95,27 +95,51 @@ def test_a_rarely_feasible_space_gets_a_bigger_first_batch(tmp_path):
 
 
 def test_the_time_cap_stops_between_parts():
-    """A clock that advances 1 s per reading and a 2.5 s cap: the batch stops after its third
-    part (readings at 1, 2, 3 s after the start), no refinement round runs, and the seeds say so."""
+    """A work clock that reads 1, 2, 3, ... s after each part and a 2.5 s cap: the batch stops
+    after its third part, no refinement round runs, and the seeds say so."""
     study, db, tech = open_study(QUICK)
-    ticks = iter(range(1000))
+    ticks = iter(range(1, 1000))
     b = Budget(initial=4_000, initial_max=4_000, feasible_wanted=0, children=1_000, rounds=5, archive_max=500,
                keep=16, seconds=2.5)
-    res = presearch(study, db, tech, seed=0, keep=16, budget=b, clock=lambda: float(next(ticks)))
+    res = presearch(study, db, tech, seed=0, keep=16, budget=b, work=lambda n: float(next(ticks)))
     assert res.timed_out and res.rounds == 0 and res.evaluated == 3_000 and len(res.params) == 16
     # the breeder then screens sqrt(3,000 / 9,000) of a round per batch: 1,000 x 0.577 -> 577
     # (floored at CHILDREN_MIN / 4 = 500); a pre-search the cap did not stop keeps its round
     assert res.breeding_budget().children == 577
     big = Budget(initial=4_000, initial_max=4_000, feasible_wanted=0, children=12_000, rounds=5, archive_max=500,
                  keep=16, seconds=2.5)
-    ticks = iter(range(1000))
-    res = presearch(study, db, tech, seed=0, keep=16, budget=big, clock=lambda: float(next(ticks)))
+    ticks = iter(range(1, 1000))
+    res = presearch(study, db, tech, seed=0, keep=16, budget=big, work=lambda n: float(next(ticks)))
     assert res.evaluated == 3_000 and res.breeding_budget().children == 2_598     # 12,000 x sqrt(3/64)
-    ticks = iter([0.0] * 4 + [10.0] * 1000)       # stopped after its fourth part: 4,000 / 64,000
-    res = presearch(study, db, tech, seed=0, keep=16, budget=big, clock=lambda: next(ticks))
+    ticks = iter([0.0] * 3 + [10.0] * 1000)       # stopped after its fourth part: 4,000 / 64,000
+    res = presearch(study, db, tech, seed=0, keep=16, budget=big, work=lambda n: next(ticks))
     assert res.evaluated == 4_000 and res.breeding_budget().children == 3_000
-    free = presearch(study, db, tech, seed=0, keep=16, budget=replace(b, seconds=1e9), clock=lambda: 0.0)
+    free = presearch(study, db, tech, seed=0, keep=16, budget=replace(b, seconds=1e9), work=lambda n: 0.0)
     assert not free.timed_out and free.breeding_budget() == free.budget
+
+
+def test_the_work_clock_counts_the_models_work_not_the_machines_time():
+    """WorkClock: WORK_S x (designs, rows x k priced, step_cost calls, tree tables asked for).
+    By hand: one step_cost call pricing 2,000 rows and one tree table asked for, over 500 designs:
+    1.29e-6 x 500 + 3.1e-7 x 2,000 + 3.3e-4 + 9.3e-4 = 0.000645 + 0.00062 + 0.00033 + 0.00093
+    = 0.002525 s. And a pre-search the cap stops stops at the same design however slow the machine
+    (a clock that jumps 100 s per reading changes nothing) and whether the tree tables were
+    built or cached (the second run of the tree study finds them cached)."""
+    from dse.model.work import COUNTS
+    from dse.presearch import WorkClock
+    w = WorkClock()
+    COUNTS["steps"] += 1
+    COUNTS["rows"] += 2_000
+    COUNTS["tables"] += 1
+    assert w.seconds(500) == pytest.approx(0.002525, rel=1e-12)
+    tree = QUICK.parent / "tree-size.yaml"
+    b = Budget(initial=4_000, initial_max=4_000, feasible_wanted=0, children=1_000, rounds=8, archive_max=500,
+               keep=8, seconds=0.6)
+    slow = iter(range(0, 100_000, 100))
+    runs = [presearch(*open_study(tree), seed=3, keep=8, budget=b, clock=lambda: float(next(slow))),
+            presearch(*open_study(tree), seed=3, keep=8, budget=b)]
+    assert runs[0].timed_out and runs[0].evaluated == 6_000 and runs[0].rounds == 2       # of 12,000
+    assert runs[0].evaluated == runs[1].evaluated and runs[0].params == runs[1].params
 
 
 def test_sampling_and_mutation_stay_in_range():

@@ -9,6 +9,7 @@ import numpy as np
 from ..catalog.specs import ModelSpec
 from . import routing
 from . import transformer as tf
+from .work import COUNTS
 
 #: bound codes (the edges turn them into "memory", "compute", "overhead")
 MEMORY, COMPUTE, OVERHEAD = 0, 1, 2
@@ -286,6 +287,8 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     L = m.num_layers if layers is None else layers
     B = np.asarray(batch, dtype=np.float64)
     q = np.asarray(q, dtype=np.float64)
+    COUNTS["steps"] += 1
+    COUNTS["rows"] += max(B.size, q.size)
     S = np.asarray(context, dtype=np.float64)
     t = hw.chips
     T = B * q

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..catalog.rank_profiles import GEOMETRIC, RankProfile
 from ..workload import AcceptanceSpec
+from .work import COUNTS
 
 
 def tau_iid(alpha, k):
@@ -163,10 +164,11 @@ def tree_table(p: np.ndarray, depth_max: int, n_max: int) -> TreeTable:
     """TreeTable for rank probabilities ``p`` (at least depth_max+1 rows: the last one is the
     level after the deepest, for p_window)."""
     key = (p.shape, p.tobytes(), int(depth_max), int(n_max))
+    COUNTS["tables"] += 1
     return _tree_table_cached(key)
 
 
-@functools.lru_cache(maxsize=512)     # a study of several drafts, each a text mix with a band: tables per task and end
+@functools.lru_cache(maxsize=4096)    # a study of several drafts (an early exit per layer), each a text mix with a band: a table per draft, task and end (draft-codesign: ~700; 512 thrashed)
 def _tree_table_cached(key) -> TreeTable:
     shape_p, raw, D, N = key
     p = np.frombuffer(raw, dtype=np.float64).reshape(shape_p)
