@@ -37,9 +37,14 @@ class StepCost(NamedTuple):
 
     @property
     def bound(self):
-        """0 memory, 1 compute, 2 overhead: whichever share of the step time is largest."""
-        return np.argmax(np.stack(np.broadcast_arrays(self.t_memory_s, self.t_compute_s,
-                                                      self.t_overhead_s)), axis=0)
+        """0 memory, 1 compute, 2 overhead: whichever share of the step time is largest (np.argmax
+        over the three: the first largest, or the first NaN), without stacking them."""
+        m, c, o = self.t_memory_s, self.t_compute_s, self.t_overhead_s
+        code = np.where(o > np.maximum(m, c), OVERHEAD, np.where(c > m, COMPUTE, MEMORY))
+        m_nan, c_nan, o_nan = np.isnan(m), np.isnan(c), np.isnan(o)
+        if (m_nan | c_nan | o_nan).any():
+            code = np.where(m_nan, MEMORY, np.where(c_nan, COMPUTE, np.where(o_nan, OVERHEAD, code)))
+        return code
 
 
 def allreduce_time_s(nbytes, chips, link_bw_bytes_s, link_latency_s, link_efficiency=1.0):
@@ -160,11 +165,11 @@ def collectives(m: ModelSpec, hw, tokens, act_bytes: float, layers: int, ep=1):
     """
     t = np.asarray(hw.chips, dtype=np.float64)
     T = np.asarray(tokens, dtype=np.float64)
+    if not (t > 1).any():                   # lone chips: no collective at all (and no expert ranks)
+        return np.zeros(np.broadcast(t, T, hw.link_bw_bytes_s, hw.link_latency_s).shape), np.float64(0.0)
     d = m.hidden_size
     n_ar = T * d * act_bytes
     ar = group_allreduce_time_s(n_ar, hw)
-    if not (t > 1).any():                   # lone chips: no collective at all (and no expert ranks)
-        return ar, np.float64(0.0)
     ar_bytes = 2.0 * np.maximum(t - 1.0, 0.0) * n_ar
     tp = 2.0 * layers * ar, 2.0 * layers * ar_bytes
     E = expert_ranks(m, ep, t)
@@ -293,7 +298,7 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     t = hw.chips
     T = B * q
     px = np.asarray(prefill_tokens, dtype=np.float64)
-    ride = bool(np.any(px))                 # prefill tokens riding along (continuous batching); else no X terms
+    ride = bool(px.any())                 # prefill tokens riding along (continuous batching); else no X terms
     X = B * px if ride else 0.0
     TX = T + X if ride else T
     rep = tf.replicated_params(m, L)
