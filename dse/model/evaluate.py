@@ -267,18 +267,36 @@ def _tau_table(w: Workload, K: int):
     tau = 1 + sum_{i<=k} prod_{j<=i} a_j, p_all = prod_{j<=k} a_j, p_window = prod_{j<=k+1} a_j
     (MODEL.md section 3: the window drafted during verification is usable only if the draft's
     (k+1)-th token is also the target's bonus token). Given tau is used as is, with p_all and
-    p_window from the i.i.d. alpha it implies.
+    p_window from the i.i.d. alpha it implies. Computed once per (acceptance, K) and kept
+    (read-only arrays): a pure function of the two.
     """
-    acc = w.acceptance
+    key = (repr(w.acceptance), K)           # repr: every bit of every rate (0.0 and -0.0 apart)
+    tables = _TAU_TABLES.get(key)
+    if tables is None:
+        if len(_TAU_TABLES) >= 256:
+            _TAU_TABLES.clear()
+        tables = _TAU_TABLES[key] = _acceptance_tables(w.acceptance, K)
+    return tables
+
+
+_TAU_TABLES: dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+
+def _acceptance_tables(acc: AcceptanceSpec, K: int):
+    """_tau_table of acceptance ``acc``, computed."""
     kk = np.arange(K + 1)
     if acc.kind == "mixture":
-        return _mix([_tau_table(dataclasses.replace(w, acceptance=c), K) for c in acc.components], acc.weights)
-    if acc.kind == "tau":
+        out = _mix([_acceptance_tables(c, K) for c in acc.components], acc.weights)
+    elif acc.kind == "tau":
         alpha = specdec.implied_alpha(np.full(K + 1, acc.tau), kk)
-        return np.full(K + 1, acc.tau), alpha ** kk, alpha ** (kk + 1)
-    rates = specdec.position_rates(acc, K + 1)
-    taus, ps = specdec.tokens_per_iteration(rates[None, :], kk)
-    return taus, ps, ps * rates[kk]
+        out = np.full(K + 1, acc.tau), alpha ** kk, alpha ** (kk + 1)
+    else:
+        rates = specdec.position_rates(acc, K + 1)
+        taus, ps = specdec.tokens_per_iteration(rates[None, :], kk)
+        out = taus, ps, ps * rates[kk]
+    for a in out:
+        a.flags.writeable = False
+    return out
 
 
 def _tree_terms(w: Workload, nodes, kc, K: int, depth: int):
@@ -592,7 +610,8 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
     all_fixed = bool(fixed.all())
     K_auto = K                  # the largest k an auto row may take, whatever k other rows fix
     K = max(K, int(batch.k.max()))
-    Tc, Dc = _cols(T), _cols(D)
+    Tc = _cols(T)
+    Dc = Tc if D is T else _cols(D)
     Bc, Sc = B[:, None], S[:, None]
     # the format's math and streaming on the target chips (weight-only where they lack its units),
     # for the EAGLE fc and Medusa heads
@@ -617,7 +636,7 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
     # ---- a draft model, EAGLE head or early exit: one step per drafted token (k-independent) ----
     model_draft = d.kind in ("model", "eagle", "early-exit")
     if model_draft:
-        model = {"model": d.model, "eagle": eagle_head(tgt, d.meth), "early-exit": tgt}[d.kind]
+        model = d.model if d.kind == "model" else eagle_head(tgt, d.meth) if d.kind == "eagle" else tgt
         layers = d.exit_layer if d.kind == "early-exit" else None
 
         def draft_step(q, x=0.0, tree=False):
