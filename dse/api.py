@@ -18,7 +18,8 @@ from .catalog.rank_profiles import load_rank_profiles
 from .catalog.specs import DTYPES, DeviceSpec, RuntimeSpec, override, spec_fields
 from .errors import SpecError, raise_collected
 from .model.arrays import DesignBatch, HardwareArrays
-from .model.evaluate import Metrics, evaluate
+from .model.evaluate import METRIC_COLUMNS, Metrics, evaluate
+from .model.roofline import BOUND_NAMES
 from .model.transformer import WEIGHT_FORMATS, default_kv_dtype
 from .results.columns import BOUND_COLUMNS
 from .units import FACTOR
@@ -82,6 +83,16 @@ def hardware_arrays(dev: DeviceSpec, rt: RuntimeSpec, chips, dtype: str,
         scale_out_latency_s=0.0 if dev.scale_out_latency_s is None else dev.scale_out_latency_s,
         scale_out_efficiency=1.0 if dev.scale_out_efficiency is None else dev.scale_out_efficiency,
         tree_kernels_per_layer=rt.tree_kernels_per_layer, draft_step_overhead_s=rt.draft_step_overhead_s, **energy)
+
+
+@functools.lru_cache(maxsize=64)
+def _group_arrays(dev: DeviceSpec, rt: RuntimeSpec, chips: int, dtype: str, kv_dtype: str, tech) -> HardwareArrays:
+    """hardware_arrays of one group, built once per (device, runtime, chips, dtypes, technology
+    constants) and shared by the evaluate_design calls that ask for it: its arrays read-only."""
+    hw = hardware_arrays(dev, rt, chips, dtype, kv_dtype, tech)
+    for f in dataclasses.fields(hw):
+        getattr(hw, f.name).flags.writeable = False
+    return hw
 
 
 @functools.lru_cache(maxsize=64)
@@ -210,8 +221,9 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     if drafter.kind == "model" and not on_chip:        # a draft model on the target chips shards like it
         raise_collected(check_tensor_parallel(drafter.model, (chips,), role="the draft "))
     from .catalog.technology import load_technology
-    tech = tech or load_technology(db.root)
-    target_hw = hardware_arrays(dev, rt, chips, dtype, kv_dtype, tech)
+    db_tech = load_technology(db.root)
+    tech = tech or db_tech
+    target_hw = _group_arrays(dev, rt, chips, dtype, kv_dtype, tech)
     if on_chip:
         ddev = db.device(draft_hw, where="--draft-hw: ")
         check_group(ddev, draft_chips, "--draft-chips")
@@ -221,8 +233,8 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
             if end.link_bw_bytes_s <= 0:
                 raise SpecError(None, "--draft-hw", draft_hw, f"{end.name} has no link (link_bw_gb_s = 0) between "
                                 "the target and the draft chip")
-        draft_arrays = hardware_arrays(ddev, db.runtime(runtime or ddev.default_runtime), draft_chips, dtype,
-                                       kv_dtype, tech)
+        draft_arrays = _group_arrays(ddev, db.runtime(runtime or ddev.default_runtime), draft_chips, dtype,
+                                     kv_dtype, tech)
         link_bw, link_lat = min(ddev.link_bw_bytes_s, dev.link_bw_bytes_s), ddev.link_latency_s
     else:
         ddev, draft_arrays, link_bw, link_lat = None, target_hw, 0.0, 0.0
@@ -249,7 +261,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                draft_hw=ddev.name if ddev else None, draft_chips=draft_chips if ddev else None,
                runtime=rt.name, dtype=dtype, kv_dtype=kv_dtype, weight_format=WEIGHT_FORMATS[dtype].desc,
                weight_math=_weight_math(dev, dtype), scale_up_domain=dev.scale_up_domain,
-               **_cost_and_price(dev, chips, db), batch=batch,
+               **_cost_and_price(dev, chips, db_tech), batch=batch,
                prompt_tokens=prompt, output_tokens=output, temperature=float(temperature), overlap=overlap,
                batching="continuous" if continuous else "static",
                acceptance=acc.describe() if drafter.kind != "none" else None,
@@ -283,14 +295,13 @@ def _weight_math(dev: DeviceSpec, dtype: str) -> str:
     return f"weight-only: {dev.name} has no {compute} units, so 16-bit math on {compute} weights"
 
 
-def _cost_and_price(dev: DeviceSpec, chips: int, db: Database) -> dict[str, Any]:
+def _cost_and_price(dev: DeviceSpec, chips: int, tech) -> dict[str, Any]:
     """The target group's manufacturing-cost estimate (the synthesised-chip estimator applied to
     the known part, technology.known_part_estimate) and street price; its power from the same
     energy model synthesised chips get (technology.known_part_power_w: the vendor TDP where the
     model cannot run, ``power_basis`` says which) and the vendor TDP; all x chips (None when
-    unknown)."""
-    from .catalog.technology import load_technology
-    cost, power, basis = _part_cost_power(load_technology(db.root), dev)
+    unknown). ``tech``: the database's technology constants."""
+    cost, power, basis = _part_cost_power(tech, dev)
     cost, power = cost * chips, power * chips
     return {"cost_usd": cost if math.isfinite(cost) else None,
             "price_usd": dev.price_usd * chips if dev.price_usd else None,
@@ -312,8 +323,13 @@ def to_record(m: Metrics, i: int) -> dict[str, Any]:
     None where the design does not fit (as in result files: no latency, so no bound)."""
     out = {}
     fits = bool(m.fits[i])
-    for name, arr in m.columns().items():
-        v = arr[i].item() if hasattr(arr[i], "item") else arr[i]
+    for name, attr, scale in METRIC_COLUMNS:      # Metrics.columns(), row i only
+        v = getattr(m, attr)[i]
+        if scale == "bound":
+            v = BOUND_NAMES[v]
+        elif scale is not None and scale != "text":
+            v = v / scale
+        v = v.item() if hasattr(v, "item") else v
         if (isinstance(v, float) and not math.isfinite(v)) or (name in BOUND_COLUMNS and not fits):
             v = None
         out[name] = v
