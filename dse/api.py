@@ -318,18 +318,20 @@ def _part_cost_power(tech, dev: DeviceSpec) -> tuple[float, float, str]:
     return float(known_part_estimate(tech, dev)[0]), float(power), basis
 
 
+_BOUND_TEXT = tuple(BOUND_NAMES.tolist())
+
+
 def to_record(m: Metrics, i: int) -> dict[str, Any]:
     """Row i of Metrics as JSON-ready display values: NaN -> None, and the phases' bounds
     None where the design does not fit (as in result files: no latency, so no bound)."""
     out = {}
     fits = bool(m.fits[i])
     for name, attr, scale in METRIC_COLUMNS:      # Metrics.columns(), row i only
-        v = getattr(m, attr)[i]
+        v = getattr(m, attr).item(i)              # a Python scalar (float64 -> float: the same bits)
         if scale == "bound":
-            v = BOUND_NAMES[v]
+            v = _BOUND_TEXT[v]
         elif scale is not None and scale != "text":
-            v = v / scale
-        v = v.item() if hasattr(v, "item") else v
+            v = v / scale                         # IEEE division, as numpy's on the column
         if (isinstance(v, float) and not math.isfinite(v)) or (name in BOUND_COLUMNS and not fits):
             v = None
         out[name] = v

@@ -372,17 +372,18 @@ def load_technology(root: str | Path) -> TechConstants:
     """The technology constants of ``root`` (see :func:`read_technology`), cached per directory
     and the files' modification times: a single `dse eval` would otherwise parse both YAML
     files on every call."""
-    tdir = _technology_dir(str(root))
-    stamp = tuple(_mtime(tdir / name) for name in ("memory.yaml", "nodes.yaml"))
-    return _cached_technology(str(tdir.parent), stamp)
+    parent, files = _technology_files(str(root))
+    return _cached_technology(parent, tuple(_mtime(f) for f in files))
 
 
 @functools.lru_cache(maxsize=8)
-def _technology_dir(root: str) -> Path:
-    return Path(root).resolve() / "technology"
+def _technology_files(root: str) -> tuple[str, tuple[str, str]]:
+    """(the resolved root, its technology files' paths), once per root."""
+    tdir = Path(root).resolve() / "technology"
+    return str(tdir.parent), (str(tdir / "memory.yaml"), str(tdir / "nodes.yaml"))
 
 
-def _mtime(path: Path) -> int | None:
+def _mtime(path: str) -> int | None:
     try:
         return os.stat(path).st_mtime_ns
     except OSError:
