@@ -224,7 +224,7 @@ def smooth_roofline(t_compute, t_memory, p):
     hi * (1 + (lo/hi)^p)^(1/p) so that no power overflows."""
     t_c, t_m = np.asarray(t_compute, dtype=np.float64), np.asarray(t_memory, dtype=np.float64)
     p = np.asarray(p, dtype=np.float64)
-    if p.size and bool((p == 2.0).all()):
+    if p.size and not np.count_nonzero(p != 2.0):
         # the fitted default: sqrt(t_c^2 + t_m^2) in three passes, no power (times in seconds do not
         # overflow when squared, and sqrt(x*x) == x exactly in binary floating point)
         return np.sqrt(t_c * t_c + t_m * t_m)

@@ -6,6 +6,7 @@ Norms, biases and rotary tables are ignored (< 0.1% of bytes).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,6 +106,7 @@ def default_kv_dtype(dtype: str) -> str:
     return "fp16" if dtype == "fp16" else "bf16"
 
 
+@functools.lru_cache(maxsize=1024)     # a pure function of a frozen spec: once per model
 def attention_params(m: ModelSpec) -> int:
     """Attention weights per layer.
 
@@ -138,6 +140,7 @@ def layer_counts(m: ModelSpec) -> tuple[int, int]:
     return m.first_dense_layers, m.num_layers - m.first_dense_layers
 
 
+@functools.lru_cache(maxsize=1024)     # a pure function of a frozen spec: once per model
 def non_embedding_params(m: ModelSpec) -> int:
     """All transformer-layer weights (every expert counted)."""
     dense, moe = layer_counts(m)
@@ -157,6 +160,7 @@ def total_params(m: ModelSpec) -> int:
     return non_embedding_params(m) + lm_head_params(m) * (1 if m.tied_embeddings else 2)
 
 
+@functools.lru_cache(maxsize=1024)     # a pure function of a frozen spec: once per model
 def active_params_per_token(m: ModelSpec) -> int:
     """Weights one token multiplies by (layers with e of E experts, plus the LM head)."""
     dense, moe = layer_counts(m)
@@ -194,6 +198,7 @@ def weight_params_touched(m: ModelSpec, tokens, layers: int | None = None,
     return out
 
 
+@functools.lru_cache(maxsize=1024)     # a pure function of a frozen spec: once per model
 def linear_flops_per_token(m: ModelSpec, layers: int | None = None, lm_head: bool = True) -> float:
     """2 * active weights per token (+ 2*V*d for the LM head at every position)."""
     L = m.num_layers if layers is None else layers
@@ -201,6 +206,7 @@ def linear_flops_per_token(m: ModelSpec, layers: int | None = None, lm_head: boo
     return 2.0 * (per_layer_active * L + (lm_head_params(m) if lm_head else 0))
 
 
+@functools.lru_cache(maxsize=1024)     # a pure function of a frozen spec: once per model
 def replicated_params(m: ModelSpec, layers: int | None = None) -> int:
     """Weights every tensor-parallel chip holds whole (MODEL.md section 2, sharding rules).
 
