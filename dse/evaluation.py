@@ -10,7 +10,6 @@ returns every hardware, metric and derived column by name in display units, and
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -21,7 +20,7 @@ from .catalog.links import SCALE_OUT_CLASS, SYNTHESISED_LINK_CLASS
 from .catalog.specs import DeviceSpec, RuntimeSpec
 from .catalog.technology import TechConstants
 from .model.arrays import DesignBatch, HardwareArrays
-from .model.evaluate import MIN_ROWS_DEDUPE, Metrics, distinct_rows, evaluate
+from .model.evaluate import MIN_ROWS_DEDUPE, Metrics, distinct_rows, evaluate, join_metrics
 from .model.technology import (
     energy_constants,
     known_part_energy,
@@ -382,18 +381,16 @@ def evaluate_by_draft(batch: DesignBatch, study: StudySpec, codes: np.ndarray, l
     sorted_key = key[order]
     starts = np.flatnonzero(np.r_[True, sorted_key[1:] != sorted_key[:-1]])
     ends = np.r_[starts[1:], key.size]
-    parts = []
+    parts, rows = [], []
     for a, b in zip(starts, ends):
         idx = order[a:b]
         k0 = int(sorted_key[a])
         w = study.drafts.workload(str(labels[k0 // 100_000]), k0 % 100_000)
         parts.append(evaluate(batch.take(idx) if idx.size < batch.n else batch, w))
+        rows.append(idx)
     if len(parts) == 1:
         return parts[0]
-    inverse = np.empty_like(order)
-    inverse[order] = np.arange(order.size)
-    return Metrics(**{f.name: np.concatenate([np.broadcast_to(getattr(m, f.name), m.fits.shape) for m in parts])[inverse]
-                      for f in dataclasses.fields(Metrics)})
+    return join_metrics(parts, rows, key.size)      # each group's rows written back in place
 
 
 def derived_columns(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -393,15 +393,19 @@ def evaluate(batch: DesignBatch, w: Workload, *, dedupe: bool = True, k_bound: b
     then works within a block.
     """
     if block_rows is not None and batch.n > 2 * block_rows:
-        blocks = [evaluate(batch.take(slice(i, i + block_rows)), w, dedupe=dedupe, k_bound=k_bound, block_rows=None)
-                  for i in range(0, batch.n, block_rows)]
-        return Metrics(**{f.name: np.concatenate([np.broadcast_to(getattr(b, f.name), b.fits.shape) for b in blocks])
-                          for f in dataclasses.fields(Metrics)})
+        rows = [slice(i, i + block_rows) for i in range(0, batch.n, block_rows)]
+        return join_metrics([_unfinished(batch.take(r), w, dedupe, k_bound) for r in rows], rows, batch.n)
+    return _finish(*_unfinished(batch, w, dedupe, k_bound))
+
+
+def _unfinished(batch: DesignBatch, w: Workload, dedupe: bool, k_bound: bool):
+    """evaluate() of one block, as the arguments of _finish: (metrics, capacity results, whether
+    latencies of designs that do not fit are still to be blanked)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         caps = _capacity(batch, w)
         rows = _distinct_rows(batch) if dedupe and batch.n >= MIN_ROWS_DEDUPE else None
         if rows is None:
-            return _finish(energy_metrics(_latency(batch, w, k_bound), batch, w), caps)
+            return energy_metrics(_latency(batch, w, k_bound), batch, w), caps, True
         first, inverse = rows
         # gather, and blank latencies of designs that do not fit on the way: row m is NaN
         blanked = np.where(caps["fits"], inverse, first.size)
@@ -410,7 +414,33 @@ def evaluate(batch: DesignBatch, w: Workload, *, dedupe: bool = True, k_bound: b
             v = np.asarray(v)
             out[attr] = np.take(np.append(v, np.nan), blanked) if attr in _LATENCY_ATTRS and v.dtype.kind == "f" \
                 else np.take(v, inverse)
-        return _finish(energy_metrics(out, batch, w), caps, blank=False)
+        return energy_metrics(out, batch, w), caps, False
+
+
+def join_metrics(parts, rows, n: int) -> Metrics:
+    """One Metrics of n rows from parts, part i holding rows ``rows[i]`` (a slice or an index array):
+    each column allocated once, at the dtype np.concatenate would give, and each part written into
+    its rows. A part is a Metrics, or _unfinished's (metrics, caps, blank) triple, whose latencies
+    of designs that do not fit are blanked (NaN) on the way, as _finish does: the same bits as
+    joining finished parts, without a copy of every column per part."""
+    parts = [({f: getattr(p, f) for f in _METRICS_FIELDS}, None) if isinstance(p, Metrics)
+             else ({**p[1], **p[0]}, p[1]["fits"] if p[2] and not p[1]["fits"].all() else None) for p in parts]
+    out = {}
+    for attr in _METRICS_FIELDS:
+        vals = [np.asarray(values[attr]) for values, _ in parts]
+        col = out[attr] = np.empty(n, dtype=np.result_type(*vals))
+        for v, r, (_, fits) in zip(vals, rows, parts):
+            blank = fits is not None and attr in _LATENCY_ATTRS and v.dtype.kind == "f"
+            if isinstance(r, slice):
+                np.copyto(col[r], v)
+                if blank:
+                    np.copyto(col[r], np.nan, where=~fits)
+            else:
+                col[r] = np.where(fits, v, np.nan) if blank else v
+    return Metrics(**out)
+
+
+_METRICS_FIELDS = tuple(f.name for f in dataclasses.fields(Metrics))
 
 
 #: HardwareArrays fields the latency terms do not read: the capacity check's, and the energy constants
