@@ -295,7 +295,7 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     COUNTS["steps"] += 1
     COUNTS["rows"] += max(B.size, q.size)
     S = np.asarray(context, dtype=np.float64)
-    t = hw.chips
+    t = np.asarray(hw.chips, dtype=np.float64)     # once (per_chip, kv_shards and divisions by t take it as is)
     T = B * q
     px = np.asarray(prefill_tokens, dtype=np.float64)
     ride = bool(px.any())                 # prefill tokens riding along (continuous batching); else no X terms
@@ -304,8 +304,11 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     rep = tf.replicated_params(m, L)
     hb = weight_bytes if head_bytes is None else head_bytes
     head = tf.lm_head_params(m) if lm_head else 0
-    bytes_lin = (tf.per_chip(tf.weight_params_touched(m, TX, L, lm_head) - head, rep, t) * weight_bytes
-                 + head * hb / t)
+    if m.is_moe:
+        touched = tf.weight_params_touched(m, TX, L, lm_head) - head
+    else:               # a dense step streams every weight whatever its tokens: one number (exact: an integer)
+        touched = float(tf.weight_params_touched(m, 0.0, L, lm_head) - head)
+    bytes_lin = tf.per_chip(touched, rep, t) * weight_bytes + head * hb / t
     lin = tf.linear_flops_per_token(m, L, lm_head and not lm_head_last_only) * T
     flops_lin = tf.per_chip(lin + tf.linear_flops_per_token(m, L, False) * X if ride else lin, 2.0 * rep * TX, t)
     if lm_head and lm_head_last_only:      # prefill: logits of the last prompt position only
@@ -335,15 +338,15 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     # the busiest expert rank's weights and FLOPs set the time; the mean rank's, the energy
     flops_busy, bytes_busy = (flops_lin, bytes_lin) if busy is None else (flops_lin + busy[1],
                                                                            bytes_lin + busy[0] * weight_bytes)
-    lin_c = flops_busy / (hw.peak_flop_s * eff_c * linear_compute_factor)
+    lin_c = flops_busy / _times(hw.peak_flop_s * eff_c, linear_compute_factor)
     if weight_bw_factor is not None:
         wf = weight_bw_factor
     elif all_w:
         wf = stream_factor(hw, weight_dequant)
     else:
         wf = np.where(native_w, stream_factor(hw, weight_dequant), stream_factor(hw, weight_emulated_dequant))
-    lin_m = bytes_busy / (byte_s * wf)
-    att_c = flops_att / (peak_att * eff_c * attention_compute_factor)
+    lin_m = bytes_busy / _times(byte_s, wf)
+    att_c = flops_att / _times(peak_att * eff_c, attention_compute_factor)
     att_m = bytes_att / byte_s
     p = hw.roofline_p
     lin, att = smooth_roofline(lin_c, lin_m, p), smooth_roofline(att_c, att_m, p)
@@ -369,6 +372,11 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     return StepCost(t_mem + t_cmp + t_ovh, flops_busy + flops_att,
                     bytes_all if busy is None else bytes_all + busy[0] * weight_bytes, t_mem, t_cmp, t_ovh, fixed, e_j,
                     f_lin, f_att)
+
+
+def _times(x, factor):
+    """x * factor, or x itself for the float factor 1.0 (x * 1.0 is x, bit for bit): a pass saved."""
+    return x if isinstance(factor, float) and factor == 1.0 else x * factor
 
 
 def _busiest_expert_rank(m: ModelSpec, layers: int, tokens, ep, chips):
