@@ -471,7 +471,8 @@ def distinct_rows(columns: list[np.ndarray], n: int) -> tuple[np.ndarray, np.nda
     """(one row of each distinct row of ``columns`` (each of length n, or one value broadcast),
     inverse index), or None when the distinct rows are more than half the rows. Rows are keyed
     by a 64-bit hash of their bit patterns, then checked column by column: a hash collision
-    means no dedupe, never a wrong row."""
+    means no dedupe, never a wrong row. Before the sort, the hash buckets in use (a lower bound
+    on the distinct rows) let a batch of mostly distinct rows out at once."""
     h, used = np.zeros(n, dtype=np.uint64), []
     for c in columns:
         if c.strides == (0,):          # one value broadcast (arrays._as_arrays)
@@ -484,6 +485,11 @@ def distinct_rows(columns: list[np.ndarray], n: int) -> tuple[np.ndarray, np.nda
         np.multiply(h, _MIX, out=h)
         h ^= h >> np.uint64(29)
         used.append(bits)
+    # exact early out before the sort: distinct rows >= distinct hashes >= hash buckets in use
+    seen = np.zeros(1 << max(10, (8 * n - 1).bit_length()), dtype=bool)
+    seen[(h & np.uint64(seen.size - 1)).astype(np.intp)] = True
+    if 2 * np.count_nonzero(seen) > n:
+        return None
     order = np.argsort(h)
     hs = h[order]
     new = np.empty(n, dtype=bool)
@@ -661,7 +667,8 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
     tau_tab, p_tab, win_tab = _tau_table(w, K)
 
     def tree_or(a, b):
-        return np.where(tree_c, a, b) if any_tree else b
+        """np.where(tree rows, a(), b): ``a`` a function, computed only where some row is a tree."""
+        return np.where(tree_c, a(), b) if any_tree else b
 
     # ---- a draft model, EAGLE head or early exit: one step per drafted token (k-independent) ----
     model_draft = d.kind in ("model", "eagle", "early-exit")
@@ -728,7 +735,7 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
 
         # ---- verify: q = k+1, or tree nodes + 1 under a tree mask (continuous batching: + P*tau/G
         # prefill tokens per sequence, as a request now lasts G/tau iterations) ----
-        q_verify = tree_or(nodes_c + 1.0, kf + 1.0)
+        q_verify = tree_or(lambda: nodes_c + 1.0, kf + 1.0)
         x_verify = share[:, None] * tau if cont else 0.0
         verify = step_cost(tgt, Tc, batch=Bc, q=q_verify, context=Sc, tree_mask=tree_c, prefill_tokens=x_verify,
                            prefill_len=P[:, None], energy=energy, **kw_tc)
@@ -808,7 +815,7 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
             fixed_draft = heads.t_fixed_s
             e_draft, fl_draft = heads.energy_j, heads.group_flops_lin
         else:  # ngram / retrieval: host lookup, then copy the drafts (a tree: ids + mask) to the device
-            copy_bytes = tree_or(Bc * q_verify * TOKEN_ID_BYTES + Bc * q_verify ** 2 * MASK_BYTES,
+            copy_bytes = tree_or(lambda: Bc * q_verify * TOKEN_ID_BYTES + Bc * q_verify ** 2 * MASK_BYTES,
                                  Bc * kf * TOKEN_ID_BYTES)
             t_draft = Tc.ngram_draft_s + Tc.host_copy_s + copy_bytes / Tc.host_link_bw_bytes_s
             fixed_draft = Tc.ngram_draft_s + Tc.host_copy_s
@@ -817,13 +824,16 @@ def _latency(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str,
 
         # ---- link to a draft chip: drafts (and probabilities when sampling) one way, the
         # accepted count and next token back; two latencies per iteration. A tree sends each
-        # node's token and parent index. ----
-        sent = tree_or(2.0 * nodes_c, kf)
-        link_bytes = Bc * sent * TOKEN_ID_BYTES + 2 * Bc * TOKEN_ID_BYTES
-        if w.temperature > 0:
-            link_bytes = link_bytes + Bc * tree_or(nodes_c, kf) * tgt.vocab_size * PROB_BYTES
-        t_link = 2.0 * batch.draft_link_latency_s[:, None] + link_bytes / (0.5 * batch.draft_link_bw_bytes_s[:, None])
-        t_link = np.where(on_c, t_link, 0.0)
+        # node's token and parent index. No row with a draft chip: no link. ----
+        if any_on:
+            sent = tree_or(lambda: 2.0 * nodes_c, kf)
+            link_bytes = Bc * sent * TOKEN_ID_BYTES + 2 * Bc * TOKEN_ID_BYTES
+            if w.temperature > 0:
+                link_bytes = link_bytes + Bc * tree_or(lambda: nodes_c, kf) * tgt.vocab_size * PROB_BYTES
+            t_link = 2.0 * batch.draft_link_latency_s[:, None] + link_bytes / (0.5 * batch.draft_link_bw_bytes_s[:, None])
+            t_link = np.where(on_c, t_link, 0.0)
+        else:
+            t_link = np.zeros(np.broadcast_shapes(on_c.shape, kf.shape))
 
         # ---- accounting ----
         t_iter, exposed = specdec.iteration_time_s(t_draft, verify.time_s, t_link, Tc.spec_overhead_s,

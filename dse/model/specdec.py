@@ -80,8 +80,12 @@ def iteration_time_s(t_draft, t_verify, t_link, t_spec_overhead, p_all, overlapp
     section 3): T_iter = T_verify + T_link + (1 - p_all)*T_draft + p_all*max(0, T_draft - T_verify) + t_spec.
     Returns (T_iter, exposed draft time).
     """
-    hidden = (1.0 - p_all) * t_draft + p_all * np.maximum(0.0, t_draft - t_verify)
-    exposed = np.where(overlapped, hidden, t_draft)
+    if np.any(overlapped):
+        hidden = (1.0 - p_all) * t_draft + p_all * np.maximum(0.0, t_draft - t_verify)
+        exposed = np.where(overlapped, hidden, t_draft)
+    else:           # serial everywhere: the whole draft time (the shape np.where would give)
+        shape = np.broadcast_shapes(np.shape(overlapped), np.shape(t_draft), np.shape(t_verify), np.shape(p_all))
+        exposed = t_draft if np.shape(t_draft) == shape else np.broadcast_to(t_draft, shape)
     return exposed + t_link + t_verify + t_spec_overhead, exposed
 
 
