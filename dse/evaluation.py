@@ -381,16 +381,15 @@ def evaluate_by_draft(batch: DesignBatch, study: StudySpec, codes: np.ndarray, l
     sorted_key = key[order]
     starts = np.flatnonzero(np.r_[True, sorted_key[1:] != sorted_key[:-1]])
     ends = np.r_[starts[1:], key.size]
-    parts, rows = [], []
-    for a, b in zip(starts, ends):
-        idx = order[a:b]
-        k0 = int(sorted_key[a])
+    rows = [order[a:b] for a, b in zip(starts, ends)]
+
+    def group(idx):
+        k0 = int(key[idx[0]])
         w = study.drafts.workload(str(labels[k0 // 100_000]), k0 % 100_000)
-        parts.append(evaluate(batch.take(idx) if idx.size < batch.n else batch, w))
-        rows.append(idx)
-    if len(parts) == 1:
-        return parts[0]
-    return join_metrics(parts, rows, key.size)      # each group's rows written back in place
+        return evaluate(batch.take(idx) if idx.size < batch.n else batch, w)
+    if len(rows) == 1:
+        return group(rows[0])
+    return join_metrics(map(group, rows), rows, key.size)      # each group's rows written back in place
 
 
 def derived_columns(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -394,7 +394,7 @@ def evaluate(batch: DesignBatch, w: Workload, *, dedupe: bool = True, k_bound: b
     """
     if block_rows is not None and batch.n > 2 * block_rows:
         rows = [slice(i, i + block_rows) for i in range(0, batch.n, block_rows)]
-        return join_metrics([_unfinished(batch.take(r), w, dedupe, k_bound) for r in rows], rows, batch.n)
+        return join_metrics((_unfinished(batch.take(r), w, dedupe, k_bound) for r in rows), rows, batch.n)
     return _finish(*_unfinished(batch, w, dedupe, k_bound))
 
 
@@ -418,18 +418,29 @@ def _unfinished(batch: DesignBatch, w: Workload, dedupe: bool, k_bound: bool):
 
 
 def join_metrics(parts, rows, n: int) -> Metrics:
-    """One Metrics of n rows from parts, part i holding rows ``rows[i]`` (a slice or an index array):
-    each column allocated once, at the dtype np.concatenate would give, and each part written into
-    its rows. A part is a Metrics, or _unfinished's (metrics, caps, blank) triple, whose latencies
-    of designs that do not fit are blanked (NaN) on the way, as _finish does: the same bits as
-    joining finished parts, without a copy of every column per part."""
-    parts = [({f: getattr(p, f) for f in _METRICS_FIELDS}, None) if isinstance(p, Metrics)
-             else ({**p[1], **p[0]}, p[1]["fits"] if p[2] and not p[1]["fits"].all() else None) for p in parts]
+    """One Metrics of n rows from ``parts`` (any iterable, consumed one part at a time: a part's
+    arrays are freed before the next is made), part i holding rows ``rows[i]`` (a slice or an index
+    array): each column allocated once, at the dtype np.concatenate would give (np.result_type; a
+    text column widened when a later part holds longer text), and each part written into its rows.
+    A part is a Metrics, or _unfinished's (metrics, caps, blank) triple, whose latencies of designs
+    that do not fit are blanked (NaN) on the way, as _finish does: the same bits as joining the
+    finished parts."""
     out = {}
-    for attr in _METRICS_FIELDS:
-        vals = [np.asarray(values[attr]) for values, _ in parts]
-        col = out[attr] = np.empty(n, dtype=np.result_type(*vals))
-        for v, r, (_, fits) in zip(vals, rows, parts):
+    for part, r in zip(parts, rows):
+        if isinstance(part, Metrics):
+            values, fits = {f: getattr(part, f) for f in _METRICS_FIELDS}, None
+        else:
+            values, caps, blank = {**part[1], **part[0]}, part[1], part[2]
+            fits = caps["fits"] if blank and not caps["fits"].all() else None
+        del part
+        for attr in _METRICS_FIELDS:
+            v = np.asarray(values.pop(attr))
+            col = out.get(attr)
+            if col is None or np.result_type(col, v) != col.dtype:
+                wider = np.empty(n, dtype=v.dtype if col is None else np.result_type(col, v))
+                if col is not None:
+                    wider[...] = col
+                col = out[attr] = wider
             blank = fits is not None and attr in _LATENCY_ATTRS and v.dtype.kind == "f"
             if isinstance(r, slice):
                 np.copyto(col[r], v)
