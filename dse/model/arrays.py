@@ -28,6 +28,16 @@ def _as_arrays(obj, int_fields=(), bool_fields=(), n: int = 1) -> int:
     return n
 
 
+def _take(v: np.ndarray, idx) -> np.ndarray:
+    """v[idx]; a column that is one value broadcast (stride 0, as _as_arrays makes constants) stays a
+    read-only broadcast of that value rather than becoming a copy of it per selected row."""
+    if v.ndim != 1 or v.strides != (0,) or not v.size or isinstance(idx, slice):
+        return v[idx]           # (a slice of a broadcast is a broadcast already)
+    idx = np.asarray(idx)
+    shape = (int(np.count_nonzero(idx)),) if idx.dtype == bool else idx.shape
+    return np.broadcast_to(v[:1].reshape(()), shape)
+
+
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
@@ -114,7 +124,7 @@ class HardwareArrays:
         return self.chips.size
 
     def take(self, idx) -> HardwareArrays:
-        return HardwareArrays(**{f.name: getattr(self, f.name)[idx] for f in dataclasses.fields(self)})
+        return HardwareArrays(**{name: _take(getattr(self, name), idx) for name in _field_names(HardwareArrays)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,4 +165,4 @@ class DesignBatch:
         target = self.target.take(idx)
         draft = target if self.draft is self.target else self.draft.take(idx)
         return DesignBatch(target=target, draft=draft, **{
-            f.name: getattr(self, f.name)[idx] for f in dataclasses.fields(self) if f.name not in ("target", "draft")})
+            name: _take(getattr(self, name), idx) for name in _field_names(DesignBatch) if name not in ("target", "draft")})
