@@ -432,6 +432,7 @@ def join_metrics(parts, rows, n: int) -> Metrics:
         else:
             values, caps, blank = {**part[1], **part[0]}, part[1], part[2]
             fits = caps["fits"] if blank and not caps["fits"].all() else None
+            unfit = None if fits is None else ~fits
         del part
         for attr in _METRICS_FIELDS:
             v = np.asarray(values.pop(attr))
@@ -441,13 +442,13 @@ def join_metrics(parts, rows, n: int) -> Metrics:
                 if col is not None:
                     wider[...] = col
                 col = out[attr] = wider
-            blank = fits is not None and attr in _LATENCY_ATTRS and v.dtype.kind == "f"
+            nan_unfit = fits is not None and attr in _LATENCY_ATTRS and v.dtype.kind == "f"
             if isinstance(r, slice):
                 np.copyto(col[r], v)
-                if blank:
-                    np.copyto(col[r], np.nan, where=~fits)
+                if nan_unfit:
+                    np.copyto(col[r], np.nan, where=unfit)
             else:
-                col[r] = np.where(fits, v, np.nan) if blank else v
+                col[r] = np.where(fits, v, np.nan) if nan_unfit else v
     return Metrics(**out)
 
 
