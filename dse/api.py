@@ -166,11 +166,13 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         (True, 4, 3.362)
     """
     db = db or load_database()
-    for name, value, lo in (("--chips", chips, 1), ("--draft-chips", draft_chips, 1), ("--batch", batch, 1),
-                            ("--prompt", prompt, 0), ("--output", output, 1), ("--tree-nodes", tree_nodes or 0, 0)):
+    # the bounds of the study knobs (dse.study.spec): an int64 overflow or a nonsense size is bad input
+    for name, value, lo, hi in (("--chips", chips, 1, 1024), ("--draft-chips", draft_chips, 1, 1024),
+                                ("--batch", batch, 1, 1e6), ("--prompt", prompt, 0, 1e7), ("--output", output, 1, 1e7),
+                                ("--tree-nodes", tree_nodes or 0, 0, TREE_NODES_MAX)):
         if isinstance(value, np.integer):
             value = int(value)
-        Range(integer=True, lo=lo).check(value, None, name)
+        Range(integer=True, lo=lo, hi=hi).check(value, None, name)
     if dtype not in WEIGHT_FORMATS:
         raise one_of(None, "--dtype", dtype, WEIGHT_FORMATS)
     kv_dtype = kv_dtype or default_kv_dtype(dtype)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import reprlib
 from collections.abc import Iterable
 
 #: the distribution's name on the package index (the import package and the command stay `dse`; the
@@ -16,6 +17,22 @@ def install_hint(extra: str) -> str:
     specdec-dse, whether that came from the index or from a checkout (``pip install '.[EXTRA]'``
     in the checkout does the same)."""
     return f"pip install '{DIST_NAME}[{extra}]'"
+
+
+#: how a value is shown in a message: short, whatever its size (a YAML alias bomb or a list of
+#: 200,000 elements is never expanded into a message)
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxtuple, _SHORT.maxdict, _SHORT.maxset = 3, 6, 6, 6, 6
+_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 120, 120, 60
+#: errors one message lists before it says how many more there are
+MAX_ERRORS_SHOWN = 20
+#: errors of the elements of one list shown one by one; more are collapsed into one line
+MAX_ELEMENT_ERRORS = 3
+
+
+def short_repr(value: object) -> str:
+    """repr(value) bounded in length and depth (reprlib), for messages."""
+    return _SHORT.repr(value)
 
 
 class DseError(Exception):
@@ -36,7 +53,7 @@ class SpecError(DseError, ValueError):
     def __init__(self, path: str | None, field: str, value: object, allowed: str):
         self.path, self.field, self.value, self.allowed = path, field, value, allowed
         where = f"{path}: " if path else ""
-        shown = "" if value is _MISSING else f" = {value!r}"
+        shown = "" if value is _MISSING else f" = {short_repr(value)}"
         super().__init__(f"{where}{field}{shown}: {allowed}")
 
 
@@ -45,7 +62,29 @@ class SpecErrors(DseError, ValueError):
 
     def __init__(self, errors: list[SpecError]):
         self.errors = list(errors)
-        super().__init__("\n".join(str(e) for e in self.errors))
+        super().__init__("\n".join(collapse(self.errors)))
+
+
+def collapse(errors: list[SpecError]) -> list[str]:
+    """Message lines for ``errors``: the errors of more than MAX_ELEMENT_ERRORS elements of one
+    list as one line ("200,000 elements of workload.batch are invalid; first: ..."), and at most
+    MAX_ERRORS_SHOWN lines, the last saying how many more there are."""
+    groups: dict[tuple, list[SpecError]] = {}
+    for e in errors:
+        groups.setdefault((e.path, re.sub(r"\[\d+\]", "[]", str(e.field))), []).append(e)
+    lines = []
+    for (path, field), members in groups.items():
+        if len(members) <= MAX_ELEMENT_ERRORS or "[]" not in field:
+            lines += [str(e) for e in members]
+            continue
+        where = f"{path}: " if path else ""
+        lst = field.split("[]")[0]
+        lines.append(f"{where}{len(members):,} elements of {lst} are invalid; first: {members[0].field}"
+                     f"{'' if members[0].value is _MISSING else ' = ' + short_repr(members[0].value)}: "
+                     f"{members[0].allowed}")
+    if len(lines) > MAX_ERRORS_SHOWN:
+        lines = lines[:MAX_ERRORS_SHOWN - 1] + [f"... and {len(lines) - MAX_ERRORS_SHOWN + 1:,} more errors"]
+    return lines
 
 
 class UnknownEntryError(DseError, KeyError):

@@ -358,6 +358,8 @@ def check_ep(target: ModelSpec, ep: Any, chips: tuple[int, ...], where: str = "-
         val = int(ep) if isinstance(ep, str) else ep
     except ValueError:
         val = None
+    if isinstance(val, float) and not math.isfinite(val):      # ep: .nan / .inf
+        val = None
     if val is None or val != int(val) or val < 1:
         return [SpecError(path, where, ep, "expected a positive integer (1 = no expert parallel)")]
     val = int(val)

@@ -42,7 +42,10 @@ class Range:
         """True for a finite int/float (not bool) inside the range (and whole when integer)."""
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return False
-        v = float(value)
+        try:
+            v = float(value)
+        except OverflowError:           # an integer beyond any float (10**400): outside every range
+            return False
         return (math.isfinite(v) and self.lo <= v <= self.hi and not (self.lo_open and v == self.lo)
                 and (not self.integer or v.is_integer()))
 
@@ -59,7 +62,7 @@ def as_number(value: Any, field: str, path: str | None = None, rng: Range | None
         if isinstance(value, bool):
             raise ValueError
         v = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise SpecError(path, field, value, (rng or Range()).text()) from None
     if not math.isfinite(v):
         raise SpecError(path, field, value, (rng or Range()).text())
