@@ -14,12 +14,31 @@ import sys
 
 import click
 
-from .errors import DIST_NAME, DseError, SpecError
+from .errors import DIST_NAME, MISSING, DseError, SpecError
 
 
 class _Group(click.Group):
     """Turn DseError into `error: ...` and its exit code (2 for bad input, 1 for a runtime
-    failure), and an unreadable or unwritable path into `error: ...` and exit 1."""
+    failure), an unreadable or unwritable path into `error: ...` and exit 1, and click's own
+    usage errors (a bad flag value, a missing option) into one `error: ...` line, exit 2."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            ctx = getattr(exc, "ctx", None)
+            how = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+            _say(f"error: {exc.format_message()}{how}")
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            _say("interrupted")
+            sys.exit(130)
+        sys.exit(code if isinstance(code, int) else 0)
 
     def invoke(self, ctx):
         try:
@@ -27,19 +46,42 @@ class _Group(click.Group):
         except DseError as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            click.echo(f"error: {exc}", err=True)
+            _say(f"error: {exc}")
             sys.exit(getattr(exc, "exit_code", 2))
         except KeyboardInterrupt:   # a second Ctrl-C/SIGTERM, or one outside dse run/sweep: no "Aborted!"
-            click.echo("interrupted", err=True)
+            _say("interrupted")
             sys.exit(130)
-        except BrokenPipeError:     # `dse pareto ... | head`
-            sys.stderr.close()
+        except BrokenPipeError:     # the output's reader has gone (`dse pareto ... | head`): what it read is all
+            _silence_dead_streams()
             sys.exit(0)
+        except MemoryError:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            _say("error: out of memory (a smaller --chunk-size, --points or batch_size needs less)")
+            sys.exit(1)
         except OSError as exc:      # a path that cannot be read or written: a runtime failure
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            click.echo(f"error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
+            _say(f"error: {exc.filename or '(no file)'}: {exc.strerror or exc}")
             sys.exit(1)
+
+
+def _say(text: str) -> None:
+    """One line on stderr; a closed stderr drops it (the exit code still tells)."""
+    from .progress import note
+    note(text)
+
+
+def _silence_dead_streams() -> None:
+    """Point stdout and stderr at /dev/null, so Python's flush at exit does not complain about the
+    pipe whose reader has gone."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+    os.close(devnull)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -128,6 +170,17 @@ def eval_cmd(as_json, **kwargs):
     click.echo(json.dumps(result, indent=2) if as_json else eval_table(result))
 
 
+#: what --storage-file and DSE_STORAGE say in every command's help
+_STORAGE_FILE_HELP = ("File whose first line is the storage URL (keeps a password out of `ps`); "
+                      "or set DSE_STORAGE.")
+
+
+def _heartbeat(ctx, param, value):
+    """--heartbeat-timeout: a finite number of seconds in (0, 10^6]."""
+    from .catalog.fields import Range, as_number
+    return as_number(value, "--heartbeat-timeout", rng=Range(lo=0.0, hi=1e6, lo_open=True, unit="s"))
+
+
 @main.command("run", short_help="Search a study with Optuna; Parquet + front.")
 @click.argument("study_file", type=click.Path(dir_okay=False))
 @click.option("--n-trials", type=int, default=None,
@@ -139,8 +192,9 @@ def eval_cmd(as_json, **kwargs):
 @click.option("--seed", type=int, default=None, help="Sampler seed [default: the study's search.seed, 0 if unset].")
 @click.option("--storage", default=None,
               help="Shared storage: journal file or journal:PATH, postgresql+psycopg://..., mysql+pymysql://..., "
-                   "grpc://HOST:PORT, sqlite:///...; ':memory:' keeps nothing [default: the study's storage, else "
-                   "a journal file beside the output].")
+                   "grpc://HOST:PORT, sqlite:///...; ':memory:' keeps nothing [default: DSE_STORAGE, else the "
+                   "study's storage, else a journal file beside the output].")
+@click.option("--storage-file", default=None, type=click.Path(dir_okay=False), help=_STORAGE_FILE_HELP)
 @click.option("--task", default=None,
               help="I/N: independent array task I of N (in-memory study, own seed); auto (SLURM array); all/N "
                    "[default: none: one study].")
@@ -148,7 +202,7 @@ def eval_cmd(as_json, **kwargs):
 @click.option("--dask", "dask_address", default=None,
               help="With --task all/N: run the tasks on this Dask scheduler, or local:N worker processes "
                    "[default: none].")
-@click.option("--heartbeat-timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
+@click.option("--heartbeat-timeout", default="60", show_default=True, callback=_heartbeat,
               help="Seconds without a heartbeat after which another worker's RUNNING trial is failed and re-asked.")
 @click.option("--epsilon", default=None, metavar="E|METRIC=E,...",
               help="The printed front: designs within E (relative) of a row shown in every objective are left out "
@@ -157,31 +211,43 @@ def eval_cmd(as_json, **kwargs):
 @click.option("--no-parquet", "no_parquet", is_flag=True,
               help="A worker of a shared study: write no Parquet file and print no front (one `dse export` "
                    "writes the study once, instead of every worker reading all of it).")
+@click.option("--force", is_flag=True,
+              help="Replace results of another study (or with more trials) at --out, and a stored study run "
+                   "with another workload or space.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def run_cmd(study_file, n_trials, sampler, seed, storage, task, out, dask_address, heartbeat_timeout, epsilon, wide,
-            no_parquet, quiet):
+def run_cmd(study_file, n_trials, sampler, seed, storage, storage_file, task, out, dask_address, heartbeat_timeout,
+            epsilon, wide, no_parquet, force, quiet):
     """Search a study with Optuna; write Parquet and print the front."""
+    from .credentials import ENV_VAR, storage_source
     from .search import parse_task, run_study, run_tasks
     from .storage import redact_url
     from .study import load_study
+    storage, source = storage_source(storage, storage_file)
     if task is None and os.environ.get("SLURM_ARRAY_TASK_ID") is not None and storage is None:
-        click.echo("note: SLURM_ARRAY_TASK_ID is set: give --task auto to run this array element as an "
-                   "independent task, or --storage URL to join a shared study", err=True)
+        _say("note: SLURM_ARRAY_TASK_ID is set: give --task auto to run this array element as an "
+             "independent task, or --storage URL to join a shared study")
     study = load_study(study_file)
     parsed = parse_task(task)
+    if parsed is not None and storage is not None:
+        if source == ENV_VAR:
+            _say(f"note: {ENV_VAR} is not used: array tasks (--task) each run an in-memory study")
+            storage = None
+        else:
+            raise SpecError(None, source.split()[0], redact_url(storage), "array tasks (--task) each run an in-memory "
+                            "study; give --storage for one shared study instead of --task")
     if dask_address is not None:
         from .distributed import tasks_on_dask
         from .search import dataset_dir
         if parsed is None or parsed[0] != "all":
             raise SpecError(None, "--dask", dask_address, "runs array tasks: give --task all/N too")
         rows = tasks_on_dask(dask_address, study_file, parsed[1], out=out, n_trials=n_trials, sampler=sampler,
-                             seed=seed)
+                             seed=seed, force=force)
         click.echo(f"{dataset_dir(study, out)}: {parsed[1]} tasks, {rows} trials (Dask {dask_address})")
         return
     if parsed is not None:
         i, n = parsed
         res = run_tasks(study, n, which=None if i == "all" else [i], out=out, n_trials=n_trials, sampler=sampler,
-                        seed=seed, progress=not quiet, only_missing=i == "all")
+                        seed=seed, progress=not quiet, only_missing=i == "all", force=force)
         for r in res:
             if not r.interrupted:
                 click.echo(f"{r.path} ({len(r.frame)} trials, seed {r.frame['seed'].iloc[0] if len(r.frame) else '-'})")
@@ -196,25 +262,25 @@ def run_cmd(study_file, n_trials, sampler, seed, storage, task, out, dask_addres
         raise SpecError(None, "--no-parquet", True, "is for workers of a shared study (a journal file, a database or "
                         "grpc://): an in-memory study or an array task would keep nothing")
     res = run_study(study, n_trials=n_trials, sampler=sampler, seed=seed, storage=storage, out=out,
-                    progress=not quiet, heartbeat_timeout_s=heartbeat_timeout, write=not no_parquet)
+                    progress=not quiet, heartbeat_timeout_s=heartbeat_timeout, write=not no_parquet, force=force)
     if no_parquet:
-        click.echo(f"{res.n_new} trials told to study {study.name!r} (storage {res.storage}); no Parquet written: "
-                   f"`dse export --storage URL --study {study.name} --out PATH` writes the study once")
+        click.echo(f"{res.n_new} trials told to study {study.name!r} (storage {redact_url(res.storage)}); no Parquet "
+                   f"written: `dse export --storage URL --study {study.name} --out PATH` writes the study once")
         if res.interrupted:
             _stopped(res.interrupted, "the finished trials are in the storage; run the same command again to resume")
         return
     if res.interrupted:
         _stopped(res.interrupted, f"{len(res.frame)} finished trials written to {res.path} (storage "
                  f"{redact_url(res.storage)}); run the same command again to resume")
-    _print_front(res.frame, study, f"{res.path} ({len(res.frame)} trials, {res.n_new} new; storage {res.storage})",
-                 epsilon=epsilon, wide=wide)
+    _print_front(res.frame, study, f"{res.path} ({len(res.frame)} trials, {res.n_new} new; storage "
+                 f"{redact_url(res.storage)})", epsilon=epsilon, wide=wide)
 
 
 def _stopped(signum: int, what: str):
     """One line on stderr, exit 128 + the signal's number (143 SIGTERM, 130 SIGINT)."""
     import signal
     name = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}.get(signum, f"signal {signum}")
-    click.echo(f"interrupted by {name}: {what}", err=True)
+    _say(f"interrupted by {name}: {what}")
     sys.exit(128 + int(signum))
 
 
@@ -231,8 +297,9 @@ def _stopped(signum: int, what: str):
                    "for sizing a job array) [default: none: evaluate].")
 @click.option("--dask", "dask_address", default=None,
               help="Run shards 0..N-1 of --shard all/N (default all/16) as Dask tasks: a scheduler address or local:N.")
+@click.option("--force", is_flag=True, help="Start a new dataset in --out when it holds another study's or grid's parts.")
 @click.option("--quiet", is_flag=True, help="No progress line.")
-def sweep_cmd(study_file, points, shard, out, chunk_size, plan_shards, dask_address, quiet):
+def sweep_cmd(study_file, points, shard, out, chunk_size, plan_shards, dask_address, force, quiet):
     """Evaluate the exhaustive grid of a study's space into a Parquet dataset (only the missing parts)."""
     from .grid import grid_plan, parse_shard, sweep
     from .study import load_study
@@ -251,16 +318,16 @@ def sweep_cmd(study_file, points, shard, out, chunk_size, plan_shards, dask_addr
         if head != "all" or not tail.isdigit() or int(tail) < 1:
             raise SpecError(None, "--shard", shard, "with --dask, give all/N (N shards as N Dask tasks)")
         rows, parts = sweep_on_dask(dask_address, study_file, int(tail), points=points, out=out,
-                                    chunk_size=chunk_size)
+                                    chunk_size=chunk_size, force=force)
         click.echo(f"{rows} designs written in {_count(parts, 'part file')} on disk ({tail} shards on Dask {dask_address})")
         return
     res = sweep(study, points=points, shard=parse_shard(shard) if shard else None, out=out,
-                chunk_size=chunk_size, progress=not quiet)
+                chunk_size=chunk_size, progress=not quiet, force=force)
     done = f"{_count(len(res.parts), 'part file')} of shard {res.shard[0]}/{res.shard[1]} on disk in {res.out_dir}"
     if res.interrupted:
         _stopped(res.interrupted, f"{done}; run the same command again to do only the missing parts")
     if res.note:
-        click.echo(f"note: {res.note}", err=True)
+        _say(f"note: {res.note}")
         return
     kept = f", {res.skipped} already there" if res.skipped else ""
     click.echo(f"{res.out_dir}: {res.rows_written} designs from {res.total_points} grid points (a knob that does "
@@ -269,31 +336,45 @@ def sweep_cmd(study_file, points, shard, out, chunk_size, plan_shards, dask_addr
 
 
 @main.command("export", short_help="A shared study's finished trials to Parquet.")
-@click.option("--storage", required=True, help="The study's storage URL or journal file.")
+@click.option("--storage", default=None, help="The study's storage URL or journal file (or DSE_STORAGE).")
+@click.option("--storage-file", default=None, type=click.Path(dir_okay=False), help=_STORAGE_FILE_HELP)
 @click.option("--study", "study_name", required=True, help="The study's name (its `name:`), or its study file.")
 @click.option("--out", required=True, help="Parquet file to write.")
-def export_cmd(storage, study_name, out):
+@click.option("--force", is_flag=True, help="Replace a file at --out that holds another study or more trials.")
+def export_cmd(storage, storage_file, study_name, out, force):
     """Every COMPLETE trial of a shared study in the results schema (workers may still run)."""
     from pathlib import Path
 
+    from .credentials import storage_source
     from .export import export_study
+    from .storage import redact_url
     if Path(study_name).suffix in (".yaml", ".yml") and Path(study_name).is_file():
         from .study import load_study
         study_name = load_study(study_name).name
-    res = export_study(storage, study_name, out)
-    click.echo(f"{res.path} ({len(res.frame)} trials; storage {res.storage})")
+    storage, _ = storage_source(storage, storage_file)
+    res = export_study(storage, study_name, out, force=force)
+    click.echo(f"{res.path} ({len(res.frame)} trials; storage {redact_url(res.storage)})")
 
 
 @main.command("storage-proxy", short_help="Serve a database to many `dse run` workers over gRPC.")
-@click.option("--storage", required=True, help="The database: postgresql+psycopg://, mysql+pymysql:// or sqlite:///.")
+@click.option("--storage", default=None,
+              help="The database: postgresql+psycopg://, mysql+pymysql:// or sqlite:/// (or DSE_STORAGE).")
+@click.option("--storage-file", default=None, type=click.Path(dir_okay=False), help=_STORAGE_FILE_HELP)
 @click.option("--host", default="localhost", show_default=True,
-              help="Address to listen on (0.0.0.0: every interface; the channel has no authentication).")
+              help="Address to listen on: loopback unless --allow-remote (the channel has no authentication).")
 @click.option("--port", type=int, default=13000, show_default=True, help="Port to listen on.")
-def storage_proxy_cmd(storage, host, port):
+@click.option("--allow-remote", is_flag=True,
+              help="Listen on a non-loopback --host (anyone who reaches the port can change or delete studies).")
+def storage_proxy_cmd(storage, storage_file, host, port, allow_remote):
     """Run Optuna's gRPC storage proxy until SIGTERM or Ctrl-C; workers join with
-    `dse run STUDY --storage grpc://HOST:PORT` (pip install 'specdec-dse[grpc]')."""
+    `dse run STUDY --storage grpc://HOST:PORT` (pip install 'specdec-dse[grpc]'). It has no
+    authentication: it listens on loopback unless --allow-remote."""
+    from .credentials import storage_source
     from .storage import serve_proxy
-    serve_proxy(storage, host=host, port=port)
+    storage, _ = storage_source(storage, storage_file)
+    if storage is None:
+        raise SpecError(None, "--storage", MISSING, "give the database: --storage URL, --storage-file FILE or DSE_STORAGE")
+    serve_proxy(storage, host=host, port=port, allow_remote=allow_remote)
 
 
 @main.command("pareto", short_help="The front of a results file or dataset.")
@@ -392,13 +473,15 @@ def _print_front_header(points: int, feasible: int, designs: int, rows: int, obj
 
 @main.command("report", short_help="PNG figures and an HTML page for results.")
 @click.argument("path", type=click.Path(exists=True))
-@click.option("--out", default=None, help="Output directory (default: <path>-report/).")
+@click.option("--out", default=None,
+              help="Output directory (default: <file>-report/ for a file, <dir>-dataset-report/ for a directory).")
+@click.option("--force", is_flag=True, help="Write into --out even if it holds the report of another input.")
 @click.option("--quiet", is_flag=True, help="No progress lines.")
-def report_cmd(path, out, quiet):
+def report_cmd(path, out, force, quiet):
     """PNG figures and a self-contained HTML page for a results file or dataset."""
     from .report import build_report
     with _warnings_to_stderr():
-        res = build_report(path, out=out, progress=not quiet)
+        res = build_report(path, out=out, progress=not quiet, force=force)
     click.echo(f"{res['html']} ({_count(len(res['figures']), 'figure')})")
     for name, why in res.get("skipped", []):
         click.echo(f"  not drawn: {name}: {why}")
@@ -419,7 +502,7 @@ def _warnings_to_stderr():
             yield
         finally:
             for w in caught:
-                click.echo(f"warning: {w.message}", err=True)
+                _say(f"warning: {w.message}")
 
 
 def _print_front(df, study, header: str, rows: int = 25, epsilon: str | None = None, wide: bool = False):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from .errors import SpecError, install_hint
+from .errors import RuntimeFailure, SpecError, install_hint
 
 
 @contextlib.contextmanager
@@ -36,10 +36,14 @@ def dask_client(address: str):
             client.close()
             cluster.close()
         return
+    if "://" not in address and ":" not in address:
+        raise SpecError(None, "--dask", address, "expected a scheduler address (tcp://HOST:PORT) or local:N")
     try:
         client = Client(address, timeout="10s")
-    except (OSError, TimeoutError, ValueError) as exc:
-        raise SpecError(None, "--dask", address, f"cannot reach the Dask scheduler: {exc}") from None
+    except ValueError as exc:           # a malformed address: bad input
+        raise SpecError(None, "--dask", address, f"not a scheduler address ({exc})") from None
+    except (OSError, TimeoutError) as exc:      # nobody answers there: a runtime failure, exit 1
+        raise RuntimeFailure(f"--dask {address}: cannot reach the Dask scheduler ({exc})") from None
     try:
         yield client
     finally:
@@ -60,8 +64,12 @@ def _task_one(study_file: str, i: int, n: int, out, n_trials, sampler, seed):
 
 
 def sweep_on_dask(address: str, study_file: str | Path, shards: int, *, points=None, out=None,
-                  chunk_size: int | None = None) -> tuple[int, int]:
-    """Every shard I of N as one Dask task; returns (rows written, part files on disk)."""
+                  chunk_size: int | None = None, force: bool = False) -> tuple[int, int]:
+    """Every shard I of N as one Dask task; returns (rows written, part files on disk). The grid,
+    the output and (with ``force``) another dataset there are dealt with here, once, before any
+    task is submitted."""
+    from .grid import prepare_sweep
+    prepare_sweep(study_file, points=points, shards=shards, out=out, chunk_size=chunk_size, force=force)
     with dask_client(address) as client:
         futures = [client.submit(_sweep_one, str(study_file), points, (i, shards), out, chunk_size,
                                  pure=False) for i in range(shards)]
@@ -70,9 +78,12 @@ def sweep_on_dask(address: str, study_file: str | Path, shards: int, *, points=N
 
 
 def tasks_on_dask(address: str, study_file: str | Path, tasks: int, *, which=None, out=None, n_trials=None,
-                  sampler=None, seed=None) -> int:
-    """Array tasks (all, or ``which``) as Dask tasks; returns the rows written."""
+                  sampler=None, seed=None, force: bool = False) -> int:
+    """Array tasks (all, or ``which``) as Dask tasks; returns the rows written. The output and
+    (with ``force``) another dataset there are dealt with here, once, before any task is submitted."""
+    from .search import prepare_tasks
     which = list(range(tasks)) if which is None else which
+    prepare_tasks(study_file, tasks, out=out, n_trials=n_trials, sampler=sampler, seed=seed, force=force)
     with dask_client(address) as client:
         futures = [client.submit(_task_one, str(study_file), i, tasks, out, n_trials, sampler, seed, pure=False)
                    for i in which]

@@ -20,6 +20,7 @@ is a subset of their union). ``load_results`` joins the flags; ``dse pareto DIR`
 
 from __future__ import annotations
 
+import math
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -37,12 +38,14 @@ from .interrupt import stop_on_signals
 from .pareto import pareto_mask
 from .progress import Progress
 from .results.arrow import num_array, usable_rows
+from .results.guard import check_writable
 from .results.store import (
     check_manifest,
+    dataset_conflict,
+    dataset_manifest,
     open_dataset,
-    read_front_file,
     read_metadata,
-    read_pareto_file,
+    side_files_current,
     study_metadata,
     write_front_file,
     write_manifest,
@@ -51,9 +54,17 @@ from .results.store import (
 )
 from .results.table import results_table
 from .study import Knob, StudySpec, open_study
+from .study.parse import GRID_POINTS
 from .study.space import active_masks
 
 DEFAULT_CHUNK = 131_072
+#: the largest grid a sweep enumerates: 10^10 rows at ~1 us a row is about 3 hours of one core;
+#: a larger one is a typo in --points or a knob left free
+MAX_GRID_POINTS = 10**10
+#: rows per part file (a chunk's arrays take about 1 KB a row while it is evaluated)
+MAX_CHUNK = 10_000_000
+#: part files of one dataset (the manifest names each one)
+MAX_PARTS = 1_000_000
 
 
 @dataclass
@@ -71,22 +82,35 @@ class SweepResult:
     note: str = ""
 
 
+def _stepped(k: Knob) -> int | None:
+    """How many values a knob's step gives (low, low + step, ... up to high), None without a step."""
+    if k.kind == "int":
+        return (int(k.high) - int(k.low)) // int(k.step or 1) + 1
+    return math.ceil((k.high + 0.5 * k.step - k.low) / k.step) if k.step else None
+
+
+def axis_size(k: Knob, points: int) -> int:
+    """The number of grid values of one searched knob (:func:`axis_values`), without building them
+    (an integer knob rounded to fewer distinct values counts as ``points``: an upper bound)."""
+    if k.choices:
+        return len(k.choices)
+    n = _stepped(k)
+    return n if n is not None and n <= points else points
+
+
 def axis_values(k: Knob, points: int) -> np.ndarray:
     """The grid values of one searched knob."""
     if k.choices:
         return np.array(k.choices, dtype=object if k.kind == "cat" else None)
     lo, hi = k.low, k.high
+    n = _stepped(k)
     if k.kind == "int":
-        step = int(k.step or 1)
-        every = np.arange(int(lo), int(hi) + 1, step)
-        if every.size <= points:
-            return every
+        if n <= points:
+            return np.arange(int(lo), int(hi) + 1, int(k.step or 1))
         raw = np.geomspace(lo, hi, points) if k.log else np.linspace(lo, hi, points)
         return np.unique(np.round(raw).astype(np.int64))
-    if k.step:
-        vals = np.arange(lo, hi + 0.5 * k.step, k.step)
-        if vals.size <= points:
-            return vals
+    if n is not None and n <= points:
+        return np.arange(lo, hi + 0.5 * k.step, k.step)
     return np.geomspace(lo, hi, points) if k.log else np.linspace(lo, hi, points)
 
 
@@ -143,48 +167,109 @@ class GridPlan:
 
 def grid_plan(study: StudySpec, points: int | None = None, shards: int = 1, chunk_size: int | None = None) -> GridPlan:
     """The :class:`GridPlan` of ``study`` at ``points`` (default the study's) for ``shards`` shards."""
+    from_flag = points is not None
     points = study.grid_points if points is None else points
-    if points < 2:
-        raise SpecError(None, "--points", points, "expected an integer >= 2")
-    total = int(np.prod([v.size for _, v in grid_axes(study, points)], dtype=np.int64))
+    check_grid(study, points, chunk_size, shards, from_flag)
+    total = math.prod(v.size for _, v in grid_axes(study, points))
     size = auto_chunk_size(total, shards) if chunk_size is None else chunk_size
-    if not isinstance(size, int) or size < 1:
-        raise SpecError(None, "--chunk-size", chunk_size, "expected an integer >= 1")
     return GridPlan(total, size, -(-total // size), shards)
 
 
-def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tuple[int, int] | None = None,
-          out: str | Path | None = None, chunk_size: int | None = None, progress: bool = True,
-          db: Database | None = None) -> SweepResult:
-    """Evaluate this shard's chunks of the grid and write one part file per chunk (of
-    :func:`auto_chunk_size` rows unless ``chunk_size`` is given). A shard with no chunk (more
-    shards than chunks) writes nothing and says so in ``SweepResult.note``."""
-    study, db, tech = open_study(study, db)
+def check_grid(study: StudySpec, points: int, chunk_size: int | None, shards: int = 1,
+               from_flag: bool = True) -> tuple[int, int]:
+    """Refuse grid points outside GRID_POINTS, a grid of more than MAX_GRID_POINTS rows, a chunk
+    size outside [1, MAX_CHUNK] or more than MAX_PARTS parts, before anything is built (the sizes
+    are Python integers: no int64 wrap); returns the grid's size and the chunk size (``None``:
+    :func:`auto_chunk_size` for ``shards``)."""
+    where, field = (None, "--points") if from_flag else (study.path, "grid.points")
+    GRID_POINTS.check(points, where, field)
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
+                                   or not 1 <= chunk_size <= MAX_CHUNK):
+        raise SpecError(None, "--chunk-size", chunk_size, f"expected an integer in [1, {MAX_CHUNK:,}] (rows per part "
+                        "file; dse.grid.MAX_CHUNK)")
+    sizes = [axis_size(k, points) for k in study.searched]
+    total = math.prod(sizes)
+    if total > MAX_GRID_POINTS:
+        raise SpecError(where, field, points, f"the grid would hold {total:.3g} points ({' x '.join(map(str, sizes))} "
+                        f"over {len(sizes)} knobs), more than {MAX_GRID_POINTS:.0e} (dse.grid.MAX_GRID_POINTS): "
+                        "lower the points or fix more knobs")
+    if chunk_size is None:
+        chunk_size = auto_chunk_size(total, shards)
+    if -(-total // chunk_size) > MAX_PARTS:
+        raise SpecError(None, "--chunk-size", chunk_size, f"the grid's {total:,} points would make "
+                        f"{-(-total // chunk_size):,} part files, more than {MAX_PARTS:,} (dse.grid.MAX_PARTS): give a "
+                        "larger --chunk-size")
+    return total, chunk_size
+
+
+@dataclass
+class SweepPlan:
+    """A sweep's grid, output and manifest, checked (:func:`plan_sweep`)."""
+    out_dir: Path
+    axes: list
+    shape: tuple
+    total: int
+    n_chunks: int
+    chunk_size: int
+    meta: dict
+    manifest: dict
+
+
+def plan_sweep(study: StudySpec, db, tech, *, points: int | None, shard: tuple[int, int], out,
+               chunk_size: int | None, force: bool = False) -> SweepPlan:
+    """Check the grid (:func:`check_grid`), the output directory (writable; another dataset there
+    refused, naming what differs, or cleared with ``force``) and write the manifest: all before
+    any chunk is evaluated."""
+    from_flag = points is not None
     points = study.grid_points if points is None else points
-    if points < 2:
-        raise SpecError(None, "--points", points, "expected an integer >= 2")
-    shard = shard or shard_from_env() or (0, 1)
     si, sn = shard
+    check_grid(study, points, chunk_size, sn, from_flag)
     if not 0 <= si < sn:
         raise SpecError(None, "shard", f"{si}/{sn}", "expected 0 <= I < N")
     out_dir = Path(out) if out else Path(study.output).with_suffix("").with_name(Path(study.output).stem + "-sweep")
-    if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
-        raise SpecError(None, "--chunk-size", chunk_size, "expected an integer >= 1")
     axes = grid_axes(study, points)
     shape = tuple(v.size for _, v in axes)
-    total = int(np.prod(shape, dtype=np.int64))
+    total = math.prod(shape)
     chunk_size = auto_chunk_size(total, sn) if chunk_size is None else chunk_size
     n_chunks = -(-total // chunk_size)
-    mine = list(range(si, n_chunks, sn))
     meta = study_metadata(study, db, tech, sampler="grid", seed=None,
                           grid={"points": points, "shape": list(shape), "total": total,
                                 "axes": {k.name: np.asarray(v).tolist() for k, v in axes},
                                 "shard": [si, sn], "chunk_size": chunk_size})
-    _check_existing(out_dir, meta)
-    manifest = {"kind": "sweep", "study": study.name, "points": points, "total": total, "chunk_size": chunk_size,
-                "shards": sn, "parts": [part_name(c, sn) for c in range(n_chunks)]}
-    check_manifest(out_dir, manifest)
+    manifest = dataset_manifest("sweep", meta, points=points, total=total, chunk_size=chunk_size, shards=sn,
+                                parts=[part_name(c, sn) for c in range(n_chunks)])
+    check_writable(out_dir, "--out", directory=True)       # before any work
+    check_manifest(out_dir, manifest, force=force, keep=lambda m, _rows: _same_grid(m, meta),
+                   why=dataset_conflict(out_dir, manifest) or _grid_conflict(out_dir, meta))
     write_manifest(out_dir, manifest)
+    return SweepPlan(out_dir, axes, shape, total, n_chunks, chunk_size, meta, manifest)
+
+
+def prepare_sweep(study: StudySpec | str | Path, *, points: int | None = None, shards: int = 1, out=None,
+                  chunk_size: int | None = None, force: bool = False, db: Database | None = None) -> Path:
+    """What every shard of a sweep checks first, done once (dse.distributed before it submits the
+    shards as Dask tasks); returns the dataset directory."""
+    study, db, tech = open_study(study, db)
+    return plan_sweep(study, db, tech, points=points, shard=(0, shards), out=out, chunk_size=chunk_size,
+                      force=force).out_dir
+
+
+def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tuple[int, int] | None = None,
+          out: str | Path | None = None, chunk_size: int | None = None, progress: bool = True,
+          db: Database | None = None, force: bool = False) -> SweepResult:
+    """Evaluate this shard's chunks of the grid and write one part file per chunk (of
+    :func:`auto_chunk_size` rows unless ``chunk_size`` is given; a chunk with no distinct design is
+    an empty part). A shard with no chunk (more shards than chunks) writes nothing and says so in
+    ``SweepResult.note``. A directory that holds another dataset (another fingerprint,
+    grid or shard count) is refused, naming what differs, or with ``force`` cleared of it first."""
+    study, db, tech = open_study(study, db)
+    shard = shard or shard_from_env() or (0, 1)
+    si, sn = shard
+    plan = plan_sweep(study, db, tech, points=points, shard=shard, out=out, chunk_size=chunk_size, force=force)
+    out_dir, axes, shape, total, meta, manifest = plan.out_dir, plan.axes, plan.shape, plan.total, plan.meta, \
+        plan.manifest
+    chunk_size, n_chunks = plan.chunk_size, plan.n_chunks
+    mine = list(range(si, n_chunks, sn))
     todo = [c for c in mine if not (out_dir / part_name(c, sn)).is_file()]
     parts = [out_dir / part_name(c, sn) for c in mine if c not in todo]
     skipped = len(parts)
@@ -201,17 +286,20 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
                     break
                 start, stop_i = c * chunk_size, min(total, (c + 1) * chunk_size)
                 flat, idx, coded, masks = grid_chunk(study, axes, shape, start, stop_i)
-                designs, metrics = evaluate_study(study, coded, flat.size, db, tech, masks=masks)
-                codes = {k.name: (i, vals) for (k, vals), i in zip(axes, idx) if k.kind == "cat"}
-                table = results_table(study, designs, metrics, coded, schema, trial=flat,
-                                      sampler="grid", seed=None, codes=codes, now=now, metadata=meta)
+                if flat.size:
+                    table = _chunk_table(study, axes, flat, idx, coded, masks, schema, db, tech, now, meta)
+                else:               # every point of the chunk repeats a design of another chunk: an empty part
+                    if schema is None:
+                        schema = _chunk_table(study, axes, *grid_chunk(study, axes, shape, 0, 1), None, db, tech,
+                                              now, meta).schema
+                    table = schema.empty_table()
                 schema = table.schema           # the first chunk's, for every chunk
                 path = out_dir / part_name(c, sn)
                 usable[path.name] = Usable.of(table, objs)
                 while pending and (len(pending) > 1 or pending[0][0].done()):   # at most 2 tables in flight
                     parts.append(_finish(pending.pop(0), bar))
                 pending.append((writer.submit(write_table, table, path), path))
-                del table, designs, metrics
+                del table
             while pending:
                 parts.append(_finish(pending.pop(0), bar))
         except KeyboardInterrupt:   # a second signal: the parts being written are not on disk
@@ -221,7 +309,7 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
             parts += [p for f, p in pending if f.done() and not f.cancelled() and f.exception() is None]
             bar.close()
         if not stop.signum and objs:
-            _write_side_files(out_dir, manifest["parts"], usable, objs)
+            _write_side_files(out_dir, manifest["parts"], usable, objs, meta["fingerprint"])
     rows = sum(usable[p.name].rows for p in parts if p.name in usable)     # the parts this run wrote
     by = "shard 0" if n_chunks == 1 else f"shards 0-{n_chunks - 1}"
     note = "" if mine else (f"shard {si}/{sn} has no work: the grid has {n_chunks} chunk{'s' if n_chunks != 1 else ''} "
@@ -230,6 +318,14 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
                             f"(dse sweep STUDY --plan {sn} says how a grid is cut)")
     return SweepResult(out_dir=out_dir, total_points=total, rows_written=rows, parts=sorted(parts),
                        shard=(si, sn), skipped=skipped, interrupted=stop.signum, note=note)
+
+
+def _chunk_table(study, axes, flat, idx, coded, masks, schema, db, tech, now, meta) -> pa.Table:
+    """The results table of one chunk's distinct designs (grid_chunk's output)."""
+    designs, metrics = evaluate_study(study, coded, flat.size, db, tech, masks=masks)
+    codes = {k.name: (i, vals) for (k, vals), i in zip(axes, idx) if k.kind == "cat"}
+    return results_table(study, designs, metrics, coded, schema, trial=flat, sampler="grid", seed=None, codes=codes,
+                         now=now, metadata=meta)
 
 
 def _finish(job: tuple[Future, Path], bar: Progress) -> Path:
@@ -257,7 +353,7 @@ class Usable:
         return cls(table.num_rows, np.flatnonzero(ok), vals[ok], front, rows)
 
 
-def _write_side_files(out_dir: Path, names: list[str], usable: dict[str, Usable], objs) -> None:
+def _write_side_files(out_dir: Path, names: list[str], usable: dict[str, Usable], objs, fp: str) -> None:
     """Once every part of the grid is on disk (the last shard to finish does it), write the global
     Pareto flags (dse.results.store.PARETO_FILE) and the front's full rows (FRONT_FILE), from what
     this run kept of its parts and, for the parts other shards wrote, their objective and feasible
@@ -268,15 +364,14 @@ def _write_side_files(out_dir: Path, names: list[str], usable: dict[str, Usable]
         return
     if not all(f.name in usable for f in files):
         counts = [pq.read_metadata(f).num_rows for f in files]
-        if (read_pareto_file(out_dir, files, counts, objs) is not None
-                and read_front_file(out_dir, files, counts, objs, []) is not None):
+        if side_files_current(out_dir, files, counts, objs, fp):
             return                              # a re-run with nothing new: the side files are written
     parts = [usable.get(f.name) or Usable.of(pq.ParquetFile(f).read(columns=[m for m, _ in objs] + ["feasible"]),
                                              objs, keep_rows=False) for f in files]
     counts = [u.rows for u in parts]
     starts = np.cumsum([0] + counts)
     rows = np.concatenate([s + u.usable for s, u in zip(starts, parts)])
-    write_pareto_file(out_dir, files, counts, rows, np.concatenate([u.values for u in parts]), objs)
+    write_pareto_file(out_dir, files, counts, rows, np.concatenate([u.values for u in parts]), objs, fp)
     # the global front: the non-dominated rows of the union of the parts' fronts
     cand = np.concatenate([s + u.front for s, u in zip(starts, parts)])
     cand_vals = np.concatenate([u.values[np.searchsorted(u.usable, u.front)] for u in parts])
@@ -293,7 +388,7 @@ def _write_side_files(out_dir: Path, names: list[str], usable: dict[str, Usable]
     schema = tables[0].schema if tables else pq.read_schema(files[0])
     table = pa.concat_tables([t.cast(schema) for t in tables]) if tables else schema.empty_table()
     # a sweep's rows are distinct designs (duplicate_of null), so its designs are its rows
-    write_front_file(out_dir, files, counts, front, table, objs, designs=int(starts[-1]))
+    write_front_file(out_dir, files, counts, front, table, objs, designs=int(starts[-1]), fp=fp)
 
 
 def part_name(chunk: int, shards: int) -> str:
@@ -395,21 +490,34 @@ class _Reads(dict):
         return super().get(key, default)
 
 
-def _check_existing(out_dir: Path, meta: dict) -> None:
-    """Refuse a directory that holds parts of another grid, study or shard count: mixing them
-    would duplicate or misnumber rows. The same grid and shard count may be re-run."""
+def _grid_layout(meta: dict) -> dict:
+    grid = meta.get("grid") if isinstance(meta.get("grid"), dict) else {}
+    shard = grid.get("shard")
+    return {**{k: v for k, v in grid.items() if k != "shard"},
+            "shards": shard[1] if isinstance(shard, list) and len(shard) == 2 else None}
+
+
+def _same_grid(old: dict, new: dict) -> bool:
+    return _grid_layout(old) == _grid_layout(new)
+
+
+def _grid_conflict(out_dir: Path, meta: dict) -> str | None:
+    """Why the parts in ``out_dir`` belong to another grid (points, axes, chunk size) or shard
+    count, naming what differs; None when they belong to this one (or there are none)."""
     existing = sorted(out_dir.glob("part-*.parquet")) if out_dir.is_dir() else []
     if not existing:
-        return
-    old = read_metadata(existing[0])
-    same = (old.get("study", {}).get("name") == meta["study"]["name"]
-            and {k: v for k, v in (old.get("grid") or {}).items() if k != "shard"}
-            == {k: v for k, v in meta["grid"].items() if k != "shard"}
-            and (old.get("grid") or {}).get("shard", [0, 0])[1] == meta["grid"]["shard"][1])
-    if not same:
-        raise SpecError(None, "--out", str(out_dir), "holds parts of another study, grid (points, axes, "
-                        "chunk size) or shard count; use a new directory or delete it")
+        return None
+    try:
+        old = read_metadata(existing[0])
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        return f"{existing[0].name} is not a readable results part ({type(exc).__name__})"
+    a, b = _grid_layout(old), _grid_layout(meta)
+    diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    if not diff:
+        return None
+    shown = "; ".join(f"{k} {a.get(k)} -> {b.get(k)}" if k != "axes" else "the grid's axes" for k in diff)
+    return f"{existing[0].name}: {shown}"
 
 
-__all__ = ["sweep", "grid_axes", "axis_values", "parse_shard", "shard_from_env", "SweepResult", "part_name",
+__all__ = ["sweep", "prepare_sweep", "grid_axes", "axis_values", "parse_shard", "shard_from_env", "SweepResult", "part_name",
            "auto_chunk_size", "grid_plan", "GridPlan"]

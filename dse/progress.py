@@ -1,14 +1,38 @@
-"""Progress on stderr: a redrawn bar on a terminal, plain lines in a log.
+"""Progress and notes on stderr: a redrawn bar on a terminal, plain lines in a log.
 
 On a terminal one line is redrawn with a carriage return. Anywhere else (a SLURM log, a pipe)
 each update is its own line, at most one every ``every_s`` seconds (and the last one), so logs
 stay readable. Both show the rate since start and the ETA = remaining / rate.
+
+A closed or broken stream (``dse run ... 2>&1 | head`` after head has exited) never stops the
+work: :func:`note` and the bar drop what they cannot write and the run goes on to write its results.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+
+#: what writing to a stream whose reader has gone raises: EPIPE (BrokenPipeError), a closed
+#: file (ValueError), any other OSError of the stream
+_DEAD_STREAM = (OSError, ValueError)
+
+
+def write(stream, text: str) -> bool:
+    """Write and flush ``text``; False (and nothing raised) when the stream is gone."""
+    if stream is None:
+        return False
+    try:
+        stream.write(text)
+        stream.flush()
+        return True
+    except _DEAD_STREAM:
+        return False
+
+
+def note(text: str, stream=None) -> None:
+    """One line on stderr (or ``stream``), dropped if the stream is closed or its pipe broken."""
+    write(stream if stream is not None else sys.stderr, text.rstrip("\n") + "\n")
 
 
 def eta_text(seconds: float) -> str:
@@ -53,14 +77,15 @@ class Progress:
             return
         now = self.clock()
         if self.tty:
-            self.stream.write("\r" + self.text() + "\033[K")
+            ok = write(self.stream, "\r" + self.text() + "\033[K")
         elif force or self.last_line is None or now - self.last_line >= self.every_s:
-            self.stream.write(self.text() + "\n")
+            ok = write(self.stream, self.text() + "\n")
             self.last_line = now
             self.printed = self.done
         else:
             return
-        self.stream.flush()
+        if not ok:              # nobody reads the progress any more: drop it, keep working
+            self.enabled = False
 
     def update(self, n: int):
         self.done += n
@@ -71,7 +96,6 @@ class Progress:
         if not self.enabled:
             return
         if self.tty:
-            self.stream.write("\n")
+            write(self.stream, "\n")
         elif self.printed != self.done:
-            self.stream.write(self.text() + "\n")
-        self.stream.flush()
+            write(self.stream, self.text() + "\n")

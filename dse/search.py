@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import signal
-import sys
 import time
 import uuid
 import warnings
@@ -31,10 +30,12 @@ from .catalog.fields import Range
 from .errors import DseError, RuntimeFailure, SpecError, install_hint
 from .evaluation import constraint_values, evaluate_study, metric_table
 from .interrupt import stop_on_signals
-from .progress import Progress
+from .progress import Progress, note
 from .results.columns import BASE_CONSTRAINTS
 from .results.frame import results_frame
-from .results.store import check_manifest, study_metadata, write_manifest, write_parquet
+from .results.guard import check_replace, check_writable
+from .results.identity import describe, identity_of
+from .results.store import check_manifest, dataset_manifest, study_metadata, write_manifest, write_parquet
 from .storage import redact_url, resolve_storage
 from .study import SAMPLERS, StudySpec, open_study
 from .study.space import CONTROL_KEYS, active_masks, is_conditional, sampling_order
@@ -228,7 +229,7 @@ def task_part_name(i: int, n: int) -> str:
 def run_tasks(study: StudySpec | str | Path, tasks: int, *, which: list[int] | None = None,
               out: str | Path | None = None, n_trials: int | None = None, sampler: str | None = None,
               seed: int | None = None, progress: bool = True, db: Database | None = None,
-              only_missing: bool = False) -> list[RunResult]:
+              only_missing: bool = False, force: bool = False) -> list[RunResult]:
     """Independent array tasks: task I runs its own in-memory study of ``n_trials`` trials with
     seed derive_seed(seed, I) and writes DIR/task-I-of-N.parquet atomically (a re-run replaces
     it). Trial numbers are I x n_trials + the task's own trial number, unique in the dataset.
@@ -242,11 +243,38 @@ def run_tasks(study: StudySpec | str | Path, tasks: int, *, which: list[int] | N
         if only_missing and (out_dir / task_part_name(i, tasks)).exists():
             continue
         res = run_study(study, n_trials=n_trials, sampler=sampler, seed=seed, out=out, progress=progress,
-                        db=db, task=(i, tasks))
+                        db=db, task=(i, tasks), force=force)
+        force = False           # the first task has cleared what belonged to another dataset
         results.append(res)
         if res.interrupted:
             break
     return results
+
+
+def _task_dataset(study: StudySpec, base_meta: dict, tasks: int, out, n_trials: int, sampler: str, seed: int,
+                  force: bool) -> tuple[Path, dict]:
+    """The array tasks' dataset directory and manifest, checked before any search: writable, and
+    holding no other dataset (refused naming what differs, or cleared with ``force``)."""
+    out_dir = dataset_dir(study, out)
+    check_writable(out_dir, "--out", directory=True)
+    manifest = dataset_manifest("tasks", base_meta, tasks=tasks, trials_per_task=n_trials, sampler=sampler,
+                                seed=seed, parts=[task_part_name(i, tasks) for i in range(tasks)])
+    check_manifest(out_dir, manifest, force=force,
+                   keep=lambda m, rows: (m.get("task") or [0, 0])[1] == tasks and rows == n_trials)
+    return out_dir, manifest
+
+
+def prepare_tasks(study: StudySpec | str | Path, tasks: int, *, out=None, n_trials: int | None = None,
+                  sampler: str | None = None, seed: int | None = None, force: bool = False,
+                  db: Database | None = None) -> Path:
+    """What every array task checks first, done once (dse.distributed before it submits the tasks
+    as Dask tasks); returns the dataset directory."""
+    study, db, tech = open_study(study, db)
+    n_trials = study.n_trials if n_trials is None else n_trials
+    Range(True, 1, 10_000_000).check(n_trials, None, "--n-trials")
+    seed = study.seed if seed is None else seed
+    return _task_dataset(study, study_metadata(study, db, tech), tasks, out, n_trials, sampler or study.sampler,
+                         seed, force)[0]
 
 
 def dataset_dir(study: StudySpec, out: str | Path | None) -> Path:
@@ -257,15 +285,21 @@ def dataset_dir(study: StudySpec, out: str | Path | None) -> Path:
 def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sampler: str | None = None,
               seed: int | None = None, storage: str | None = None, out: str | Path | None = None,
               progress: bool = True, db: Database | None = None, task: tuple[int, int] | None = None,
-              heartbeat_timeout_s: float = 60.0, write: bool = True) -> RunResult:
+              heartbeat_timeout_s: float = 60.0, write: bool = True, force: bool = False) -> RunResult:
     """Create or resume the Optuna study, run it to ``n_trials`` in total, write Parquet.
 
     Shared storages: workers claim trials so that the study ends with exactly ``n_trials``
     COMPLETE (a trial asked beyond the total is failed at once); a RUNNING trial whose worker
-    gave no sign of life (start or ``dse_heartbeat`` user attribute) for ``heartbeat_timeout_s``
-    is failed and its parameters enqueued again. ``task=(I, N)``: one independent array task
-    (see :func:`run_tasks`). ``write=False`` (a worker of a shared study) writes no Parquet: the
-    study is read back once, by ``dse export``, instead of by every worker."""
+    gave no sign of life (start or ``dse_heartbeat`` user attribute) for ``heartbeat_timeout_s``,
+    or whose worker on this machine has exited, is failed and its parameters enqueued again.
+    ``task=(I, N)``: one independent array task (see :func:`run_tasks`). ``write=False`` (a worker
+    of a shared study) writes no Parquet: the study is read back once, by ``dse export``, instead
+    of by every worker.
+
+    Before any work the output is checked: it must be writable, and a results file there that
+    holds another study or more finished trials than this run will write is refused unless
+    ``force`` (dse.results.guard); a stored study run with another workload or space is refused
+    naming the changed keys, or with ``force`` deleted and started again."""
     import optuna
     study, db, tech = open_study(study, db)
     n_trials = study.n_trials if n_trials is None else n_trials
@@ -276,18 +310,13 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
         raise SpecError(None, "--seed", seed, Range(True, 0, 2**32 - 1).text())
     offset = 0
     manifest = None
+    base_meta = study_metadata(study, db, tech)         # what the results will be (their fingerprint)
     if task is not None:
         ti, tn = task
         if storage not in (None, ":memory:"):
             raise SpecError(None, "--storage", redact_url(storage), "array tasks (--task) each run an in-memory "
                             "study; give --storage for one shared study instead of --task")
-        out_dir = dataset_dir(study, out)
-        if out_dir.exists() and not out_dir.is_dir():
-            raise SpecError(None, "--out", str(out_dir), "is a file; array tasks write a dataset directory")
-        manifest = {"kind": "tasks", "study": study.name, "tasks": tn, "trials_per_task": n_trials,
-                    "sampler": sampler_name, "seed": seed,
-                    "parts": [task_part_name(i, tn) for i in range(tn)]}
-        check_manifest(out_dir, manifest)
+        out_dir, manifest = _task_dataset(study, base_meta, tn, out, n_trials, sampler_name, seed, force)
         seed = derive_seed(seed, ti)
         storage, out, offset = ":memory:", out_dir / task_part_name(ti, tn), ti * n_trials
     else:
@@ -297,6 +326,10 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
     out = Path(out or study.output)
     if out.is_dir():
         raise SpecError(None, "--out", str(out), "is a directory; expected a Parquet file path (or give --task)")
+    if write:
+        check_writable(out, "--out")                # before the search: an unwritable path costs no work
+    if task is None and write:
+        check_replace(out, base_meta, None, force=force)           # another study's results: refused now
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     directions = [o.direction for o in study.objectives]
     # every option is checked before the storage (a journal file) is created
@@ -304,20 +337,25 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
     opt_sampler = make_sampler(sampler_name, seed, study.batch_size, len(directions), study=study, db=db, tech=tech,
                                n_trials=n_trials, progress=progress, label=label)
     store, storage_url = resolve_storage(study, storage, out)
-    ostudy = _create_study(study, store, storage_url, directions, opt_sampler)
+    ostudy = _create_study(study, store, storage_url, directions, opt_sampler, force=force)
     runs = list(ostudy.user_attrs.get("dse_runs", []))
     first = len(ostudy.get_trials(deepcopy=False))
+    if task is None and write:  # the file will hold every COMPLETE trial: at least n_trials, or what the storage has
+        from optuna.trial import TrialState
+        done = sum(t.state == TrialState.COMPLETE for t in ostudy.get_trials(deepcopy=False))
+        check_replace(out, base_meta, max(n_trials, done), force=force)
     if not runs or runs[-1]["sampler"] != sampler_name or runs[-1]["seed"] != seed:
         runs.append({"sampler": sampler_name, "seed": seed, "first_trial": first})
         ostudy.set_user_attr("dse_runs", runs)
-    run_key = f"dse_run:{uuid.uuid4().hex[:16]}"      # this worker's own record: no read-modify-write race
+    run_id = uuid.uuid4().hex[:16]
+    run_key = f"dse_run:{run_id}"      # this worker's own record: no read-modify-write race
     if sampler_name == "auto" and first == 0:
         enqueue_seeds(ostudy, study, n_trials, seed, db, tech, sampler=opt_sampler, progress=progress, label=label)
     tally, signum = {"told": 0}, 0
     with stop_on_signals() as stop:
         try:
             _search_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heartbeat_timeout_s, tally,
-                         shared=storage_url != ":memory:")
+                         shared=storage_url != ":memory:", worker_key=f"{WORKER_KEY}{run_id}")
         except KeyboardInterrupt:
             signum = stop.signum or signal.SIGINT
         signum = signum or stop.signum
@@ -332,16 +370,69 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
     if offset:
         df["trial"] = df["trial"] + offset
     extra = {"task": list(task)} if task else {}
-    meta = study_metadata(study, db, tech, sampler=sampler_name, seed=seed, storage=storage_url, runs=runs, **extra)
+    meta = study_metadata(study, db, tech, sampler=sampler_name, seed=seed, storage=redact_url(storage_url), runs=runs,
+                          **extra)
     if manifest is not None:
         write_manifest(out.parent, manifest)
     write_parquet(df, out, meta)
     return RunResult(frame=df, path=out, n_new=told, storage=storage_url, interrupted=signum)
 
 
-def _create_study(study: StudySpec, store, storage_url: str, directions: list[str], opt_sampler):
+def _create_study(study: StudySpec, store, storage_url: str, directions: list[str], opt_sampler,
+                  force: bool = False):
     """Create (once, even when many workers start together) or load the Optuna study and check
-    it is this study: same directions and space fingerprint; record the resolved study."""
+    it is this study: same directions and space fingerprint (a difference is refused naming the
+    changed keys; with ``force`` the stored study is deleted and created again); record the
+    resolved study."""
+    import optuna
+    ostudy = _open_study(study, store, directions, opt_sampler)
+    why = _stored_difference(study, ostudy, directions)
+    if why is not None and force:
+        n = len(ostudy.get_trials(deepcopy=False))
+        optuna.delete_study(study_name=study.name, storage=store)
+        note(f"note: --force: deleted study {study.name!r} ({n} trials) from {redact_url(storage_url)}: it was run "
+             f"with {why}; a new study starts")
+        ostudy = _open_study(study, store, directions, opt_sampler)
+        why = _stored_difference(study, ostudy, directions)
+    if why is not None:
+        raise DseError(f"{redact_url(storage_url)}: study {study.name!r} was run with {why}; resuming would mix "
+                       "designs. Rename the study, give another --storage / --out, or --force to delete the stored "
+                       "study and start again")
+    attrs = ostudy.user_attrs
+    if "dse_space" not in attrs:
+        ostudy.set_user_attr("dse_space", space_fingerprint(study))
+    if "dse_study" not in attrs:
+        ostudy.set_user_attr("dse_study", json.loads(json.dumps(study.resolved(), default=str)))
+    return ostudy
+
+
+def _stored_identity(resolved) -> dict:
+    """The part of a study's identity a stored Optuna study must share with the study file: its
+    workload, space, objectives, constraints and technology overrides (the model may differ:
+    the Parquet file re-evaluates every trial)."""
+    ident = identity_of({"study": resolved if isinstance(resolved, dict) else {}})
+    return {k: ident[k] for k in ("workload", "space", "objectives", "constraints")} | {
+        "technology": ident["technology"]["overrides"]}
+
+
+def _stored_difference(study: StudySpec, ostudy, directions: list[str]) -> str | None:
+    """What differs between the stored study and this one ('directions [...] -> [...]' or the
+    changed keys), None when it is this study."""
+    stored_dirs = [d.name.lower() for d in ostudy.directions]
+    if stored_dirs != directions:
+        return f"other directions ({stored_dirs} -> {directions})"
+    attrs = ostudy.user_attrs
+    stored = attrs.get("dse_space")
+    if stored is None or stored == space_fingerprint(study):
+        return None
+    was = attrs.get("dse_study")
+    if not isinstance(was, dict):
+        return f"another workload or space (fingerprint {stored}, this file gives {space_fingerprint(study)})"
+    return "another workload or space: " + describe(_stored_identity(was), _stored_identity(study.resolved()))
+
+
+def _open_study(study: StudySpec, store, directions: list[str], opt_sampler):
+    """optuna.create_study(load_if_exists=True), retried while other workers create it."""
     import optuna
     for attempt in range(5):
         try:
@@ -354,30 +445,17 @@ def _create_study(study: StudySpec, store, storage_url: str, directions: list[st
             if type(exc).__name__ not in ("IntegrityError", "OperationalError") or attempt == 4:
                 raise
             time.sleep(0.1 * 2 ** attempt)
-    if [d.name.lower() for d in ostudy.directions] != directions:
-        raise DseError(f"{storage_url}: study {study.name!r} exists with directions "
-                       f"{[d.name.lower() for d in ostudy.directions]}, the study file asks for {directions}; "
-                       "use another name or --storage")
-    space_key = space_fingerprint(study)
-    attrs = ostudy.user_attrs
-    stored = attrs.get("dse_space")
-    if stored is None:
-        ostudy.set_user_attr("dse_space", space_key)
-    elif stored != space_key:
-        raise DseError(f"{storage_url}: study {study.name!r} was run with another workload or space "
-                       f"(fingerprint {stored}, this file gives {space_key}); resuming would mix designs. "
-                       "Rename the study, or give another --storage / --out")
-    if "dse_study" not in attrs:
-        ostudy.set_user_attr("dse_study", json.loads(json.dumps(study.resolved(), default=str)))
     return ostudy
 
 
 def _search_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heartbeat_timeout_s, tally,
-                 shared: bool = True) -> None:
+                 shared: bool = True, worker_key: str | None = None) -> None:
     """Claim, ask, evaluate and tell batches until the study holds n_trials COMPLETE trials;
     ``tally["told"]`` counts the trials told COMPLETE (kept when interrupted). ``shared``: other
     processes may work on the study (not in memory), so stale trials are failed, trials are
-    claimed within the budget and heartbeats written; an in-memory study has none of that."""
+    claimed within the budget and heartbeats written, and the trials this worker holds are
+    recorded under ``worker_key`` with its process (:func:`worker_process`); an in-memory study
+    has none of that."""
     from optuna.trial import TrialState
     dists = distributions(study)
     names = [k.name for k in study.searched]
@@ -385,10 +463,11 @@ def _search_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heart
     done0 = sum(t.state == TrialState.COMPLETE for t in ostudy.get_trials(deepcopy=False))
     bar = Progress(n_trials, done0, unit="trials", label=label, enabled=progress)
     said_waiting = False
+    me = worker_process() if shared and worker_key else None
     try:
         while not stop.requested:
             every = ostudy.get_trials(deepcopy=False)
-            if shared and fail_stale_trials(ostudy, heartbeat_timeout_s, every):
+            if shared and fail_stale_trials(ostudy, heartbeat_timeout_s, every, label=label):
                 every = ostudy.get_trials(deepcopy=False)
             states = Counter(t.state for t in every)
             complete = states[TrialState.COMPLETE]
@@ -406,9 +485,10 @@ def _search_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heart
                                          f"at {complete} trials\n")
                     break
             if b <= 0:             # the rest is in other workers' hands: wait for them (or their timeout)
-                if not said_waiting and progress:
-                    sys.stderr.write(f"[{label}] waiting for {live} trials RUNNING in other workers (failed as "
-                                     f"stale after {heartbeat_timeout_s:g} s without a heartbeat)\n")
+                if not said_waiting:        # said under --quiet too: a wait of a minute is not progress
+                    note(f"[{label}] waiting for {live} trials RUNNING in other workers (failed as stale after "
+                         f"{heartbeat_timeout_s:g} s without a heartbeat, or at once when their worker on this "
+                         "machine has exited)")
                     said_waiting = True
                 time.sleep(0.2)
                 continue
@@ -423,6 +503,8 @@ def _search_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heart
                         last_beat = time.monotonic()
                 if shared:
                     trials = _within_budget(ostudy, trials, n_trials)
+                if me is not None and trials:       # which process holds them: stale at once if it dies
+                    ostudy.set_user_attr(worker_key, {**me, "trials": number_ranges(t.number for t in trials)})
                 if not trials:
                     continue
                 b = len(trials)
@@ -436,12 +518,17 @@ def _search_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heart
                 for t in trials:
                     _fail(ostudy, t)
                 raise
-            _tell_all(ostudy, trials, cons, values, study, beat_every_s=beat_every)
-            tally["told"] += b
-            tally.setdefault("numbers", []).extend(t.number for t in trials)
+            told = _tell_all(ostudy, trials, cons, values, study, beat_every_s=beat_every)
+            tally["told"] += len(told)
+            tally.setdefault("numbers", []).extend(told)
             bar.update(b)
     finally:
         bar.close()
+        if me is not None and tally.get("numbers"):
+            try:
+                ostudy.set_user_attr(worker_key, {**me, "trials": []})
+            except Exception:   # noqa: BLE001 - a record of nothing held; the storage may be gone
+                pass
 
 
 def _within_budget(ostudy, trials: list, n_trials: int) -> list:
@@ -460,11 +547,12 @@ def _within_budget(ostudy, trials: list, n_trials: int) -> list:
 
 
 def _fail(ostudy, trial) -> None:
-    """Tell FAIL, unless another worker already finished the trial (failed it as stale)."""
+    """Tell FAIL, unless another worker already finished the trial (failed it as stale): that is
+    done, not an error."""
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
     try:
-        ostudy.tell(trial, state=TrialState.FAIL)
+        ostudy.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
     except UpdateFinishedTrialError:
         pass
 
@@ -480,10 +568,11 @@ def _beat(trials) -> None:
             pass
 
 
-def _tell_all(ostudy, trials, cons, values, study, beat_every_s: float = 10.0) -> None:
+def _tell_all(ostudy, trials, cons, values, study, beat_every_s: float = 10.0) -> list[int]:
     """Tell every evaluated trial even if interrupted half-way (a second Ctrl-C); on a slow
     database, refresh the heartbeat of the trials still to tell every ``beat_every_s``. A trial
-    another worker already failed as stale (its design was enqueued again) is skipped.
+    another worker already failed as stale (its design was enqueued again) is skipped: done
+    elsewhere, not an error. Returns the numbers of the trials told COMPLETE.
 
     Storage calls per trial: one write per constraint (Optuna 5 has no call that sets several)
     and one for the state and values; no read before them (``set_so_far`` resumes a trial whose
@@ -496,13 +585,15 @@ def _tell_all(ostudy, trials, cons, values, study, beat_every_s: float = 10.0) -
     set_so_far = [0] * len(trials)
     pending = list(range(len(trials)))
     last = time.monotonic()
+    told: list[int] = []
 
     def tell(i):
         try:
             for j in range(set_so_far[i], len(names)):
                 _set_constraint(trials[i], names[j], cons[i][j])
                 set_so_far[i] = j + 1
-            _tell_values(ostudy, trials[i], values[i])
+            if _tell_values(ostudy, trials[i], values[i]):
+                told.append(trials[i].number)
         except UpdateFinishedTrialError:
             pass
     try:
@@ -516,6 +607,7 @@ def _tell_all(ostudy, trials, cons, values, study, beat_every_s: float = 10.0) -
         for i in pending:
             tell(i)
         raise
+    return told
 
 
 def _set_constraint(trial, name: str, value: float) -> None:
@@ -534,16 +626,18 @@ def _set_constraint(trial, name: str, value: float) -> None:
     trial.storage.set_trial_system_attr(trial._trial_id, f"{_CONSTRAINTS_KEY}:{name}", float(value))
 
 
-def _tell_values(ostudy, trial, values: list[float]) -> None:
-    """``ostudy.tell(trial, values)`` without its return value: Study.tell deep-copies the
-    finished trial to return it (a tenth of an in-memory run's Optuna time); this calls the
-    function Study.tell calls, with the same arguments, when Optuna has it."""
+def _tell_values(ostudy, trial, values: list[float]) -> bool:
+    """``ostudy.tell(trial, values, skip_if_finished=True)`` without its return value: Study.tell
+    deep-copies the finished trial to return it (a tenth of an in-memory run's Optuna time); this
+    calls the function Study.tell calls, with the same arguments, when Optuna has it. A trial
+    another worker has failed meanwhile is skipped. True when the trial was told COMPLETE."""
+    from optuna.trial import TrialState
     try:
         from optuna.study._tell import _tell_with_warning
     except ImportError:             # another Optuna: the public call
-        ostudy.tell(trial, values)
-        return
-    _tell_with_warning(study=ostudy, trial=trial, value_or_values=values, state=None, skip_if_finished=False)
+        return ostudy.tell(trial, values, skip_if_finished=True).state == TrialState.COMPLETE
+    state = _tell_with_warning(study=ostudy, trial=trial, value_or_values=values, state=None, skip_if_finished=True)[0]
+    return state == TrialState.COMPLETE
 
 
 def seed_count(n_trials: int, batch_size: int) -> int:
@@ -610,25 +704,97 @@ def last_sign_of_life(trial) -> float:
     return max(float(beat), start) if beat is not None else start
 
 
-def fail_stale_trials(ostudy, timeout_s: float = 60.0, trials=None, now: float | None = None) -> int:
+#: the study user attribute (one per worker run, + its id) naming the worker process and the trials it holds
+WORKER_KEY = "dse_worker:"
+
+
+def _start_ticks(pid: int) -> tuple[str, int] | None:
+    """(state, start time in clock ticks since boot) of process ``pid`` from /proc, None off Linux."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return fields[0].decode(), int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _machine() -> str | None:
+    """This machine and process namespace: hostname, kernel boot id and PID-namespace inode (two
+    containers with one hostname are not one machine); None where they cannot be read."""
+    import socket
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        ns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+    return f"{socket.gethostname()}/{boot}/{ns}"
+
+
+def worker_process() -> dict | None:
+    """This worker's machine, PID and process start time, recorded with the trials it holds so
+    that a worker on the same machine can tell when it has exited; None off Linux."""
+    machine, me = _machine(), _start_ticks(os.getpid())
+    return None if machine is None or me is None else {"machine": machine, "pid": os.getpid(), "start": me[1]}
+
+
+def process_exited(record: dict) -> bool:
+    """True when ``record`` (:func:`worker_process`) names a process on this machine that has
+    exited: no such PID, a zombie, or the PID reused by a process started later."""
+    if not isinstance(record, dict) or record.get("machine") != _machine():
+        return False
+    try:
+        pid = int(record["pid"])
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass                          # another user's process: it exists
+    except (KeyError, TypeError, ValueError, OSError):
+        return False
+    now = _start_ticks(pid)
+    return now is not None and (now[0] in ("Z", "X") or now[1] != record.get("start"))
+
+
+def dead_workers_trials(ostudy) -> set[int]:
+    """Numbers of the trials held by worker processes on this machine that have exited."""
+    out: set[int] = set()
+    for key, rec in ostudy.user_attrs.items():
+        if key.startswith(WORKER_KEY) and isinstance(rec, dict) and rec.get("trials") and process_exited(rec):
+            for lo, hi in rec["trials"]:
+                out.update(range(int(lo), int(hi) + 1))
+    return out
+
+
+def fail_stale_trials(ostudy, timeout_s: float = 60.0, trials=None, now: float | None = None,
+                      label: str = "dse run") -> int:
     """FAIL the RUNNING trials whose worker gave no sign of life for ``timeout_s`` seconds
     (killed: ask/tell runs no heartbeat thread; a batch here takes milliseconds to seconds and
-    refreshes ``dse_heartbeat`` while it is told) and enqueue their parameters again, so their
+    refreshes ``dse_heartbeat`` while it is told), and at once those whose worker process on this
+    machine has exited (:func:`dead_workers_trials`); enqueue their parameters again, so their
     designs are re-asked. Returns how many were failed."""
     from optuna.trial import TrialState
     now = time.time() if now is None else now
     trials = ostudy.get_trials(deepcopy=False) if trials is None else trials
-    failed = 0
-    for t in trials:
-        if t.state != TrialState.RUNNING or now - last_sign_of_life(t) <= timeout_s:
+    running = [t for t in trials if t.state == TrialState.RUNNING]
+    if not running:
+        return 0
+    dead = dead_workers_trials(ostudy)
+    failed = exited = 0
+    for t in running:
+        gone = t.number in dead
+        if not gone and now - last_sign_of_life(t) <= timeout_s:
             continue
         try:
             ostudy.tell(t.number, state=TrialState.FAIL)
         except Exception:   # noqa: BLE001 - another worker failed or finished it first
             continue
         failed += 1
+        exited += gone
         if t.params:
             ostudy.enqueue_trial(t.params, user_attrs={"dse_reasked": t.number})
+    if exited:
+        note(f"[{label}] {exited} RUNNING trials of a worker on this machine that has exited were failed at once "
+             "and their designs asked again")
     return failed
 
 

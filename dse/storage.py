@@ -16,19 +16,11 @@ import time
 import warnings
 from pathlib import Path
 
+from .credentials import redact_text, redact_url
 from .errors import RuntimeFailure, SpecError, install_hint
+from .progress import note
 
-
-def redact_url(url: str) -> str:
-    """A storage URL with its password replaced by ``***`` (for logs, errors and metadata)."""
-    return re.sub(r"(://[^:/@?#]*:)[^@/]*@", r"\1***@", str(url))
-
-
-def _redact_text(text: str, url: str) -> str:
-    """An error message with the URL's password (if any) blanked, wherever it appears."""
-    m = re.search(r"://[^:/@?#]*:([^@/]*)@", str(url))
-    text = str(text).replace(str(url), redact_url(url))
-    return text.replace(m.group(1), "***") if m and m.group(1) else text
+__all__ = ["redact_url", "resolve_storage", "serve_proxy", "journal_file", "cut_torn_tail", "clear_stale_lock"]
 
 
 def clear_stale_lock(journal: str | Path, wait_s: float = 2.0, out=None) -> bool:
@@ -58,8 +50,8 @@ def clear_stale_lock(journal: str | Path, wait_s: float = 2.0, out=None) -> bool
         os.unlink(lock)
     except FileNotFoundError:
         return False
-    (out or sys.stderr).write(f"note: removed a stale journal lock {lock} ({age:.0f} s old, not released "
-                              f"within {wait_s:g} s: left by a killed process)\n")
+    note(f"note: removed a stale journal lock {lock} ({age:.0f} s old, not released within {wait_s:g} s: left by "
+         "a killed process)", out)
     return True
 
 
@@ -68,6 +60,36 @@ def clear_stale_lock(journal: str | Path, wait_s: float = 2.0, out=None) -> bool
 RETRY_ATTEMPTS, RETRY_BASE_S, RETRY_CAP_S = 6, 0.5, 8.0
 #: SQLAlchemy's names for "the connection, not the statement, failed"
 TRANSIENT = ("OperationalError", "InterfaceError", "DisconnectionError")
+#: what PostgreSQL and MySQL/MariaDB say when every connection slot is taken: transient (slots free
+#: as other clients leave), and what to do about it is not to resend the statement
+SLOTS_FULL = ("remaining connection slots are reserved", "too many clients already", "too many connections",
+              "sorry, too many clients")
+SLOTS_HINT = ("the server has no free connection slot: each dse worker holds one connection, so a campaign of N "
+              "workers needs N (raise max_connections, or put `dse storage-proxy` in front)")
+
+
+def slots_full(exc: BaseException | None) -> bool:
+    """True when ``exc`` (or the error behind it) says the server's connection slots are all taken."""
+    seen = 0
+    while exc is not None and seen < 6:
+        if any(s in str(exc).lower() for s in SLOTS_FULL):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def driver_message(exc: BaseException) -> str:
+    """The first line of the driver's own error behind ``exc`` (SQLAlchemy's "(psycopg.OperationalError) "
+    prefix removed, passwords blanked), not Optuna's wrapper ("invalid data in the commit")."""
+    cause, seen = exc, 0
+    while cause is not None and seen < 6:
+        if type(cause).__module__.split(".")[0] in ("sqlalchemy", "psycopg", "psycopg2", "pymysql", "MySQLdb"):
+            break
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+    cause = cause if cause is not None else exc
+    lines = [x.strip() for x in str(cause).splitlines() if x.strip() and not x.startswith(("(Background", "["))]
+    text = re.sub(r"^\([\w.]+\) ", "", "; ".join(lines[:2])) if lines else type(cause).__name__
+    return redact_text(text)
 
 
 def transient_cause(exc: BaseException) -> BaseException | None:
@@ -94,16 +116,15 @@ def _retrying(name: str, base):
                 cause = transient_cause(exc)
                 if cause is None:
                     raise
-                first = _redact_text(str(cause).strip().splitlines()[0] if str(cause).strip() else "", self.dse_url)
-                first = re.sub(r"^\([\w.]+\) ", "", first)
+                first = driver_message(cause)
+                what = SLOTS_HINT if slots_full(cause) else "lost the database connection"
                 if attempt == RETRY_ATTEMPTS - 1:
-                    raise RuntimeFailure(f"--storage {redact_url(self.dse_url)}: the database stayed unreachable "
+                    raise RuntimeFailure(f"--storage {redact_url(self.dse_url)}: {name.lstrip('_')}: {what}, still "
                                          f"after {RETRY_ATTEMPTS} attempts ({type(cause).__name__}: {first}); the "
                                          "finished trials are kept in it: run the same command again to resume") from None
                 wait = min(RETRY_CAP_S, RETRY_BASE_S * 2 ** attempt)
-                sys.stderr.write(f"note: {redact_url(self.dse_url)}: {name.lstrip('_')} lost the database connection "
-                                 f"({type(cause).__name__}: {first}); retry {attempt + 1} of {RETRY_ATTEMPTS - 1} "
-                                 f"in {wait:g} s\n")
+                note(f"note: {redact_url(self.dse_url)}: {name.lstrip('_')}: {what} ({type(cause).__name__}: {first}); "
+                     f"retry {attempt + 1} of {RETRY_ATTEMPTS - 1} in {wait:g} s (transient: the call is made again)")
                 time.sleep(wait)
             finally:
                 self._dse_depth = 0
@@ -131,15 +152,23 @@ def _quiet_fallback(record) -> bool:
     return "Falling back to a slower alternative" not in record.getMessage()
 
 
-def _rdb_storage(url: str):
-    """RDBStorage with a small connection pool (100 workers stay under PostgreSQL's default
-    max_connections = 100 with 1 each, 2 at most), connections checked before use
-    (pool_pre_ping: a server restart costs no failed statement) and calls retried when the
-    connection drops; creation is retried, since many workers starting at once race to create
-    the tables."""
+#: database connections a `dse run` worker holds: one (a single thread; Optuna's scoped session
+#: reuses the thread's connection for nested calls), so N workers need N connections
+WORKER_CONNECTIONS = 1
+#: threads of `dse storage-proxy`'s gRPC server, each with its own connection
+PROXY_THREADS = 10
+
+
+def _rdb_storage(url: str, connections: int = WORKER_CONNECTIONS):
+    """RDBStorage with a pool of exactly ``connections`` (no overflow: a campaign of N workers
+    needs N connections; PostgreSQL's default max_connections = 100 keeps 3 for superusers),
+    connections checked before use (pool_pre_ping: a server restart costs no failed statement)
+    and calls retried when the connection drops or every slot is taken; creation is retried the
+    same way, and while many workers starting at once race to create the tables."""
     kwargs = {}
     if not url.startswith("sqlite"):
-        kwargs = {"pool_size": 1, "max_overflow": 1, "pool_recycle": 300, "pool_pre_ping": True}
+        kwargs = {"pool_size": connections, "max_overflow": 0, "pool_recycle": 300, "pool_pre_ping": True,
+                  "pool_timeout": 60}
     cls = _retrying_rdb_class()
     # Optuna reads a dropped connection in _get_trials as "too many IN variables" and logs a
     # warning before its fallback query fails too; dse's retry says what happened, in one line
@@ -147,7 +176,7 @@ def _rdb_storage(url: str):
     log = logging.getLogger("optuna.storages._rdb.storage")
     if _quiet_fallback not in log.filters:
         log.addFilter(_quiet_fallback)
-    for attempt in range(6):
+    for attempt in range(RETRY_ATTEMPTS):
         try:
             store = cls.__new__(cls)
             store.dse_url = url
@@ -156,8 +185,14 @@ def _rdb_storage(url: str):
         except Exception as exc:   # noqa: BLE001 - classified below
             kind = type(exc).__name__
             racing = kind in ("IntegrityError", "ProgrammingError") or "already exists" in str(exc)   # MySQL: 1050
-            if racing and attempt < 5:
+            if racing and attempt < RETRY_ATTEMPTS - 1:
                 time.sleep(0.2 * 2 ** attempt)   # another worker is creating the tables
+                continue
+            if slots_full(exc) and attempt < RETRY_ATTEMPTS - 1:
+                wait = min(RETRY_CAP_S, RETRY_BASE_S * 2 ** attempt)
+                note(f"note: {redact_url(url)}: {SLOTS_HINT} ({driver_message(exc)}); retry {attempt + 1} of "
+                     f"{RETRY_ATTEMPTS - 1} in {wait:g} s (transient: the call is made again)")
+                time.sleep(wait)
                 continue
             raise
 
@@ -229,12 +264,33 @@ def _port_is_free(host: str, port: int) -> None:
                     raise RuntimeFailure(f"--host {host} --port {port}: cannot listen there ({exc.strerror})") from None
 
 
-def serve_proxy(storage: str, host: str = "localhost", port: int = 13000, grace_s: float = 10.0, out=None) -> int:
+def is_loopback(host: str) -> bool:
+    """True when every address ``host`` resolves to is a loopback address (127.0.0.0/8, ::1)."""
+    import ipaddress
+    import socket
+    try:
+        addrs = {a[4][0] for a in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
+    except OSError:
+        return False
+    try:
+        return bool(addrs) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addrs)
+    except ValueError:
+        return False
+
+
+#: what `dse storage-proxy` says when it starts: the channel carries no credentials
+NO_AUTH = ("no authentication: anyone who can reach this port can read, change and delete every study in the "
+           "database")
+
+
+def serve_proxy(storage: str, host: str = "localhost", port: int = 13000, grace_s: float = 10.0, out=None,
+                allow_remote: bool = False) -> int:
     """Serve a database storage to `dse run --storage grpc://HOST:PORT` workers through Optuna's
     gRPC storage proxy until SIGTERM or SIGINT; then finish the calls in flight (up to ``grace_s``)
-    and return the signal's number. One process holds the database connections, so hundreds
-    of workers cost one pool (optuna.md section 7). Journal files cannot be proxied (Optuna
-    issue #6084)."""
+    and return the signal's number. One process holds the database connections (one per server
+    thread, :data:`PROXY_THREADS`), so hundreds of workers cost one pool (optuna.md section 7).
+    Journal files cannot be proxied (Optuna issue #6084). The channel has no authentication
+    (:data:`NO_AUTH`): a ``host`` that is not loopback is refused unless ``allow_remote``."""
     import optuna
 
     from .interrupt import stop_on_signals
@@ -246,32 +302,42 @@ def serve_proxy(storage: str, host: str = "localhost", port: int = 13000, grace_
     optuna.logging.set_verbosity(optuna.logging.WARNING)     # no line per study the workers create
     if not 0 < int(port) < 65536:
         raise SpecError(None, "--port", port, "expected 1..65535")
+    if not allow_remote and not is_loopback(host):
+        raise SpecError(None, "--host", host, f"is not a loopback address, and the proxy has {NO_AUTH}; give "
+                        "--allow-remote to listen there anyway (on a network only trusted machines reach), or "
+                        "keep localhost and reach it through an SSH tunnel")
     # Optuna's make_server, not run_grpc_proxy_server: it hands back the server, so a signal can
     # stop it gracefully (run_grpc_proxy_server blocks in wait_for_termination with no way out)
+    from concurrent.futures import ThreadPoolExecutor
+
     from optuna.storages._grpc.server import make_server
-    store, shown = resolve_storage(None, storage, Path("unused"))
+    store, shown = resolve_storage(None, storage, Path("unused"), connections=PROXY_THREADS)
     cached = optuna.storages.get_storage(store)         # Optuna's per-process trial cache, as its docs advise
     _port_is_free(host, int(port))
     out = out or sys.stderr
     with stop_on_signals() as stop:
         try:
-            server = make_server(cached, host, int(port))
+            server = make_server(cached, host, int(port), ThreadPoolExecutor(max_workers=PROXY_THREADS))
             server.start()
         except RuntimeError as exc:
             raise RuntimeFailure(f"--host {host} --port {port}: cannot listen there ({exc})") from None
-        out.write(f"dse storage-proxy: serving {shown} at grpc://{host}:{port} (workers: dse run STUDY "
-                  f"--storage grpc://{host}:{port}); SIGTERM or Ctrl-C stops it\n")
-        out.flush()
+        note(f"dse storage-proxy: serving {shown} at grpc://{host}:{port} (workers: dse run STUDY "
+             f"--storage grpc://{host}:{port}); SIGTERM or Ctrl-C stops it", out)
+        note(f"dse storage-proxy: {NO_AUTH}" + ("" if is_loopback(host) else
+             f"; listening on {host} (--allow-remote): only trusted machines may reach port {port}"), out)
         while not stop.requested:
             time.sleep(0.2)
         server.stop(grace_s).wait()
-    out.write(f"dse storage-proxy: stopped by {stop.name}; every call in flight was finished\n")
+    note(f"dse storage-proxy: stopped by {stop.name}; every call in flight was finished", out)
     return stop.signum
 
 
-def resolve_storage(study, storage: str | None, out: Path):
+def resolve_storage(study, storage: str | None, out: Path, *, must_exist: bool = False,
+                    connections: int = WORKER_CONNECTIONS):
     """None/null: a journal file beside the output; ':memory:'; a database URL; or a file path
-    (``journal:PATH`` too). Returns (storage, the URL as shown: password redacted)."""
+    (``journal:PATH`` too). Returns (storage, the URL as shown: password redacted). ``must_exist``
+    (dse export): a journal or SQLite file that does not exist is bad input, not created empty.
+    A file that is not an Optuna journal (a Parquet file, a line of garbage) is bad input (exit 2)."""
     import optuna
     url = storage if storage is not None else study.storage
     if url is None:
@@ -284,22 +350,69 @@ def resolve_storage(study, storage: str | None, out: Path):
         return grpc_client(url), url
     if "://" in url:
         shown = redact_url(url)
+        if url.startswith("sqlite:") and must_exist:
+            db_file = url.split("://", 1)[1].lstrip("/") if url.startswith("sqlite:////") else url.split(":///", 1)[-1]
+            if url.startswith("sqlite:////"):
+                db_file = "/" + db_file
+            if not Path(db_file.split("?")[0]).is_file():
+                raise SpecError(None, "--storage", shown, "no such SQLite file (dse export reads a study; it "
+                                "creates no database)")
         try:
-            return _rdb_storage(url), shown
+            return _rdb_storage(url, connections), shown
         except ImportError as exc:  # the URL names a driver that is not installed: bad input
             raise SpecError(None, "--storage", shown, f"cannot open this database: "
-                            f"{_redact_text(str(exc).splitlines()[0], url)} ({EXPECTED})") from None
+                            f"{redact_text(str(exc).splitlines()[0])} ({EXPECTED})") from None
         except Exception as exc:  # SQLAlchemy: a malformed URL is bad input (exit 2), a server that
             # cannot be reached or a file that cannot be opened is a runtime failure (exit 1)
-            lines = [x.strip() for x in str(exc).splitlines() if x.strip() and not x.startswith(("(Background", "["))]
-            first = _redact_text(re.sub(r"^\([\w.]+\) ", "", "; ".join(lines[:2])) if lines
-                                 else type(exc).__name__, url)
+            first = driver_message(exc)
             if type(exc).__name__ in ("ArgumentError", "NoSuchModuleError"):
                 raise SpecError(None, "--storage", shown, f"not a database URL: {first} ({EXPECTED})") from None
-            raise RuntimeFailure(f"--storage {shown}: cannot open this database: {first}") from None
-    Path(url).parent.mkdir(parents=True, exist_ok=True)
+            hint = f" ({SLOTS_HINT})" if slots_full(exc) else ""
+            raise RuntimeFailure(f"--storage {shown}: cannot open this database: {first}{hint}") from None
+    path = Path(url)
+    if path.is_dir():
+        raise SpecError(None, "--storage", url, "is a directory; expected a journal file, a database URL or :memory:")
+    if must_exist and not path.is_file():
+        raise SpecError(None, "--storage", url, "no such journal file (or give a database URL)")
+    if path.is_file():
+        with open(path, "rb") as f:
+            if f.read(4) == _PARQUET_MAGIC:
+                raise SpecError(None, "--storage", url, "is a Parquet file (results), not an Optuna journal; give "
+                                "the journal file (the study's output with .journal), a database URL or :memory:")
+    path.parent.mkdir(parents=True, exist_ok=True)
     clear_stale_lock(url)
-    return optuna.storages.JournalStorage(journal_file(url)), url
+    try:
+        return optuna.storages.JournalStorage(journal_file(url)), url
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:   # a record Optuna cannot replay
+        raise SpecError(None, "--storage", url, f"{journal_problem(path) or 'not a readable Optuna journal'} "
+                        f"({type(exc).__name__}); a journal is written only by dse run (or Optuna): give another "
+                        "file, a database URL or :memory:") from None
+
+
+#: bytes a Parquet file starts with: a results file given as --storage
+_PARQUET_MAGIC = b"PAR1"
+
+
+def journal_problem(path: Path) -> str | None:
+    """What makes ``path`` unreadable as an Optuna journal: its first line that is not one JSON
+    record with an ``op_code`` ('line 7 is not a journal record: ...'), or None. A torn last line
+    (no newline) is not a problem: the next append cuts it (:func:`cut_torn_tail`)."""
+    import json
+    try:
+        with open(path, "rb") as f:
+            for i, line in enumerate(f, 1):
+                if not line.endswith(b"\n"):
+                    return None
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    rec = None
+                if not isinstance(rec, dict) or "op_code" not in rec:
+                    shown = line[:60].decode("utf-8", "replace").strip()
+                    return f"not an Optuna journal: line {i} is not a journal record ({shown!r})"
+    except OSError as exc:
+        return f"cannot read it ({exc.strerror or exc})"
+    return None
 
 
 def cut_torn_tail(path: str | Path, out=None) -> int:
@@ -330,8 +443,8 @@ def cut_torn_tail(path: str | Path, out=None) -> int:
         f.truncate(cut)
         f.flush()
         os.fsync(f.fileno())
-    (out or sys.stderr).write(f"note: cut {end - cut} bytes of a journal record left unfinished in {path} "
-                              f"(a worker killed while writing it)\n")
+    note(f"note: cut {end - cut} bytes of a journal record left unfinished in {path} (a worker killed while "
+         "writing it)", out)
     return end - cut
 
 

@@ -241,7 +241,10 @@ def test_build_report_default_out_and_progress(run, capsys):
 
 
 def test_default_out_of_a_directory(tmp_path):
-    assert reporting.default_out(tmp_path / "sweep") == tmp_path / "sweep-report"
+    """Issue 21: array tasks write results/q/ beside results/q.parquet, and their reports wrote one folder."""
+    (tmp_path / "q").mkdir()
+    assert reporting.default_out(tmp_path / "q") == tmp_path / "q-dataset-report"
+    assert reporting.default_out(tmp_path / "q.parquet") == tmp_path / "q-report"
 
 
 def test_report_of_a_sweep_skips_importances(run, tmp_path):

@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from dse.errors import DseError
+from dse.errors import DseError, RuntimeFailure
 from dse.results import store
 from dse.results.store import SCHEMA_VERSION
 
@@ -63,8 +63,10 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temp(tmp_path, monkeypa
             f.write(b"partial")
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(store.pq, "write_table", broken)
-    with pytest.raises(OSError):
+    with pytest.raises(RuntimeFailure) as e:        # one line naming the file (issue 18: disk full named no path)
         store.write_parquet(frame().head(1), path, META)
+    assert str(e.value) == f"{path}: cannot write it (No space left on device); nothing was written there"
+    assert e.value.exit_code == 1
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.parquet"]
 

@@ -222,4 +222,4 @@ def test_missing_task_is_named_by_readers_and_all_does_only_it(tmp_path):
     r = CliRunner().invoke(main, ["run", s.path, "--task", "all/4", "--out", str(out), "--quiet"])
     assert r.exit_code == 0 and r.output.count(".parquet (40 trials") == 1 and "task-00002" in r.output
     r = CliRunner().invoke(main, ["run", s.path, "--task", "0/5", "--out", str(out), "--quiet"])
-    assert r.exit_code == 2 and "holds another dataset (tasks differ" in r.output
+    assert r.exit_code == 2 and "holds another dataset (tasks 4 -> 5)" in r.output

@@ -138,8 +138,18 @@ def test_resume_with_a_changed_space_is_refused(tmp_path):
     raw = yaml.safe_load(Path(s.path).read_text())
     raw["space"]["target_chip"]["chips"] = 8
     Path(s.path).write_text(yaml.safe_dump(raw))
-    with pytest.raises(DseError, match="another workload or space"):
-        run_study(load_study(s.path), n_trials=64, storage=journal, progress=False)
+    edited = load_study(s.path)
+    # issue 21 item 7: the refusal names what changed; the results file is checked first, before the storage
+    with pytest.raises(DseError) as e:
+        run_study(edited, n_trials=64, storage=journal, progress=False)
+    assert str(e.value) == (f"{s.output}: holds results of another study (space.target_chip_chips [1, 2, 4, 8] -> 8); "
+                            "give another --out, or --force to replace it")
+    with pytest.raises(DseError) as e:
+        run_study(edited, n_trials=64, storage=journal, out=tmp_path / "other.parquet", progress=False)
+    assert str(e.value) == (f"{journal}: study {s.name!r} was run with another workload or space: "
+                            "space.target_chip_chips [1, 2, 4, 8] -> 8; resuming would mix designs. Rename the study, "
+                            "give another --storage / --out, or --force to delete the stored study and start again")
+    assert not (tmp_path / "other.parquet").exists()
 
 
 def test_designs_without_a_link_or_bandwidth_are_infeasible(tmp_path):

@@ -87,12 +87,12 @@ def test_every_shipped_study_runs_a_tiny_budget(tmp_path):
 
 
 def test_sweep_refuses_a_directory_with_another_grid(tmp_path, study):
-    from dse.errors import SpecError
+    from dse.errors import DseError, SpecError
     out = tmp_path / "sw"
     sweep(study, points=3, shard=(0, 3), out=out, chunk_size=500, progress=False)
-    with pytest.raises(SpecError, match="another study, grid"):
+    with pytest.raises(DseError, match=r"holds another dataset \(shards 3 -> 1\)"):
         sweep(study, points=3, out=out, chunk_size=500, progress=False)           # other shard count
-    with pytest.raises(SpecError, match="another study, grid"):
+    with pytest.raises(DseError, match=r"holds another dataset \(points 3 -> 2; total \d+ -> \d+\)"):
         sweep(study, points=2, shard=(1, 3), out=out, chunk_size=500, progress=False)
     with pytest.raises(SpecError, match="chunk-size"):
         sweep(study, points=3, shard=(1, 3), out=out, chunk_size=-5, progress=False)

@@ -28,6 +28,7 @@ from .. import analysis as da
 from ..errors import DseError, SpecError
 from ..evaluation import evaluate_study
 from ..results.frame import results_frame
+from ..results.guard import check_report_folder, report_mark, write_report_mark
 from ..study import Knob, StudySpec, load_study, open_study, parse_study
 from ..study.space import is_conditional
 
@@ -404,9 +405,13 @@ def _say(enabled: bool):
 
 
 def default_out(path) -> Path:
-    """``results/q.parquet`` -> ``results/q-report``; a directory ``d`` -> ``d-report``."""
+    """``results/q.parquet`` -> ``results/q-report``; a dataset directory ``d`` -> ``d-dataset-report``
+    (array tasks write ``results/q/`` beside ``results/q.parquet``: their reports must not share a
+    folder); any other file ``f`` -> ``f-report``."""
     p = Path(path)
-    base = p.with_suffix("") if p.is_file() and p.suffix == ".parquet" else p
+    if p.is_dir():
+        return p.with_name(p.name + "-dataset-report")
+    base = p.with_suffix("") if p.suffix == ".parquet" else p
     return base.with_name(base.name + "-report")
 
 
@@ -437,7 +442,7 @@ CODESIGN_ROW_COLUMNS = ["params_draft", "params_draft_exit_layer", "params_targe
                         "params_target_chip_device", "params_batch", "speedup"]
 
 
-def build_report(path, out=None, progress: bool = True) -> dict:
+def build_report(path, out=None, progress: bool = True, force: bool = False) -> dict:
     """Load results, rebuild the study, compute known parts, speedup vs batch and importances,
     and write the figures and ``index.html``; returns ``{"html": str, "figures": [str]}``. A
     sweep (no importances, no trial order) is read as :data:`SWEEP_ROW_COLUMNS` and the objectives
@@ -449,6 +454,9 @@ def build_report(path, out=None, progress: bool = True) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")      # load_results warns about missing parts, once
         ds = open_results(path)
+    out = Path(out) if out else default_out(path)
+    mark = report_mark(path, ds.meta)
+    check_report_folder(out, mark, force=force)       # before the work: another input's report is not replaced
     columns = _report_columns(ds)
     sweep = ds.meta.get("sampler") == "grid"        # no trial order and no importances
     if sweep:
@@ -488,8 +496,10 @@ def build_report(path, out=None, progress: bool = True) -> dict:
         imps = {}
         skipped.append(("Parameter importance", "a sweep evaluates every grid point: importances are of a "
                         "search's trials (dse run)"))
-    return write_report(df, out or default_out(path), known_parts=known, speedup_vs_batch=svb,
-                        importances=imps, progress=say, objectives=objs, front=front, skipped=skipped)
+    res = write_report(df, out, known_parts=known, speedup_vs_batch=svb, importances=imps, progress=say,
+                       objectives=objs, front=front, skipped=skipped)
+    write_report_mark(out, mark)
+    return res
 
 
 def _why_no_importances(df: pd.DataFrame, study: StudySpec) -> str:

@@ -29,8 +29,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import __version__
-from ..errors import DseError
+from ..errors import DseError, RuntimeFailure
 from .arrow import bool_array, num_array, string_array, to_numpy, usable_rows
+from .identity import describe, fingerprint, fingerprint_of, identity_of, part_digest
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -54,7 +55,9 @@ def database_fingerprint(db, tech) -> str:
 
 
 def study_metadata(study, db, tech, **extra) -> dict:
-    return {
+    """The ``dse`` metadata of results: the resolved study (its storage URL without a password),
+    provenance, and the dataset's ``fingerprint`` (dse.results.identity)."""
+    meta = {
         "schema_version": SCHEMA_VERSION,
         "dse_version": __version__,
         "study": study.resolved(),
@@ -64,6 +67,8 @@ def study_metadata(study, db, tech, **extra) -> dict:
         "database_fingerprint": database_fingerprint(db, tech),
         **extra,
     }
+    meta["fingerprint"] = fingerprint_of(identity_of(meta))
+    return meta
 
 
 def arrow_table(df: pd.DataFrame, metadata: dict) -> pa.Table:
@@ -113,18 +118,28 @@ def write_table(table: pa.Table, path: str | os.PathLike) -> Path:
     """Write an Arrow table atomically: a `.`-prefixed temp file in the destination folder, then
     os.replace (the table's schema carries the ``dse`` metadata)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
         pq.write_table(table, tmp, **write_options(table.schema))
         os.chmod(tmp, 0o666 & ~_UMASK)        # mkstemp makes 0600; results are for sharing
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+    except BaseException as exc:
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, (OSError, pa.ArrowException)):     # disk full, quota, permissions: name the path
+            raise write_failure(path, exc) from None
         raise
     return path
+
+
+def write_failure(path: str | os.PathLike, exc: BaseException) -> RuntimeFailure:
+    """A failed write as one line naming the file and the reason (exit 1); nothing partial is left."""
+    text = str(exc).strip()
+    why = getattr(exc, "strerror", None) or (text.splitlines()[0] if text else type(exc).__name__)
+    return RuntimeFailure(f"{path}: cannot write it ({why}); nothing was written there")
 
 
 def write_parquet(df: pd.DataFrame, path: str | os.PathLike, metadata: dict) -> Path:
@@ -141,41 +156,148 @@ def read_metadata(path: str | os.PathLike) -> dict:
 # --------------------------------------------------------------------------- manifest
 
 MANIFEST = "_manifest.json"
+#: what each manifest key must be (a manifest of another shape is refused, not half-read)
+_MANIFEST_TYPES = {"kind": str, "study": str, "parts": list, "fingerprint": str, "identity": dict}
+#: the file names a dataset directory's writers own (parts, side files, their temp files)
+DATASET_FILES = ("part-*.parquet", "task-*.parquet", "_pareto.parquet", "_front.parquet", MANIFEST,
+                 ".part-*.tmp", ".task-*.tmp", "._pareto.parquet.*.tmp", "._front.parquet.*.tmp", f".{MANIFEST}.*.tmp")
 
 
 def read_manifest(root: str | os.PathLike) -> dict | None:
-    """The dataset directory's manifest, or None when it has none."""
+    """The dataset directory's manifest, or None when it has none; DseError (one line) for a
+    manifest that is not JSON or not of the manifest's shape."""
     path = Path(root) / MANIFEST
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text())
-    except ValueError as e:
-        raise DseError(f"{path}: not valid JSON ({e}); delete it and re-run to rewrite it") from e
+        with open(path, "rb") as f:
+            raw = f.read(MAX_SIDE_FILE_BYTES + 1)
+        if len(raw) > MAX_SIDE_FILE_BYTES:
+            raise ValueError(f"larger than {MAX_SIDE_FILE_BYTES:,} bytes")
+        manifest = json.loads(raw)
+    except (ValueError, OSError) as e:
+        raise DseError(f"{path}: not a dse manifest ({str(e).splitlines()[0][:120]}); delete it and re-run to "
+                       "rewrite it") from None
+    bad = ("a JSON object" if not isinstance(manifest, dict) else
+           next((f"{k!r} of type {t.__name__}" for k, t in _MANIFEST_TYPES.items()
+                 if k in manifest and not isinstance(manifest[k], t)), None) or
+           ("'parts' of file names" if not all(isinstance(x, str) and "/" not in x and x not in ("", ".", "..")
+                                              for x in manifest.get("parts", [])) else None))
+    if bad:
+        raise DseError(f"{path}: not a dse manifest (expected {bad}); delete it and re-run to rewrite it")
+    return manifest
+
+
+#: a manifest or side file larger than this is not dse's (a 10^10-point sweep has 76,000 parts)
+MAX_SIDE_FILE_BYTES = 64 << 20
 
 
 def write_manifest(root: str | os.PathLike, manifest: dict) -> Path:
     """Write ``_manifest.json`` atomically (every task or shard writes the same content)."""
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
     path = root / MANIFEST
-    fd, tmp = tempfile.mkstemp(prefix=f".{MANIFEST}.", suffix=".tmp", dir=root)
-    with os.fdopen(fd, "w") as f:
-        json.dump(manifest, f, indent=1, default=str)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    tmp = None
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{MANIFEST}.", suffix=".tmp", dir=root)
+        with os.fdopen(fd, "w") as f:
+            json.dump(manifest, f, indent=1, default=str)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except OSError as exc:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+        raise write_failure(path, exc) from None
     return path
 
 
-def check_manifest(root: str | os.PathLike, manifest: dict) -> None:
-    """Refuse a directory whose manifest describes another dataset (study, grid, task count,
-    budget): its parts would be mixed with these."""
+def dataset_manifest(kind: str, meta: dict, **layout) -> dict:
+    """A manifest: ``kind`` (sweep, tasks), the study, the layout (grid or tasks, and ``parts``)
+    and the fingerprint of ``meta`` with its components (to name what differs)."""
+    ident = identity_of(meta)
+    return {"kind": kind, "study": ident["study"], **layout, "fingerprint": meta.get("fingerprint") or
+            fingerprint_of(ident), "identity": ident}
+
+
+def dataset_conflict(root: str | os.PathLike, manifest: dict) -> str | None:
+    """Why directory ``root`` holds another dataset than ``manifest`` describes (one clause naming
+    what differs: study keys, layout keys, or a part of another fingerprint), or None when it
+    holds nothing or the same dataset. Reads the old manifest and the footers of the parts."""
+    root = Path(root)
+    if not root.is_dir():
+        return None
     old = read_manifest(root)
-    if old is None or old == manifest:
+    if old is not None:
+        if "fingerprint" in old and old["fingerprint"] != manifest["fingerprint"]:   # (older manifests: the parts say)
+            return describe(old.get("identity") or {}, manifest["identity"])
+        layout = sorted(k for k in set(old) | set(manifest) if k not in ("parts", "fingerprint", "identity")
+                        and old.get(k) != manifest.get(k))
+        if layout:
+            return "; ".join(f"{k} {old.get(k)} -> {manifest.get(k)}" for k in layout)
+    for f in _dataset_parts(root):
+        try:
+            meta = _read_footer(f)[1]
+        except DseError as e:
+            return str(e)
+        if fingerprint(meta) != manifest["fingerprint"]:
+            return f"{f.name}: " + describe(identity_of(meta), manifest["identity"])
+    return None
+
+
+def _dataset_parts(root: Path) -> list[Path]:
+    return sorted(p for pat in ("part-*.parquet", "task-*.parquet") for p in root.glob(pat))
+
+
+def replace_dataset(root: str | os.PathLike, manifest: dict, out=None, keep=None) -> int:
+    """``--force``: remove from ``root`` what belongs to another dataset (parts whose fingerprint
+    is not the manifest's or that ``keep(meta, rows)`` refuses, unreadable parts, side files, the
+    old manifest and dse's temp files; nothing else), so a new dataset starts there; one line says
+    what was removed. Parts of this dataset that another shard already wrote stay. Returns the
+    files removed."""
+    import fnmatch
+    import sys
+    root = Path(root)
+    if not root.is_dir():
+        return 0
+    gone = 0
+    for f in sorted(root.iterdir()):
+        if not f.is_file() or not any(fnmatch.fnmatch(f.name, pat) for pat in DATASET_FILES):
+            continue
+        if f.name.endswith(".parquet") and not f.name.startswith("_"):
+            try:
+                _, meta, rows = _read_footer(f)
+                if fingerprint(meta) == manifest["fingerprint"] and (keep is None or keep(meta, rows)):
+                    continue
+            except DseError:
+                pass
+        try:
+            f.unlink()
+            gone += 1
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise write_failure(f, exc) from None
+    if gone:
+        from ..progress import note
+        note(f"note: --force: removed {gone} file(s) of another dataset from {root} (its parts, side files and "
+             "manifest); a new dataset starts there", out or sys.stderr)
+    return gone
+
+
+def check_manifest(root: str | os.PathLike, manifest: dict, force: bool = False, keep=None,
+                   why: str | None = None) -> None:
+    """Refuse a directory that holds another dataset (study fingerprint, grid, task count, budget:
+    its parts would be mixed with these), naming what differs (``why``, else
+    :func:`dataset_conflict`); with ``force``, remove that dataset's files first
+    (:func:`replace_dataset` with ``keep``)."""
+    why = why or dataset_conflict(root, manifest)
+    if why is None:
         return
-    diff = sorted(k for k in set(old) | set(manifest) if old.get(k) != manifest.get(k) and k != "parts")
-    raise DseError(f"{root}: holds another dataset ({', '.join(diff) or 'parts'} differ from this run, "
-                   f"see {MANIFEST}); use another --out or delete the directory")
+    if force:
+        replace_dataset(root, manifest, keep=keep)
+        return
+    raise DseError(f"{root}: holds another dataset ({why}); give another --out, or --force to start a new dataset "
+                   "there (its parts are removed)")
 
 
 def missing_parts(root: str | os.PathLike, manifest: dict | None = None) -> list[str]:
@@ -193,7 +315,7 @@ def incomplete_message(root: str | os.PathLike, missing: list[str], manifest: di
     n = len(manifest.get("parts", []))
     study = _study_file(root, manifest) or "STUDY"
     if manifest.get("kind") == "tasks":
-        tasks = [int(p.split("-")[1]) for p in missing]
+        tasks = [int(p.split("-")[1]) if p.count("-") >= 3 and p.split("-")[1].isdigit() else p for p in missing]
         total = manifest.get("tasks")
         how = (f"missing tasks {_numbers(tasks)} of {total}: run `dse run {study} --task I/{total} --out {root}` "
                f"for each (or --task all/{total} to do every missing one)")
@@ -266,6 +388,12 @@ def _read_footer(path: Path) -> tuple[pa.Schema, dict, int]:
         raise DseError(f"{path}: results schema_version = {version!r}: this dse reads "
                        f"schema_version <= {SCHEMA_VERSION}; upgrade dse")
     return schema, meta, footer.num_rows
+
+
+def read_results_footer(path: str | os.PathLike) -> tuple[dict, int]:
+    """(dse metadata, rows) of one results file, from its footer; DseError when it is not dse results."""
+    _, meta, rows = _read_footer(Path(path))
+    return meta, int(rows)
 
 
 def _study_name(meta: dict):
@@ -396,14 +524,28 @@ class Dataset:
         if len(names) > 1:
             raise DseError(f"{root}: part files belong to different studies "
                            f"({', '.join(sorted(map(str, names)))}); load each study on its own")
-        fingerprints = {json.dumps(m.get("tech_fingerprint"), sort_keys=True) for m in metas}
-        if len(fingerprints) > 1:
-            warnings.warn(f"{root}: part files were written with different technology constants "
-                          f"(tech_fingerprint differs); their costs may not be comparable", stacklevel=5)
+        prints = [fingerprint(m) for m in metas]
+        other = next((i for i, f in enumerate(prints) if f != prints[0]), None)
+        if other is not None:
+            raise DseError(f"{root}: part files hold different datasets: {files[other].name} differs from "
+                           f"{files[0].name} in {describe(identity_of(metas[0]), identity_of(metas[other]))}; "
+                           "load each on its own, or re-run the study with --force to start a new dataset")
+        #: the dataset's fingerprint (dse.results.identity), the one every part carries
+        self.fingerprint = prints[0]
+        self._digests: list[str] | None = None
         try:
             self.schema = pa.unify_schemas(list(schemas), promote_options="permissive")
         except pa.ArrowException as e:
             raise DseError(f"{root}: part files have incompatible columns ({e})") from e
+
+    def digests(self) -> list[str]:
+        """The footer digest of each part (dse.results.identity.part_digest), read once."""
+        if self._digests is None:
+            try:
+                self._digests = [part_digest(f) for f in self.files]
+            except OSError as exc:
+                raise DseError(f"{self.root}: cannot read the results ({exc})") from None
+        return self._digests
 
     def objectives(self) -> list[tuple[str, str]] | None:
         """The study's (metric, direction) pairs, None when the results carry none or lack a column."""
@@ -519,7 +661,7 @@ class Dataset:
         feasible row (ties included) under ``objs``, in row order: from :data:`FRONT_FILE` when it
         was written for exactly these parts and objectives, else :meth:`front_rows` and
         :meth:`take`. ``columns`` must hold the objectives (and feasible, trial) the caller needs."""
-        got = read_front_file(self.root, self.files, self.counts, objs, columns)
+        got = read_front_file(self.root, self.files, self.counts, objs, columns, self.fingerprint, self.digests())
         if got is not None:
             rows, table, designs = got
             return rows, self._as_unified(table), sum(self.counts), designs
@@ -538,7 +680,7 @@ class Dataset:
         :data:`PARETO_FILE` when it covers exactly these parts, else computed from the objective
         and feasible columns (dse.pareto.front_flags over the concatenation in file order)."""
         objs = self.objectives()
-        side = read_pareto_file(self.root, self.files, self.counts, objs)
+        side = read_pareto_file(self.root, self.files, self.counts, objs, self.fingerprint, self.digests())
         if side is not None:
             return side
         rows, vals = self.usable(objs)
@@ -579,14 +721,55 @@ def expand_flags(n: int, rows: np.ndarray, values: np.ndarray, directions) -> tu
     return mask, ranks
 
 
+def parts_identity(files: list[Path], counts: list[int], digests: list[str] | None = None) -> list[list]:
+    """[[name, rows, footer digest], ...]: what a side file was computed from (dse.results.identity)."""
+    try:
+        digests = digests or [part_digest(f) for f in files]
+    except OSError as exc:
+        raise DseError(f"{exc}") from None
+    return [[f.name, int(c), d] for f, c, d in zip(files, counts, digests, strict=True)]
+
+
+def _side_meta(files, counts, objs, fp: str, digests=None) -> dict:
+    return {"parts": parts_identity(files, counts, digests), "objectives": [list(o) for o in objs], "fingerprint": fp}
+
+
+def _side_file_matches(path: Path, meta, files: list[Path], counts: list[int], objs, fp: str,
+                       digests: list[str] | None, warn: bool = True) -> bool:
+    """A side file's metadata names exactly these parts (names, row counts and footer digests),
+    these objectives and this fingerprint; else it is stale, and a warning says it is not used."""
+    if isinstance(meta, dict) and meta.get("objectives") != [list(o) for o in objs]:
+        return False            # written for the study's objectives; a front of others is computed
+    ok = (isinstance(meta, dict) and meta.get("fingerprint") == fp
+          and meta.get("parts") == parts_identity(files, counts, digests))
+    if not ok and warn:
+        warnings.warn(f"{path}: not used: it was written for other part files or another dataset (the parts were "
+                      "rewritten since, or it belongs elsewhere); the front is recomputed from the parts", stacklevel=6)
+    return ok
+
+
+def side_files_current(root: Path, files: list[Path], counts: list[int], objs, fp: str) -> bool:
+    """Both side files are on disk and were written for exactly these parts, objectives and
+    fingerprint (what a re-run of a finished sweep checks before rewriting them)."""
+    for name, key in ((PARETO_FILE, _PARETO_KEY), (FRONT_FILE, _FRONT_KEY)):
+        path = Path(root) / name
+        try:
+            meta = _side_file_meta(pq.read_schema(path), key)
+        except (pa.ArrowException, OSError, ValueError):
+            return False
+        if not _side_file_matches(path, meta, files, counts, objs, fp, None, warn=False):
+            return False
+    return True
+
+
 def write_pareto_file(root: Path, files: list[Path], counts: list[int], rows: np.ndarray, values: np.ndarray,
-                      objs) -> Path:
-    """Write :data:`PARETO_FILE` for parts ``files`` (``counts`` rows each) from the usable rows'
-    global row numbers and objective values."""
+                      objs, fp: str) -> Path:
+    """Write :data:`PARETO_FILE` for parts ``files`` (``counts`` rows each) of the dataset of
+    fingerprint ``fp`` from the usable rows' global row numbers and objective values."""
     mask, ranks = expand_flags(sum(counts), rows, values, [d for _, d in objs])
     starts = np.cumsum([0] + list(counts))
     part = np.searchsorted(starts, rows, side="right") - 1
-    meta = {"parts": _parts_meta(files, counts), "objectives": [list(o) for o in objs]}
+    meta = _side_meta(files, counts, objs, fp)
     names = string_array([f.name for f in files])
     table = pa.Table.from_arrays([pa.DictionaryArray.from_arrays(num_array(part, pa.int32()), names),
                                   num_array(rows - starts[part], pa.int64()), bool_array(mask[rows]),
@@ -595,70 +778,81 @@ def write_pareto_file(root: Path, files: list[Path], counts: list[int], rows: np
     return write_table(table, Path(root) / PARETO_FILE)
 
 
-def read_pareto_file(root: Path, files: list[Path], counts: list[int], objs) -> tuple[np.ndarray, np.ndarray] | None:
-    """(is_pareto, pareto_rank) of every row from :data:`PARETO_FILE`, or None when it is absent or
-    was written for other parts, row counts or objectives."""
+def _side_file_meta(schema: pa.Schema, key: bytes):
+    raw = (schema.metadata or {}).get(key)
+    return json.loads(raw) if raw is not None else None
+
+
+def read_pareto_file(root: Path, files: list[Path], counts: list[int], objs, fp: str,
+                     digests: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(is_pareto, pareto_rank) of every row from :data:`PARETO_FILE`, or None when it is absent,
+    unreadable, out of range or was written for other parts, objectives or another dataset."""
     path = Path(root) / PARETO_FILE
     if not path.is_file() or objs is None:
         return None
     try:
-        t = pq.read_table(path)
-        meta = json.loads((t.schema.metadata or {})[_PARETO_KEY])
-    except (pa.ArrowException, OSError, KeyError, ValueError):
+        pf = pq.ParquetFile(path)
+        if not _side_file_matches(path, _side_file_meta(pf.schema_arrow, _PARETO_KEY), files, counts, objs, fp,
+                                  digests):
+            return None
+        t = pf.read()
+        starts = np.cumsum([0] + list(counts))
+        position = {f.name: i for i, f in enumerate(files)}
+        part = []
+        for chunk in t["part"].chunks:      # Parquet keeps only the names present, so map each by name
+            if not pa.types.is_dictionary(chunk.type):
+                chunk = chunk.dictionary_encode()
+            lut = np.array([position[name] for name in chunk.dictionary.to_pylist()], dtype=np.int64)
+            part.append(lut[chunk.indices.to_numpy(zero_copy_only=False)])
+        part = np.concatenate(part) if part else np.empty(0, np.int64)
+        local = to_numpy(t["row"])
+        if np.isnan(local).any() or ((local < 0) | (local >= np.asarray(counts)[part])).any():
+            raise ValueError("a row number outside its part")
+        rows = starts[part] + local.astype(np.int64)
+        n = sum(counts)
+        mask, ranks = np.zeros(n, dtype=bool), np.full(n, -1, dtype=np.int64)
+        mask[rows] = to_numpy(t["is_pareto"])
+        ranks[rows] = np.nan_to_num(to_numpy(t["pareto_rank"]), nan=-1).astype(np.int64)
+    except (pa.ArrowException, OSError, KeyError, ValueError, TypeError, IndexError) as exc:
+        warnings.warn(f"{path}: not used: unreadable ({type(exc).__name__}: {str(exc)[:100]}); the flags are "
+                      "recomputed from the parts", stacklevel=5)
         return None
-    if not _same_dataset(meta, files, counts, objs):
-        return None
-    starts = np.cumsum([0] + list(counts))
-    position = {f.name: i for i, f in enumerate(files)}
-    part = []
-    for chunk in t["part"].chunks:      # Parquet keeps only the names present, so map each by name
-        if not pa.types.is_dictionary(chunk.type):
-            chunk = chunk.dictionary_encode()
-        lut = np.array([position[name] for name in chunk.dictionary.to_pylist()], dtype=np.int64)
-        part.append(lut[chunk.indices.to_numpy(zero_copy_only=False)])
-    part = np.concatenate(part) if part else np.empty(0, np.int64)
-    rows = starts[part] + t["row"].to_numpy()
-    n = sum(counts)
-    mask, ranks = np.zeros(n, dtype=bool), np.full(n, -1, dtype=np.int64)
-    mask[rows] = t["is_pareto"].to_numpy(zero_copy_only=False)
-    ranks[rows] = t["pareto_rank"].to_numpy()
     return mask, ranks
 
 
-def _parts_meta(files: list[Path], counts: list[int]) -> list[list]:
-    return [[f.name, int(c)] for f, c in zip(files, counts, strict=True)]
-
-
-def _same_dataset(meta: dict, files: list[Path], counts: list[int], objs) -> bool:
-    """A side file's metadata names exactly these parts, row counts and objectives."""
-    return meta.get("parts") == _parts_meta(files, counts) and meta.get("objectives") == [list(o) for o in objs]
-
-
 def write_front_file(root: Path, files: list[Path], counts: list[int], rows: np.ndarray, table: pa.Table,
-                     objs, designs: int) -> Path:
+                     objs, designs: int, fp: str) -> Path:
     """Write :data:`FRONT_FILE`: ``table``, the full rows of the non-dominated feasible rows of
     parts ``files`` (``counts`` rows each, ``designs`` distinct designs) at row numbers ``rows``
-    (ascending), under ``objs``."""
-    meta = {"parts": _parts_meta(files, counts), "objectives": [list(o) for o in objs], "designs": int(designs)}
+    (ascending), under ``objs``, for the dataset of fingerprint ``fp``."""
+    meta = {**_side_meta(files, counts, objs, fp), "designs": int(designs)}
     table = table.append_column("_row", num_array(rows, pa.int64()))
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), _FRONT_KEY: json.dumps(meta).encode()})
     return write_table(table, Path(root) / FRONT_FILE)
 
 
-def read_front_file(root: Path, files: list[Path], counts: list[int], objs,
-                    columns) -> tuple[np.ndarray, pa.Table, int] | None:
+def read_front_file(root: Path, files: list[Path], counts: list[int], objs, columns, fp: str,
+                    digests: list[str]) -> tuple[np.ndarray, pa.Table, int] | None:
     """(row numbers, table of ``columns``, distinct designs) from :data:`FRONT_FILE`, or None when
-    it is absent, unreadable, lacks a column or was written for other parts, counts or objectives."""
+    it is absent, unreadable, out of range, lacks a column or was written for other parts,
+    objectives or another dataset."""
     path = Path(root) / FRONT_FILE
     if not path.is_file() or not objs:
         return None
     try:
         pf = pq.ParquetFile(path)
-        meta = json.loads((pf.schema_arrow.metadata or {})[_FRONT_KEY])
-        if not _same_dataset(meta, files, counts, objs) or not set(columns) <= set(pf.schema_arrow.names):
+        meta = _side_file_meta(pf.schema_arrow, _FRONT_KEY)
+        if not _side_file_matches(path, meta, files, counts, objs, fp, digests):
+            return None
+        if not set(columns) <= set(pf.schema_arrow.names):
             return None
         t = pf.read(columns=[*columns, "_row"])
-    except (pa.ArrowException, OSError, KeyError, ValueError, TypeError):
+        rows = to_numpy(t["_row"])
+        if np.isnan(rows).any() or ((rows < 0) | (rows >= sum(counts))).any() or (np.diff(rows) <= 0).any():
+            raise ValueError("row numbers outside the dataset or out of order")
+        designs = int(meta["designs"])
+    except (pa.ArrowException, OSError, KeyError, ValueError, TypeError) as exc:
+        warnings.warn(f"{path}: not used: unreadable ({type(exc).__name__}: {str(exc)[:100]}); the front is "
+                      "recomputed from the parts", stacklevel=5)
         return None
-    rows = to_numpy(t["_row"]).astype(np.int64)
-    return rows, t.drop_columns(["_row"]), int(meta["designs"])
+    return rows.astype(np.int64), t.drop_columns(["_row"]), designs

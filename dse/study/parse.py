@@ -9,6 +9,7 @@ key path and what is allowed. Knob values: a fixed value, a list (choices), or
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from pathlib import Path
@@ -21,9 +22,10 @@ from ..catalog.rank_profiles import load_rank_profiles
 from ..catalog.specs import DTYPES
 from ..catalog.technology import load_technology
 from ..catalog.yamlio import load_yaml
+from ..credentials import has_password
 from ..errors import MISSING, DseError, SpecError, UnknownEntryError, raise_collected
 from ..model.transformer import WEIGHT_FORMATS, default_kv_dtype
-from ..results.columns import NUMERIC_METRICS
+from ..results.columns import HARDWARE_COLUMNS, NUMERIC_METRICS
 from ..workload import (
     DEFAULT_TASK,
     DRAFT_SPELLINGS,
@@ -159,6 +161,17 @@ def parse_knob(err: _Errors, where: str, raw: Any, d: KnobDef, choices_ok: tuple
         if log and (lo <= 0 or step is not None):
             err.add(where, raw, "log ranges need low > 0 and no step")
             return None
+        if step is not None:
+            spans = (hi - lo) / step
+            if spans < 1:
+                err.add(where + ".step", step, f"larger than the range (high - low = {hi - lo:g}): the knob would "
+                        "take one value; give a fixed value or a smaller step")
+                return None
+            if abs(spans - round(spans)) > 1e-9 * max(1.0, spans):
+                err.add(where + ".step", step, f"does not divide high - low = {hi - lo:g}: the range would end at "
+                        f"{lo + math.floor(spans) * step:g}, not at high; give high = {lo + math.floor(spans) * step:g} "
+                        f"or {lo + math.ceil(spans) * step:g}")
+                return None
         cast = int if d.kind == "int" else float
         return Knob(name, section, key, d.kind, low=cast(lo), high=cast(hi), log=log,
                     step=None if step is None else cast(step))
@@ -533,6 +546,34 @@ def _objectives(raw: Any, err: _Errors) -> list[Objective]:
     return out
 
 
+#: hardware columns of the draft chip: absent where the study has no draft chip
+DRAFT_CHIP_COLUMNS = tuple(c for c in HARDWARE_COLUMNS if c.startswith("draft_"))
+#: street prices: of known parts only, null for a synthesised chip
+PRICE_COLUMNS = ("chip_price_usd", "price_usd")
+
+
+def _null_metrics(objectives: list[Objective], constraints: list[Constraint], knobs: list[Knob], db: Database,
+                  err: _Errors) -> None:
+    """Refuse an objective or constraint that is null for every design the study can hold: a draft
+    chip's columns without a draft chip, a street price without known parts that have one."""
+    by = {k.name: k for k in knobs}
+    enabled = by.get("draft_chip_enabled")
+    has_draft_chip = enabled is not None and (enabled.searched or enabled.fixed is True)
+    device = by.get("target_chip_device")
+    names = () if device is None else (device.choices or (device.fixed,))
+    priced = any(db.device(str(n)).price_usd for n in names)
+    used = [(f"objectives[{i}].metric", o.metric) for i, o in enumerate(objectives)] + \
+        [(f"constraints[{i}].metric", c.metric) for i, c in enumerate(constraints)]
+    for path, metric in used:
+        if metric in DRAFT_CHIP_COLUMNS and not has_draft_chip:
+            err.add(path, metric, "null for every design: the study has no draft chip (space.draft_chip.enabled)")
+        elif metric in PRICE_COLUMNS and not priced:
+            err.add(path, metric, "null for every design: a street price is known for database parts only, and "
+                    + ("the target chip is synthesised (no space.target_chip.device)" if device is None else
+                       "none of space.target_chip.device has one in hardware_db") + "; cost_usd is the estimate "
+                    "for every chip")
+
+
 def _constraints(raw: Any, err: _Errors) -> list[Constraint]:
     metrics = sorted(NUMERIC_METRICS)
     out: list[Constraint] = []
@@ -586,6 +627,11 @@ def _search(raw: dict, err: _Errors, name: str) -> dict:
     if storage is not None and not isinstance(storage, str):
         err.add("storage", storage, "expected null (journal file beside the output), a file path or a database URL")
         storage = None
+    elif storage is not None and has_password(storage):
+        import warnings
+        warnings.warn(f"{err.path}: storage holds a password, readable by anyone who reads the study file (dse "
+                      "writes it nowhere); put the URL in DSE_STORAGE or --storage-file, or the password in "
+                      "~/.pgpass", stacklevel=2)
     search["storage"] = storage
     return search
 
@@ -669,6 +715,7 @@ def parse_study(raw: Any, path: str | Path, db: Database | None = None) -> Study
                      else k for k in knobs]
     objectives = _objectives(raw.get("objectives"), err)
     constraints = _constraints(raw.get("constraints"), err)
+    _null_metrics(objectives, constraints, knobs, db, err)
     search = _search(raw, err, name)
     if not any(k.searched for k in knobs) and not err.items:
         err.add("space", MISSING, "nothing to search: give at least one knob as a list or a range")

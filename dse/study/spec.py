@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..catalog.links import SCALE_UP_CLASSES
+from ..credentials import redact_url
 from ..workload import K_LIMIT, TREE_NODES_MAX, DrafterSpec, Workload
 
 #: "auto" (the default): a front found in numpy (dse.presearch) as the first trials, then trials bred
@@ -235,7 +236,8 @@ class StudySpec:
         return en is not None and (en.searched or en.fixed is True)
 
     def resolved(self) -> dict:
-        """The study as plain data, with defaults filled in (stored in result metadata)."""
+        """The study as plain data, with defaults filled in (stored in result metadata and in a
+        shared study's attributes): its storage URL without a password."""
         def knob(k: Knob):
             if k.fixed is not None:
                 return k.fixed
@@ -269,6 +271,7 @@ class StudySpec:
             "constraints": [{k: v for k, v in vars(c).items() if v is not None} for c in self.constraints],
             "search": {"sampler": self.sampler, "n_trials": self.n_trials, "batch_size": self.batch_size,
                        "seed": self.seed, "presearch_s": self.presearch_s},
-            "grid": {"points": self.grid_points}, "output": self.output, "storage": self.storage,
+            "grid": {"points": self.grid_points}, "output": self.output,
+            "storage": None if self.storage is None else redact_url(self.storage),
             "technology": self.technology,
         }

@@ -1,0 +1,115 @@
+"""What a write may replace, checked before the work starts.
+
+Every output path is tried for writing before a search or sweep (a temp file created and removed
+where the results will go), so an unwritable path costs seconds, not the whole run. A results
+file is replaced only when it holds the same study (its fingerprint, dse.results.identity) and no
+more finished trials than the run will write; otherwise the run refuses, naming what differs,
+unless ``--force`` (or another ``--out``). A report folder records the input it was made from and
+is not reused for another input without ``--force``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from ..errors import DseError, RuntimeFailure, SpecError
+from .identity import describe, fingerprint, identity_of
+from .store import read_results_footer
+
+
+def check_writable(path: str | os.PathLike, what: str = "--out", directory: bool = False) -> Path:
+    """Create ``path``'s folder (``path`` itself when ``directory``) and write and remove a temp
+    file in it, before any work: a file where a folder is wanted (or the reverse) is bad input
+    (exit 2), a folder that cannot be created or written is a runtime failure (exit 1)."""
+    path = Path(path)
+    if path.is_dir() and not directory:
+        raise SpecError(None, what, str(path), "is a directory; expected a file path")
+    if path.exists() and not path.is_dir() and directory:
+        raise SpecError(None, what, str(path), "is a file; expected a directory")
+    folder = path if directory else path.parent
+    blocker = next((a for a in [folder, *folder.parents] if a.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise RuntimeFailure(f"{path}: cannot write there ({blocker} is a file, not a folder); nothing was run")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".dse-write-check-", dir=folder)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise RuntimeFailure(f"{path}: cannot write there ({exc.strerror or exc}"
+                             f"{': ' + str(exc.filename) if exc.filename else ''}); nothing was run") from None
+    return path
+
+
+def check_replace(path: str | os.PathLike, meta: dict, rows: int | None, *, force: bool = False,
+                  what: str = "--out") -> None:
+    """Refuse (DseError, exit 2) to replace an existing results file ``path`` that holds another
+    study (name or fingerprint differs from ``meta``'s, named key by key), that is not dse
+    results, or that holds more rows than the ``rows`` this run will write; nothing is refused
+    with ``force``. ``rows`` None: the count is not known yet (checked again before writing)."""
+    path = Path(path)
+    if force or not path.is_file():
+        return
+    how = f"give another {what}, or --force to replace it"
+    try:
+        old_meta, old_rows = read_results_footer(path)
+    except DseError:
+        raise DseError(f"{path}: exists and is not dse results; {how}") from None
+    was, now = _study_part(identity_of(old_meta)), _study_part(identity_of(meta))
+    if was != now:
+        raise DseError(f"{path}: holds results of another study ({describe(was, now)}); {how}")
+    if rows is not None and old_rows > rows:
+        raise DseError(f"{path}: holds {old_rows:,} finished trials of this study and this run writes {rows:,}; "
+                       f"{how} (a smaller --n-trials or --storage :memory: starts a new study)")
+
+
+def _study_part(identity: dict) -> dict:
+    """The study's own part of an identity: a file rewritten whole from the storage by a newer
+    model (another database or dse version) is the same study; its rows are all recomputed."""
+    return {k: v for k, v in identity.items() if k != "model"} | {
+        "technology": {"overrides": (identity.get("technology") or {}).get("overrides")}}
+
+
+#: the file in a report folder that names the input the report was made from
+REPORT_MARK = ".dse-report.json"
+
+
+def report_mark(source: str | os.PathLike, meta: dict) -> dict:
+    """What a report folder records of its input: the input's absolute path and fingerprint."""
+    return {"source": str(Path(source).resolve()), "fingerprint": fingerprint(meta)}
+
+
+def check_report_folder(out: str | os.PathLike, mark: dict, force: bool = False) -> Path:
+    """Refuse to write a report into folder ``out`` when it holds the report of another input (its
+    :data:`REPORT_MARK` names another path or dataset) or files that are not a report; then check
+    it is writable. Reports of different inputs never share a folder."""
+    out = Path(out)
+    if out.is_dir() and not force:
+        old = out / REPORT_MARK
+        if old.is_file():
+            try:
+                was = json.loads(old.read_text())
+            except (OSError, ValueError):
+                was = {}
+            if not isinstance(was, dict) or was.get("source") != mark["source"]:
+                src = was.get("source") if isinstance(was, dict) else None
+                raise DseError(f"{out}: holds the report of {src or 'another input'}; give --out DIR for this one, "
+                               "or --force to replace it")
+        elif any(p.name != "index.html" and p.suffix != ".png" and not p.name.startswith(".")
+                 for p in out.iterdir()):
+            raise DseError(f"{out}: exists and holds files that are not a dse report; give another --out, or --force "
+                           "to write the report there")
+    check_writable(out, "--out", directory=True)
+    return out
+
+
+def write_report_mark(out: str | os.PathLike, mark: dict) -> None:
+    """Record in folder ``out`` which input its report was made from."""
+    path = Path(out) / REPORT_MARK
+    try:
+        path.write_text(json.dumps(mark, indent=1) + "\n")
+    except OSError as exc:
+        raise RuntimeFailure(f"{path}: cannot write it ({exc.strerror or exc})") from None

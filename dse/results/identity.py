@@ -1,0 +1,110 @@
+"""What a dataset is: the fingerprint every part and side file carries, what differs between two
+fingerprints (named key by key), and the digest that ties a side file to the parts it describes.
+
+The fingerprint hashes what makes rows comparable (:func:`identity_of`): the study's name, its
+workload, its space (the knobs), its objectives and constraints, its technology (overrides and
+the resolved constants) and the model (the results schema_version, dse's version and the
+database's fingerprint). It leaves out what only says how rows are found: the search budget,
+sampler and seed, grid points and chunking (the manifest checks those), the output path, the
+storage URL and the description. Everything it covers is in a results file's ``dse`` metadata
+already, so a file written before the fingerprint existed gets one computed from its metadata.
+
+A part's digest (:func:`part_digest`) is the sha256 of its Parquet footer: the row count, every
+column chunk's offsets, sizes and statistics, and the ``dse`` metadata. Rewriting a part (same
+name, same row count, other values) changes it, so a side file records the digest of each part
+it was computed from and is used only while they all match.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from collections.abc import Mapping
+
+#: the components of a fingerprint, in the order differences are named
+COMPONENTS = ("study", "workload", "space", "objectives", "constraints", "technology", "model")
+#: differences a message names before it says how many more there are
+SHOWN = 4
+
+
+def _plain(value):
+    """JSON's view of ``value`` (tuples as lists, numpy scalars and paths as text)."""
+    return json.loads(json.dumps(value, default=str, sort_keys=True))
+
+
+def identity_of(meta: Mapping) -> dict:
+    """The fingerprint's components from a results file's ``dse`` metadata (or the metadata a
+    writer is about to write): see the module docstring."""
+    study = meta.get("study") if isinstance(meta.get("study"), Mapping) else {}
+    return _plain({
+        "study": study.get("name"),
+        "workload": study.get("workload"),
+        "space": study.get("knobs"),
+        "objectives": study.get("objectives"),
+        "constraints": study.get("constraints") or [],
+        "technology": {"overrides": study.get("technology") or {}, "constants": meta.get("tech_fingerprint")},
+        "model": {"schema_version": meta.get("schema_version"), "dse_version": meta.get("dse_version"),
+                  "database": meta.get("database_fingerprint")},
+    })
+
+
+def fingerprint_of(identity: Mapping) -> str:
+    """sha256 of the components, 16 hex digits."""
+    text = json.dumps(_plain(identity), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def fingerprint(meta: Mapping) -> str:
+    """The fingerprint a results file carries (``fingerprint`` in its metadata), or the one its
+    metadata gives when it was written before fingerprints."""
+    fp = meta.get("fingerprint")
+    return fp if isinstance(fp, str) and fp else fingerprint_of(identity_of(meta))
+
+
+def _leaves(value, prefix: str = "") -> dict[str, object]:
+    if isinstance(value, Mapping) and value:
+        out = {}
+        for k in sorted(value, key=str):
+            out.update(_leaves(value[k], f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: value}
+
+
+def _shown(value) -> str:
+    text = "(none)" if value is None else json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def differences(old: Mapping, new: Mapping) -> list[str]:
+    """'workload.acceptance.alpha 0.8 -> 0.95' for every leaf key of the identities that differs,
+    in :data:`COMPONENTS` order."""
+    a, b = _leaves(_plain(old)), _leaves(_plain(new))
+    order = {c: i for i, c in enumerate(COMPONENTS)}
+    keys = sorted({k for k in set(a) | set(b) if a.get(k) != b.get(k)},
+                  key=lambda k: (order.get(k.split(".")[0], len(order)), k))
+    return [f"{k} {_shown(a.get(k))} -> {_shown(b.get(k))}" for k in keys]
+
+
+def describe(old: Mapping, new: Mapping) -> str:
+    """The first :data:`SHOWN` differences, '; '-separated, and how many more there are."""
+    diff = differences(old, new) or ["(the fingerprints differ)"]
+    more = f"; and {len(diff) - SHOWN} more" if len(diff) > SHOWN else ""
+    return "; ".join(diff[:SHOWN]) + more
+
+
+def part_digest(path: str | os.PathLike) -> str:
+    """sha256 (16 hex digits) of a Parquet file's footer (the thrift FileMetaData before the
+    trailing length and ``PAR1``). OSError for a file that is not Parquet."""
+    with open(path, "rb") as f:
+        end = f.seek(0, os.SEEK_END)
+        if end < 12:
+            raise OSError(f"{path}: too short for a Parquet file")
+        f.seek(end - 8)
+        tail = f.read(8)
+        size = struct.unpack("<I", tail[:4])[0]
+        if tail[4:] != b"PAR1" or size > end - 12:
+            raise OSError(f"{path}: no Parquet footer")
+        f.seek(end - 8 - size)
+        return hashlib.sha256(f.read(size)).hexdigest()[:16]
