@@ -69,8 +69,8 @@ def sweep_on_dask(address: str, study_file: str | Path, shards: int, *, points=N
     the output and (with ``force``) another dataset there are dealt with here, once, before any
     task is submitted."""
     from .grid import prepare_sweep
-    prepare_sweep(study_file, points=points, shards=shards, out=out, chunk_size=chunk_size, force=force)
     with dask_client(address) as client:
+        prepare_sweep(study_file, points=points, shards=shards, out=out, chunk_size=chunk_size, force=force)
         futures = [client.submit(_sweep_one, str(study_file), points, (i, shards), out, chunk_size,
                                  pure=False) for i in range(shards)]
         done = client.gather(futures)
@@ -83,8 +83,8 @@ def tasks_on_dask(address: str, study_file: str | Path, tasks: int, *, which=Non
     (with ``force``) another dataset there are dealt with here, once, before any task is submitted."""
     from .search import prepare_tasks
     which = list(range(tasks)) if which is None else which
-    prepare_tasks(study_file, tasks, out=out, n_trials=n_trials, sampler=sampler, seed=seed, force=force)
     with dask_client(address) as client:
+        prepare_tasks(study_file, tasks, out=out, n_trials=n_trials, sampler=sampler, seed=seed, force=force)
         futures = [client.submit(_task_one, str(study_file), i, tasks, out, n_trials, sampler, seed, pure=False)
                    for i in which]
         return sum(client.gather(futures))

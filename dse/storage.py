@@ -153,22 +153,25 @@ def _quiet_fallback(record) -> bool:
 
 
 #: database connections a `dse run` worker holds: one (a single thread; Optuna's scoped session
-#: reuses the thread's connection for nested calls), so N workers need N connections
+#: reuses the thread's connection for nested calls), so N workers need N connections. Opening the
+#: storage takes a second one for a moment (Optuna reads the schema version over its own
+#: connection while a session is open): the pool allows one overflow connection, which SQLAlchemy
+#: closes as soon as it is returned
 WORKER_CONNECTIONS = 1
 #: threads of `dse storage-proxy`'s gRPC server, each with its own connection
 PROXY_THREADS = 10
 
 
 def _rdb_storage(url: str, connections: int = WORKER_CONNECTIONS):
-    """RDBStorage with a pool of exactly ``connections`` (no overflow: a campaign of N workers
-    needs N connections; PostgreSQL's default max_connections = 100 keeps 3 for superusers),
-    connections checked before use (pool_pre_ping: a server restart costs no failed statement)
-    and calls retried when the connection drops or every slot is taken; creation is retried the
-    same way, and while many workers starting at once race to create the tables."""
+    """RDBStorage with a pool of ``connections`` kept open (a campaign of N workers needs N
+    connections; PostgreSQL's default max_connections = 100 keeps 3 for superusers) and one
+    overflow connection for the moment the storage is opened, closed when returned; connections
+    checked before use (pool_pre_ping: a server restart costs no failed statement) and calls
+    retried when the connection drops or every slot is taken; creation is retried the same way,
+    and while many workers starting at once race to create the tables."""
     kwargs = {}
     if not url.startswith("sqlite"):
-        kwargs = {"pool_size": connections, "max_overflow": 0, "pool_recycle": 300, "pool_pre_ping": True,
-                  "pool_timeout": 60}
+        kwargs = {"pool_size": connections, "max_overflow": 1, "pool_recycle": 300, "pool_pre_ping": True}
     cls = _retrying_rdb_class()
     # Optuna reads a dropped connection in _get_trials as "too many IN variables" and logs a
     # warning before its fallback query fails too; dse's retry says what happened, in one line
@@ -382,7 +385,9 @@ def resolve_storage(study, storage: str | None, out: Path, *, must_exist: bool =
     path.parent.mkdir(parents=True, exist_ok=True)
     clear_stale_lock(url)
     try:
-        return optuna.storages.JournalStorage(journal_file(url)), url
+        store = optuna.storages.JournalStorage(journal_file(url))
+        store.get_all_studies()         # replays the journal now: a record Optuna cannot read is found here
+        return store, url
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:   # a record Optuna cannot replay
         raise SpecError(None, "--storage", url, f"{journal_problem(path) or 'not a readable Optuna journal'} "
                         f"({type(exc).__name__}); a journal is written only by dse run (or Optuna): give another "

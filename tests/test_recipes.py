@@ -58,7 +58,7 @@ def test_sbatch_default_log_is_in_an_existing_folder(recipe):
 
 @pytest.mark.parametrize("recipe", ["array-tasks.sbatch", "shared-study-grpc.sbatch"])
 def test_recipe_run_by_hand_makes_logs_and_submits_itself(tmp_path, recipe):
-    _, calls = _submit(tmp_path, recipe, "--partition=short", "--array=0-3", DSE_PG_URL="sqlite:///x.db")
+    _, calls = _submit(tmp_path, recipe, "--partition=short", "--array=0-3", DSE_STORAGE="sqlite:///x.db")
     assert (tmp_path / "logs").is_dir()
     assert len(calls) == 1 and "--output=logs/%x-" in calls[0] and calls[0].endswith(str(RECIPES / recipe))
     assert "--partition=short --array=0-3" in calls[0]
@@ -76,7 +76,7 @@ def test_sweep_recipe_sizes_the_array_to_the_grid(tmp_path, points, shards, want
 
 def test_postgres_recipe_submits_workers_then_one_export(tmp_path):
     r, calls = _submit(tmp_path, "shared-study-postgres.sbatch", "--array=0-15",
-                       DSE_PG_URL="postgresql+psycopg://u@h/db")
+                       DSE_STORAGE="postgresql+psycopg://u@h/db")
     assert len(calls) == 2 and "--array=0-15" in calls[0] and "--parsable" in calls[0]
     assert "--dependency=afterany:4242" in calls[1] and "dse export" in calls[1]
     assert "job 4242" in r.stdout

@@ -142,12 +142,12 @@ def test_resume_with_a_changed_space_is_refused(tmp_path):
     # issue 21 item 7: the refusal names what changed; the results file is checked first, before the storage
     with pytest.raises(DseError) as e:
         run_study(edited, n_trials=64, storage=journal, progress=False)
-    assert str(e.value) == (f"{s.output}: holds results of another study (space.target_chip_chips [1, 2, 4, 8] -> 8); "
+    assert str(e.value) == (f"{s.output}: holds results of another study (space.target_chip.chips [1, 2, 4, 8] -> 8); "
                             "give another --out, or --force to replace it")
     with pytest.raises(DseError) as e:
         run_study(edited, n_trials=64, storage=journal, out=tmp_path / "other.parquet", progress=False)
     assert str(e.value) == (f"{journal}: study {s.name!r} was run with another workload or space: "
-                            "space.target_chip_chips [1, 2, 4, 8] -> 8; resuming would mix designs. Rename the study, "
+                            "space.target_chip.chips [1, 2, 4, 8] -> 8; resuming would mix designs. Rename the study, "
                             "give another --storage / --out, or --force to delete the stored study and start again")
     assert not (tmp_path / "other.parquet").exists()
 

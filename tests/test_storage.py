@@ -429,7 +429,7 @@ def test_grpc_recipe_runs_a_proxy_and_its_workers(tmp_path):
     s = small_study(tmp_path, n_trials=60, batch_size=20, sampler="random")
     db = f"sqlite:///{tmp_path / 'recipe.db'}"
     env = {**os.environ, "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}",
-           "STUDY": str(s.path), "PORT": str(_free_port()), "DSE_PG_URL": db, "SLURM_JOB_ID": "1",
+           "STUDY": str(s.path), "PORT": str(_free_port()), "DSE_STORAGE": db, "SLURM_JOB_ID": "1",
            "OUT": "results/shared.parquet"}
     r = subprocess.run(["bash", str(recipe)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -34,14 +34,32 @@ def _plain(value):
     return json.loads(json.dumps(value, default=str, sort_keys=True))
 
 
+def _split_knobs(knobs) -> tuple[dict, dict]:
+    """Resolved knobs (``target_chip_chips``, ``batch``, ``k``) as the study file writes them:
+    (workload knobs, space: {target_chip: {chips: ...}, draft_chip: {...}, k: ...})."""
+    workload, space = {}, {}
+    for name, value in (knobs or {}).items() if isinstance(knobs, Mapping) else ():
+        section = next((s for s in ("target_chip", "draft_chip") if str(name).startswith(s + "_")), None)
+        if section is not None:
+            space.setdefault(section, {})[str(name)[len(section) + 1:]] = value
+        elif name == "k":
+            space["k"] = value
+        else:
+            workload[str(name)] = value
+    return workload, space
+
+
 def identity_of(meta: Mapping) -> dict:
     """The fingerprint's components from a results file's ``dse`` metadata (or the metadata a
-    writer is about to write): see the module docstring."""
+    writer is about to write), keyed as a study file is (``workload.batch``,
+    ``space.target_chip.chips``): see the module docstring."""
     study = meta.get("study") if isinstance(meta.get("study"), Mapping) else {}
+    knob_workload, space = _split_knobs(study.get("knobs"))
+    workload = study.get("workload")
     return _plain({
         "study": study.get("name"),
-        "workload": study.get("workload"),
-        "space": study.get("knobs"),
+        "workload": {**workload, **knob_workload} if isinstance(workload, Mapping) else workload,
+        "space": space,
         "objectives": study.get("objectives"),
         "constraints": study.get("constraints") or [],
         "technology": {"overrides": study.get("technology") or {}, "constants": meta.get("tech_fingerprint")},

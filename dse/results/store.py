@@ -769,7 +769,7 @@ def write_pareto_file(root: Path, files: list[Path], counts: list[int], rows: np
     mask, ranks = expand_flags(sum(counts), rows, values, [d for _, d in objs])
     starts = np.cumsum([0] + list(counts))
     part = np.searchsorted(starts, rows, side="right") - 1
-    meta = _side_meta(files, counts, objs, fp)
+    meta = {**_side_meta(files, counts, objs, fp), "rows": int(rows.size)}
     names = string_array([f.name for f in files])
     table = pa.Table.from_arrays([pa.DictionaryArray.from_arrays(num_array(part, pa.int32()), names),
                                   num_array(rows - starts[part], pa.int64()), bool_array(mask[rows]),
@@ -796,6 +796,8 @@ def read_pareto_file(root: Path, files: list[Path], counts: list[int], objs, fp:
                                   digests):
             return None
         t = pf.read()
+        if t.num_rows != _side_file_meta(pf.schema_arrow, _PARETO_KEY).get("rows"):
+            raise ValueError("rows missing or added")
         starts = np.cumsum([0] + list(counts))
         position = {f.name: i for i, f in enumerate(files)}
         part = []
@@ -825,7 +827,7 @@ def write_front_file(root: Path, files: list[Path], counts: list[int], rows: np.
     """Write :data:`FRONT_FILE`: ``table``, the full rows of the non-dominated feasible rows of
     parts ``files`` (``counts`` rows each, ``designs`` distinct designs) at row numbers ``rows``
     (ascending), under ``objs``, for the dataset of fingerprint ``fp``."""
-    meta = {**_side_meta(files, counts, objs, fp), "designs": int(designs)}
+    meta = {**_side_meta(files, counts, objs, fp), "designs": int(designs), "rows": int(len(rows))}
     table = table.append_column("_row", num_array(rows, pa.int64()))
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), _FRONT_KEY: json.dumps(meta).encode()})
     return write_table(table, Path(root) / FRONT_FILE)
@@ -847,6 +849,8 @@ def read_front_file(root: Path, files: list[Path], counts: list[int], objs, colu
         if not set(columns) <= set(pf.schema_arrow.names):
             return None
         t = pf.read(columns=[*columns, "_row"])
+        if t.num_rows != meta.get("rows"):
+            raise ValueError("rows missing or added")
         rows = to_numpy(t["_row"])
         if np.isnan(rows).any() or ((rows < 0) | (rows >= sum(counts))).any() or (np.diff(rows) <= 0).any():
             raise ValueError("row numbers outside the dataset or out of order")
