@@ -46,7 +46,8 @@ class _Group(click.Group):
         except DseError as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            _say(f"error: {exc}")
+            for line in str(exc).splitlines() or [type(exc).__name__]:   # several errors of one file: a line each
+                _say(f"error: {line}")
             sys.exit(getattr(exc, "exit_code", 2))
         except KeyboardInterrupt:   # a second Ctrl-C/SIGTERM, or one outside dse run/sweep: no "Aborted!"
             _say("interrupted")

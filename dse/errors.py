@@ -30,9 +30,10 @@ MAX_ERRORS_SHOWN = 20
 MAX_ELEMENT_ERRORS = 3
 
 
-def short_repr(value: object) -> str:
-    """repr(value) bounded in length and depth (reprlib), for messages."""
-    return _SHORT.repr(value)
+def short_repr(value: object, limit: int = 160) -> str:
+    """repr(value) bounded in depth and breadth (reprlib) and cut at ``limit`` characters, for messages."""
+    text = _SHORT.repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 class DseError(Exception):

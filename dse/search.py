@@ -494,6 +494,9 @@ def _search_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heart
                 continue
             trials = []
             beat_every = min(10.0, heartbeat_timeout_s / 3) if shared else float("inf")
+            if me is not None:              # about to ask: trials numbered from here on may be this worker's
+                ostudy.set_user_attr(worker_key, {**me, "trials": [],
+                                                  "asking_from": max((t.number for t in every), default=-1) + 1})
             try:
                 last_beat = time.monotonic()
                 for _ in range(b):
@@ -755,14 +758,28 @@ def process_exited(record: dict) -> bool:
     return now is not None and (now[0] in ("Z", "X") or now[1] != record.get("start"))
 
 
-def dead_workers_trials(ostudy) -> set[int]:
-    """Numbers of the trials held by worker processes on this machine that have exited."""
-    out: set[int] = set()
-    for key, rec in ostudy.user_attrs.items():
-        if key.startswith(WORKER_KEY) and isinstance(rec, dict) and rec.get("trials") and process_exited(rec):
-            for lo, hi in rec["trials"]:
-                out.update(range(int(lo), int(hi) + 1))
-    return out
+def dead_workers_trials(ostudy, running: list) -> set[int]:
+    """Numbers of the ``running`` trials held by worker processes on this machine that have
+    exited: those in their records, and, for one killed while it asked a batch (before it could
+    record the batch), every RUNNING trial from the number it started asking at that no other
+    worker has recorded. A trial taken for a dead worker's by mistake (another worker was asking
+    at the same moment) is only evaluated twice: its worker finds it failed and moves on."""
+    records = [rec for key, rec in ostudy.user_attrs.items() if key.startswith(WORKER_KEY) and isinstance(rec, dict)]
+    held: dict[int, bool] = {}
+    asking: list[int] = []
+    for rec in records:
+        dead = process_exited(rec)
+        try:
+            for lo, hi in rec.get("trials") or []:
+                held.update((x, dead) for x in range(int(lo), int(hi) + 1))
+            if dead and rec.get("asking_from") is not None:
+                asking.append(int(rec["asking_from"]))
+        except (TypeError, ValueError):
+            continue
+    out = {n for n, dead in held.items() if dead}
+    if asking:
+        out |= {t.number for t in running if t.number >= min(asking) and t.number not in held}
+    return out & {t.number for t in running}
 
 
 def fail_stale_trials(ostudy, timeout_s: float = 60.0, trials=None, now: float | None = None,
@@ -778,7 +795,7 @@ def fail_stale_trials(ostudy, timeout_s: float = 60.0, trials=None, now: float |
     running = [t for t in trials if t.state == TrialState.RUNNING]
     if not running:
         return 0
-    dead = dead_workers_trials(ostudy)
+    dead = dead_workers_trials(ostudy, running)
     failed = exited = 0
     for t in running:
         gone = t.number in dead

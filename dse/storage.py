@@ -153,25 +153,23 @@ def _quiet_fallback(record) -> bool:
 
 
 #: database connections a `dse run` worker holds: one (a single thread; Optuna's scoped session
-#: reuses the thread's connection for nested calls), so N workers need N connections. Opening the
-#: storage takes a second one for a moment (Optuna reads the schema version over its own
-#: connection while a session is open): the pool allows one overflow connection, which SQLAlchemy
-#: closes as soon as it is returned
+#: reuses the thread's connection for nested calls), so N workers need N connections. Optuna's own
+#: schema check would read the version over a second connection while a session holds the first;
+#: dse skips it and makes the same check with the one connection (:func:`_check_schema`)
 WORKER_CONNECTIONS = 1
 #: threads of `dse storage-proxy`'s gRPC server, each with its own connection
 PROXY_THREADS = 10
 
 
 def _rdb_storage(url: str, connections: int = WORKER_CONNECTIONS):
-    """RDBStorage with a pool of ``connections`` kept open (a campaign of N workers needs N
-    connections; PostgreSQL's default max_connections = 100 keeps 3 for superusers) and one
-    overflow connection for the moment the storage is opened, closed when returned; connections
-    checked before use (pool_pre_ping: a server restart costs no failed statement) and calls
-    retried when the connection drops or every slot is taken; creation is retried the same way,
-    and while many workers starting at once race to create the tables."""
+    """RDBStorage with a pool of exactly ``connections`` (no overflow: a campaign of N workers
+    needs N connections; PostgreSQL's default max_connections = 100 keeps 3 for superusers),
+    connections checked before use (pool_pre_ping: a server restart costs no failed statement)
+    and calls retried when the connection drops or every slot is taken; creation is retried the
+    same way, and while many workers starting at once race to create the tables."""
     kwargs = {}
     if not url.startswith("sqlite"):
-        kwargs = {"pool_size": connections, "max_overflow": 1, "pool_recycle": 300, "pool_pre_ping": True}
+        kwargs = {"pool_size": connections, "max_overflow": 0, "pool_recycle": 300, "pool_pre_ping": True}
     cls = _retrying_rdb_class()
     # Optuna reads a dropped connection in _get_trials as "too many IN variables" and logs a
     # warning before its fallback query fails too; dse's retry says what happened, in one line
@@ -183,7 +181,8 @@ def _rdb_storage(url: str, connections: int = WORKER_CONNECTIONS):
         try:
             store = cls.__new__(cls)
             store.dse_url = url
-            store.__init__(url, engine_kwargs=kwargs)
+            store.__init__(url, engine_kwargs=kwargs, skip_compatibility_check=True)
+            _check_schema(store, url)
             return store
         except Exception as exc:   # noqa: BLE001 - classified below
             kind = type(exc).__name__
@@ -198,6 +197,18 @@ def _rdb_storage(url: str, connections: int = WORKER_CONNECTIONS):
                 time.sleep(wait)
                 continue
             raise
+
+
+def _check_schema(store, url: str) -> None:
+    """Optuna's table-schema check (RDBStorage's check_table_schema_compatibility) over the pool's
+    one connection: a database set up by another Optuna version is a runtime failure naming the
+    upgrade command."""
+    current, head = store.get_current_version(), store.get_head_version()
+    if current != head:
+        how = ("run `optuna storage upgrade --storage URL`" if current in store.get_all_versions()
+               else "upgrade optuna (pip install -U optuna)")
+        raise RuntimeFailure(f"--storage {redact_url(url)}: the database's Optuna schema is {current}, this Optuna "
+                             f"needs {head}: {how}")
 
 
 #: the storage URLs dse takes, for messages

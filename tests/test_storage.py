@@ -398,19 +398,24 @@ def test_mysql_url_without_its_driver_names_the_extra(tmp_path, monkeypatch):
 
 
 def test_mysql_gets_the_small_pool_of_postgresql(monkeypatch):
-    """100 workers x (1 + 1 overflow) connections stay under MySQL's default max_connections
-    (151): the same engine options as PostgreSQL, whatever the server (no connection is made)."""
+    """One connection a worker, no overflow (issue 21: N workers need N connections; Optuna's
+    schema check, which takes a second one, is made by dse over the first): the same engine
+    options for MySQL as for PostgreSQL, whatever the server (no connection is made)."""
     import optuna
+
+    import dse.storage
     seen = {}
 
     def init(self, url, engine_kwargs=None, **kw):
         seen[url] = engine_kwargs
+        assert kw == {"skip_compatibility_check": True}
     monkeypatch.setattr(optuna.storages.RDBStorage, "__init__", init)
+    monkeypatch.setattr(dse.storage, "_check_schema", lambda store, url: None)
     from dse.storage import resolve_storage
     for url in ("mysql+pymysql://u:p@h/db", "postgresql+psycopg://u:p@h/db"):
         resolve_storage(None, url, Path("unused"))
     assert seen["mysql+pymysql://u:p@h/db"] == seen["postgresql+psycopg://u:p@h/db"] == {
-        "pool_size": 1, "max_overflow": 1, "pool_recycle": 300, "pool_pre_ping": True}
+        "pool_size": 1, "max_overflow": 0, "pool_recycle": 300, "pool_pre_ping": True}
 
 
 def test_grpc_recipe_runs_a_proxy_and_its_workers(tmp_path):

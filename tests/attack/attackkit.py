@@ -50,6 +50,16 @@ def one_line(code: int, out: str, err: str, exc, want: int) -> str:
     return lines[0]
 
 
+def error_lines(code: int, out: str, err: str, exc, want: int) -> list[str]:
+    """Like :func:`one_line` for input with several faults: 1 to 20 lines, each `error: ...`."""
+    assert code == want, (code, out, err, exc)
+    assert exc is None or isinstance(exc, SystemExit), repr(exc)
+    assert "Traceback" not in out + err
+    lines = [x for x in err.splitlines() if x.strip() and not x.startswith(("note:", "warning:"))]
+    assert 1 <= len(lines) <= 20 and all(x.startswith("error: ") for x in lines), err
+    return lines
+
+
 def password_of(url: str) -> str | None:
     m = re.search(r"://[^:/@]*:([^@]+)@", url)
     return m.group(1) if m else None
