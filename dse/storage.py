@@ -252,7 +252,7 @@ def grpc_client(url: str, wait_s: float = 10.0):
     except ConnectionError:
         store.close()
         raise RuntimeFailure(f"--storage {url}: no storage proxy answers there within {wait_s:g} s (start one "
-                             f"with: dse storage-proxy --storage DATABASE_URL --host {host} --port {port})") from None
+                             f"with: DSE_STORAGE=DATABASE_URL dse storage-proxy --host {host} --port {port})") from None
     return store
 
 

@@ -222,7 +222,9 @@ def dataset_manifest(kind: str, meta: dict, **layout) -> dict:
 def dataset_conflict(root: str | os.PathLike, manifest: dict) -> str | None:
     """Why directory ``root`` holds another dataset than ``manifest`` describes (one clause naming
     what differs: study keys, layout keys, or a part of another fingerprint), or None when it
-    holds nothing or the same dataset. Reads the old manifest and the footers of the parts."""
+    holds nothing or the same dataset. Reads the old manifest, and the footers of the parts when
+    there is no manifest of this fingerprint (parts are written only after it has been checked:
+    a part copied in by hand is found by the readers, which check every part)."""
     root = Path(root)
     if not root.is_dir():
         return None
@@ -234,6 +236,8 @@ def dataset_conflict(root: str | os.PathLike, manifest: dict) -> str | None:
                         and old.get(k) != manifest.get(k))
         if layout:
             return "; ".join(f"{k} {old.get(k)} -> {manifest.get(k)}" for k in layout)
+        if old.get("fingerprint") == manifest["fingerprint"]:
+            return None
     for f in _dataset_parts(root):
         try:
             meta = _read_footer(f)[1]
