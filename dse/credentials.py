@@ -98,9 +98,6 @@ def storage_source(flag: str | None, file: str | None, env=None) -> tuple[str | 
     if flag is not None and file is not None:
         raise SpecError(None, "--storage-file", str(file), "give either --storage or --storage-file, not both")
     if flag is not None:
-        if has_password(flag):
-            sys.stderr.write("note: the password in --storage shows in `ps` to every user of this machine; "
-                             f"pass the URL in {ENV_VAR} or --storage-file, or the password in ~/.pgpass\n")
         return flag, "--storage"
     if file is not None:
         return read_storage_file(file), f"--storage-file {file}"

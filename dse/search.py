@@ -456,6 +456,7 @@ def _search_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heart
     claimed within the budget and heartbeats written, and the trials this worker holds are
     recorded under ``worker_key`` with its process (:func:`worker_process`); an in-memory study
     has none of that."""
+    from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
     dists = distributions(study)
     names = [k.name for k in study.searched]
@@ -467,7 +468,7 @@ def _search_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heart
     try:
         while not stop.requested:
             every = ostudy.get_trials(deepcopy=False)
-            if shared and fail_stale_trials(ostudy, heartbeat_timeout_s, every, label=label):
+            if shared and fail_stale_trials(ostudy, heartbeat_timeout_s, every, label=label, own_key=worker_key):
                 every = ostudy.get_trials(deepcopy=False)
             states = Counter(t.state for t in every)
             complete = states[TrialState.COMPLETE]
@@ -500,7 +501,10 @@ def _search_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heart
             try:
                 last_beat = time.monotonic()
                 for _ in range(b):
-                    trials.append(ask_design(ostudy, study, dists, memo))
+                    try:
+                        trials.append(ask_design(ostudy, study, dists, memo))
+                    except UpdateFinishedTrialError:    # failed as stale elsewhere while being asked: done
+                        continue
                     if time.monotonic() - last_beat > beat_every:    # a slow database: keep them alive
                         _beat(trials)
                         last_beat = time.monotonic()
@@ -758,32 +762,36 @@ def process_exited(record: dict) -> bool:
     return now is not None and (now[0] in ("Z", "X") or now[1] != record.get("start"))
 
 
-def dead_workers_trials(ostudy, running: list) -> set[int]:
+def dead_workers_trials(ostudy, running: list, own_key: str | None = None) -> set[int]:
     """Numbers of the ``running`` trials held by worker processes on this machine that have
     exited: those in their records, and, for one killed while it asked a batch (before it could
-    record the batch), every RUNNING trial from the number it started asking at that no other
-    worker has recorded. A trial taken for a dead worker's by mistake (another worker was asking
-    at the same moment) is only evaluated twice: its worker finds it failed and moves on."""
-    records = [rec for key, rec in ostudy.user_attrs.items() if key.startswith(WORKER_KEY) and isinstance(rec, dict)]
+    record the batch), every RUNNING trial from the number it started asking at, but only when no
+    other worker (here or elsewhere, other than ``own_key``, this one) may be holding or asking
+    trials: the resume after a SIGKILL of the only local worker. With other workers active, a
+    trial of theirs could not be told from the dead one's; those wait for the heartbeat timeout."""
     held: dict[int, bool] = {}
     asking: list[int] = []
-    for rec in records:
+    others_active = False
+    for key, rec in ostudy.user_attrs.items():
+        if not key.startswith(WORKER_KEY) or key == own_key or not isinstance(rec, dict):
+            continue
         dead = process_exited(rec)
         try:
             for lo, hi in rec.get("trials") or []:
                 held.update((x, dead) for x in range(int(lo), int(hi) + 1))
-            if dead and rec.get("asking_from") is not None:
+            if rec.get("asking_from") is not None and dead:
                 asking.append(int(rec["asking_from"]))
         except (TypeError, ValueError):
             continue
+        others_active |= not dead and bool(rec.get("trials") or rec.get("asking_from") is not None)
     out = {n for n, dead in held.items() if dead}
-    if asking:
+    if asking and not others_active:
         out |= {t.number for t in running if t.number >= min(asking) and t.number not in held}
     return out & {t.number for t in running}
 
 
 def fail_stale_trials(ostudy, timeout_s: float = 60.0, trials=None, now: float | None = None,
-                      label: str = "dse run") -> int:
+                      label: str = "dse run", own_key: str | None = None) -> int:
     """FAIL the RUNNING trials whose worker gave no sign of life for ``timeout_s`` seconds
     (killed: ask/tell runs no heartbeat thread; a batch here takes milliseconds to seconds and
     refreshes ``dse_heartbeat`` while it is told), and at once those whose worker process on this
@@ -795,7 +803,7 @@ def fail_stale_trials(ostudy, timeout_s: float = 60.0, trials=None, now: float |
     running = [t for t in trials if t.state == TrialState.RUNNING]
     if not running:
         return 0
-    dead = dead_workers_trials(ostudy, running)
+    dead = dead_workers_trials(ostudy, running, own_key)
     failed = exited = 0
     for t in running:
         gone = t.number in dead
@@ -834,6 +842,11 @@ def study_frame(study: StudySpec, ostudy, db, tech, runs) -> pd.DataFrame:
     """Every COMPLETE trial, re-evaluated in one batch, as the results DataFrame."""
     from optuna.trial import TrialState
     trials = sorted(ostudy.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda t: t.number)
+    required = [k.name for k in study.searched if not is_conditional(k)]
+    bad = next(((t.number, k) for t in trials for k in required if k not in t.params), None)
+    if bad is not None:
+        raise DseError(f"study {study.name!r}: COMPLETE trial {bad[0]} has no value of {bad[1]}, a knob every design "
+                       "has: the storage does not hold the trials dse wrote (a damaged journal or database?)")
     n = len(trials)
     params = {k.name: _column([t.params.get(k.name) for t in trials]) for k in study.searched}
     designs, metrics = evaluate_study(study, params, n, db, tech)

@@ -117,11 +117,16 @@ def _retrying(name: str, base):
                 if cause is None:
                     raise
                 first = driver_message(cause)
-                what = SLOTS_HINT if slots_full(cause) else "lost the database connection"
+                full = slots_full(cause)
+                what = SLOTS_HINT if full else "lost the database connection"
                 if attempt == RETRY_ATTEMPTS - 1:
-                    raise RuntimeFailure(f"--storage {redact_url(self.dse_url)}: {name.lstrip('_')}: {what}, still "
-                                         f"after {RETRY_ATTEMPTS} attempts ({type(cause).__name__}: {first}); the "
-                                         "finished trials are kept in it: run the same command again to resume") from None
+                    why = (f"the server had no free connection slot in {RETRY_ATTEMPTS} attempts" if full else
+                           f"the database stayed unreachable after {RETRY_ATTEMPTS} attempts")
+                    hint = " (each worker holds one connection: raise max_connections, or use dse storage-proxy)" \
+                        if full else ""
+                    raise RuntimeFailure(f"--storage {redact_url(self.dse_url)}: {why} ({type(cause).__name__}: "
+                                         f"{first}){hint}; the finished trials are kept in it: run the same command "
+                                         "again to resume") from None
                 wait = min(RETRY_CAP_S, RETRY_BASE_S * 2 ** attempt)
                 note(f"note: {redact_url(self.dse_url)}: {name.lstrip('_')}: {what} ({type(cause).__name__}: {first}); "
                      f"retry {attempt + 1} of {RETRY_ATTEMPTS - 1} in {wait:g} s (transient: the call is made again)")

@@ -138,7 +138,8 @@ def test_storage_writes_per_trial(tmp_path, monkeypatch, url):
       set_trial_state_values  1  (tell: state and values together)
       set_trial_user_attr     0  (heartbeats only when a batch outlasts 10 s on a shared storage)
     Once per run: the study (1), its user attrs dse_space, dse_study, dse_runs (3; on a shared storage
-    also the worker's dse_run:<id> record of its trials), and the parent
+    also the worker's dse_run:<id> record of its trials, and its dse_worker:<id> record of the trials it
+    holds, written before and after it asks each batch and once at the end: 2 x 2 + 1), and the parent
     population of generation 1 (1 study system attr): trials 0-31 are generation 0, 32-63 generation 1.
     Reads: no trial is read back for its constraints (Trial.set_constraint would read its attrs
     once per key: dse writes each key once, under Optuna's name)."""
@@ -156,8 +157,9 @@ def test_storage_writes_per_trial(tmp_path, monkeypatch, url):
     assert c["set_trial_state_values"] == n
     assert c["set_trial_user_attr"] == 0
     assert c["set_trial_intermediate_value"] == 0
-    # a shared storage also gets this worker's own record of the trials it told (dse_run:<id>)
-    record = int(url == "shared")
+    # a shared storage also gets this worker's own record of the trials it told (dse_run:<id>) and of the
+    # trials it holds (dse_worker:<id>: before and after asking each of the 2 batches, and at the end)
+    record = (1 + 2 * 2 + 1) if url == "shared" else 0
     assert (c["create_new_study"], c["set_study_user_attr"], c["set_study_system_attr"]) == (1, 3 + record, 1)
     writes = sum(v for k, v in c.items() if k.startswith(("set_", "create_")))
     assert writes == n * 6 + active + 5 + record

@@ -341,6 +341,8 @@ def test_two_workers_through_the_grpc_proxy_reach_exactly_the_total(tmp_path):
     try:
         first = proxy.stderr.readline()
         assert first.startswith(f"dse storage-proxy: serving {db} at grpc://localhost:{port}"), first
+        assert proxy.stderr.readline() == ("dse storage-proxy: no authentication: anyone who can reach this port "
+                                           "can read, change and delete every study in the database\n")
         s = small_study(tmp_path, n_trials=100, batch_size=25, sampler="random")
         url = f"grpc://localhost:{port}"
         workers = [subprocess.Popen([dse_bin, "run", str(s.path), "--storage", url, "--quiet",

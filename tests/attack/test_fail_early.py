@@ -205,7 +205,7 @@ DAMAGE = st.one_of(
     st.tuples(st.just("delete"), st.just(b"")))
 
 
-@settings(max_examples=15, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=12, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
 @given(damage=DAMAGE, at=st.integers(0, 10**6))
 def test_generated_journal_damage_resumes_or_is_one_line(journal, tmp_path_factory, damage, at):
     """A journal damaged anywhere (garbage inserted, a byte changed, cut short, a record doubled or

@@ -94,8 +94,6 @@ def test_storage_from_the_flag_a_file_or_the_environment(tmp_path, capsys):
     assert storage_source("a.journal", None, env={ENV_VAR: "b"}) == ("a.journal", "--storage")
     assert storage_source(None, None, env={}) == (None, "")
     assert capsys.readouterr().err == ""
-    storage_source("postgresql://u:pw@h/d", None, env={})
-    assert "shows in `ps`" in capsys.readouterr().err
     f.chmod(0o644)
     read_storage_file(f)
     assert f"note: {f} holds a password and other users may read it: chmod 600 {f}" in capsys.readouterr().err

@@ -84,8 +84,13 @@ def test_a_worker_record_tells_a_live_process_from_an_exited_one():
     class Study:
         user_attrs = {"dse_worker:a": {**gone, "trials": [[3, 5]]}, "dse_worker:b": {**me, "trials": [[6, 6]]},
                       "dse_worker:c": {**gone, "trials": [], "asking_from": 9}}
-    running = [Trial(n) for n in (3, 4, 6, 8, 9, 10)]
-    assert dead_workers_trials(Study(), running) == {3, 4, 9, 10}
+    running = [Trial(n) for n in (3, 4, 6, 8, 9, 10, 12, 13)]
+    # b is this worker: c, killed while it asked, held every RUNNING trial from 9 no record names
+    assert dead_workers_trials(Study(), running, own_key="dse_worker:b") == {3, 4, 9, 10, 12, 13}
+    # another live worker holds 6: a trial from 9 on may be its, not c's (they wait for the heartbeat)
+    assert dead_workers_trials(Study(), running, own_key="dse_worker:x") == {3, 4}
+    Study.user_attrs["dse_worker:b"] = {**me, "trials": []}                         # (finished: holds nothing)
+    assert dead_workers_trials(Study(), running, own_key="dse_worker:x") == {3, 4, 9, 10, 12, 13}
 
 
 # --------------------------------------------------------------------------- connection slots
