@@ -389,6 +389,8 @@ def resolve_storage(study, storage: str | None, out: Path, *, must_exist: bool =
             hint = f" ({SLOTS_HINT})" if slots_full(exc) else ""
             raise RuntimeFailure(f"--storage {shown}: cannot open this database: {first}{hint}") from None
     path = Path(url)
+    if not url.strip():
+        raise SpecError(None, "--storage", url, "empty; expected a journal file, a database URL or :memory:")
     if path.is_dir():
         raise SpecError(None, "--storage", url, "is a directory; expected a journal file, a database URL or :memory:")
     if must_exist and not path.is_file():

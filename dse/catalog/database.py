@@ -17,7 +17,7 @@ from ..errors import MISSING as MISSING_VALUE
 from ..errors import SpecError, UnknownEntryError
 from .links import SCALE_OUT_CLASS, LinkClass, load_link_classes
 from .specs import DeviceSpec, ModelSpec, RuntimeSpec, build
-from .yamlio import load_yaml
+from .yamlio import MAX_FILE_BYTES, load_yaml
 
 KINDS = {"device": ("devices", DeviceSpec), "model": ("models", ModelSpec),
          "runtime": ("runtimes", RuntimeSpec)}
@@ -143,11 +143,18 @@ def model_from_hf_config(path: str | os.PathLike) -> ModelSpec:
     num_kv_heads to h; MLA models (kv_lora_rank) use qk_nope + qk_rope as head_dim."""
     p = Path(path)
     try:
-        cfg = json.loads(p.read_text(encoding="utf-8"))
+        with open(p, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise SpecError(str(p), "model", str(p), f"the file is larger than {MAX_FILE_BYTES:,} bytes "
+                            "(dse.catalog.yamlio.MAX_FILE_BYTES); a config.json is a few KB")
+        cfg = json.loads(data.decode("utf-8"))
     except FileNotFoundError:
         raise SpecError(str(p), "model", str(p), "file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise SpecError(str(p), "<json>", str(p), f"malformed JSON: {exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise SpecError(str(p), "<json>", str(p), f"malformed JSON: {str(exc)[:200]}") from None
+    except OSError as exc:
+        raise SpecError(str(p), "model", str(p), f"cannot read: {exc.strerror or exc}") from None
     if not isinstance(cfg, dict):
         raise SpecError(str(p), "<top level>", type(cfg).__name__, "expected a JSON object")
     if isinstance(cfg.get("text_config"), dict):   # multimodal wrappers

@@ -76,6 +76,14 @@ def test_a_file_over_the_size_limit_is_not_read(tmp_path):
                     "(dse.catalog.yamlio.MAX_FILE_BYTES); this is not a study or database file")
 
 
+def test_a_config_json_over_the_size_limit_is_not_read(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text("{" + " " * MAX_FILE_BYTES + "}")
+    line = one_line(*cli("eval", "--hw", "h100-sxm", "--target", p), want=2)
+    assert line == (f"error: {p}: model = '{p}': the file is larger than {MAX_FILE_BYTES:,} bytes "
+                    "(dse.catalog.yamlio.MAX_FILE_BYTES); a config.json is a few KB")
+
+
 def test_duplicate_keys_are_refused_naming_both_lines(tmp_path):
     p = study_text(tmp_path, "name: again\n")
     line = one_line(*cli("run", p), want=2)

@@ -141,6 +141,8 @@ def test_storage_that_is_not_a_journal_is_bad_input(tmp_path, shm):
                     "journal file (the study's output with .journal), a database URL or :memory:")
     line = one_line(*cli("run", study, "--storage", tmp_path, "--out", tmp_path / "o.parquet"), want=2)
     assert "is a directory" in line
+    line = one_line(*cli("run", study, "--storage", "", "--out", tmp_path / "o.parquet"), want=2)
+    assert line == "error: --storage = '': empty; expected a journal file, a database URL or :memory:"
     journal = shm / "q.journal"
     assert cli("run", study, "--storage", journal, "--out", tmp_path / "o.parquet", "--quiet")[0] == 0
     lines = journal.read_bytes().splitlines(keepends=True)
