@@ -162,19 +162,25 @@ def _quiet_fallback(record) -> bool:
 #: schema check would read the version over a second connection while a session holds the first;
 #: dse skips it and makes the same check with the one connection (:func:`_check_schema`)
 WORKER_CONNECTIONS = 1
+#: connections a pool may open beyond its size, closed again as soon as they are returned
+#: (SQLAlchemy's QueuePool): one, for the only nested session left, Optuna's first set-up of its
+#: version table on a database that has none (``_VersionManager._init_alembic`` holds a connection
+#: while it asks a session for the version), once in the database's life; with none, the first
+#: worker on an empty database waited 30 s for a connection and failed
+POOL_OVERFLOW = 1
 #: threads of `dse storage-proxy`'s gRPC server, each with its own connection
 PROXY_THREADS = 10
 
 
 def _rdb_storage(url: str, connections: int = WORKER_CONNECTIONS):
-    """RDBStorage with a pool of exactly ``connections`` (no overflow: a campaign of N workers
-    needs N connections; PostgreSQL's default max_connections = 100 keeps 3 for superusers),
+    """RDBStorage with a pool of ``connections`` (a campaign of N workers needs N connections;
+    PostgreSQL's default max_connections = 100 keeps 3 for superusers; :data:`POOL_OVERFLOW`),
     connections checked before use (pool_pre_ping: a server restart costs no failed statement)
     and calls retried when the connection drops or every slot is taken; creation is retried the
     same way, and while many workers starting at once race to create the tables."""
     kwargs = {}
     if not url.startswith("sqlite"):
-        kwargs = {"pool_size": connections, "max_overflow": 0, "pool_recycle": 300, "pool_pre_ping": True}
+        kwargs = {"pool_size": connections, "max_overflow": POOL_OVERFLOW, "pool_recycle": 300, "pool_pre_ping": True}
     cls = _retrying_rdb_class()
     # Optuna reads a dropped connection in _get_trials as "too many IN variables" and logs a
     # warning before its fallback query fails too; dse's retry says what happened, in one line

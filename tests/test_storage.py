@@ -417,7 +417,7 @@ def test_mysql_gets_the_small_pool_of_postgresql(monkeypatch):
     for url in ("mysql+pymysql://u:p@h/db", "postgresql+psycopg://u:p@h/db"):
         resolve_storage(None, url, Path("unused"))
     assert seen["mysql+pymysql://u:p@h/db"] == seen["postgresql+psycopg://u:p@h/db"] == {
-        "pool_size": 1, "max_overflow": 0, "pool_recycle": 300, "pool_pre_ping": True}
+        "pool_size": 1, "max_overflow": 1, "pool_recycle": 300, "pool_pre_ping": True}
 
 
 def test_grpc_recipe_runs_a_proxy_and_its_workers(tmp_path):

@@ -56,7 +56,7 @@ def test_resuming_after_the_only_local_worker_was_killed_does_not_wait_for_a_hea
     held = len(_running(journal, "quickstart"))
     assert held >= 20
     t0 = time.monotonic()
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=500, env={**os.environ, "COLUMNS": "400"})
     took = time.monotonic() - t0
     assert r.returncode == 0, r.stderr
     assert "RUNNING trials of a worker on this machine that has exited were failed at once" in r.stderr
@@ -139,6 +139,35 @@ def _monitor(url: str):
     port, db = port_db.split("/", 1)
     return psycopg.connect(host=hostname, port=int(port), user=user, password=password_of(url), dbname=db,
                            autocommit=True)
+
+
+def test_the_first_worker_on_an_empty_database_opens_it_with_a_pool_of_one(tmp_path):
+    """An empty database (a fresh schema here): Optuna's first set-up of its version table nests a
+    session inside a held connection; with no overflow the first worker waited 30 s and failed with
+    "invalid data in the commit" (every later one too: the tables stood without their version)."""
+    import optuna
+
+    from dse.storage import POOL_OVERFLOW, WORKER_CONNECTIONS, resolve_storage
+    url = server_url()
+    schema = f"fresh_{uuid.uuid4().hex[:8]}"
+    with _monitor(url) as c:
+        c.execute(f"CREATE SCHEMA {schema}")
+    try:
+        fresh = f"{url}?options=-csearch_path%3D{schema}"
+        t0 = time.monotonic()
+        store, _ = resolve_storage(None, fresh, tmp_path / "x")
+        assert time.monotonic() - t0 < 20                     # no wait for a connection that never comes
+        assert (store.engine.pool.size(), WORKER_CONNECTIONS, POOL_OVERFLOW) == (1, 1, 1)
+        optuna.create_study(study_name="fresh", storage=store).optimize(lambda t: t.suggest_float("x", 0, 1), 3)
+        assert store.engine.pool.checkedout() == 0 and store.engine.pool.overflow() <= 0   # the extra one closed
+        store.engine.dispose()
+        with _monitor(url) as c:
+            n = c.execute(f"SELECT count(*) FROM {schema}.trials").fetchone()[0]
+            version = c.execute(f"SELECT count(*) FROM {schema}.alembic_version").fetchone()[0]
+        assert (n, version) == (3, 1)
+    finally:
+        with _monitor(url) as c:
+            c.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 def test_64_workers_on_a_server_with_100_connections(tmp_path):
