@@ -173,7 +173,7 @@ def eval_cmd(as_json, **kwargs):
 
 #: what --storage-file and DSE_STORAGE say in every command's help
 _STORAGE_FILE_HELP = ("File whose first line is the storage URL (keeps a password out of `ps`); "
-                      "or set DSE_STORAGE.")
+                      "or set DSE_STORAGE [default: none].")
 
 
 def _heartbeat(ctx, param, value):
@@ -337,7 +337,8 @@ def sweep_cmd(study_file, points, shard, out, chunk_size, plan_shards, dask_addr
 
 
 @main.command("export", short_help="A shared study's finished trials to Parquet.")
-@click.option("--storage", default=None, help="The study's storage URL or journal file (or DSE_STORAGE).")
+@click.option("--storage", default=None,
+              help="The study's storage URL or journal file [default: --storage-file, else DSE_STORAGE].")
 @click.option("--storage-file", default=None, type=click.Path(dir_okay=False), help=_STORAGE_FILE_HELP)
 @click.option("--study", "study_name", required=True, help="The study's name (its `name:`), or its study file.")
 @click.option("--out", required=True, help="Parquet file to write.")
@@ -359,7 +360,8 @@ def export_cmd(storage, storage_file, study_name, out, force):
 
 @main.command("storage-proxy", short_help="Serve a database to many `dse run` workers over gRPC.")
 @click.option("--storage", default=None,
-              help="The database: postgresql+psycopg://, mysql+pymysql:// or sqlite:/// (or DSE_STORAGE).")
+              help="The database: postgresql+psycopg://, mysql+pymysql:// or sqlite:/// [default: --storage-file, "
+                   "else DSE_STORAGE].")
 @click.option("--storage-file", default=None, type=click.Path(dir_okay=False), help=_STORAGE_FILE_HELP)
 @click.option("--host", default="localhost", show_default=True,
               help="Address to listen on: loopback unless --allow-remote (the channel has no authentication).")

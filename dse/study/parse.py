@@ -561,9 +561,16 @@ def _null_metrics(objectives: list[Objective], constraints: list[Constraint], kn
     has_draft_chip = enabled is not None and (enabled.searched or enabled.fixed is True)
     device = by.get("target_chip_device")
     names = () if device is None else (device.choices or (device.fixed,))
-    priced = any(db.device(str(n)).price_usd for n in names)
+
+    def has_price(n) -> bool:
+        try:
+            return bool(db.device(str(n)).price_usd)
+        except SpecError:       # a device file that cannot be read is reported where it is named
+            return True
+
     used = [(f"objectives[{i}].metric", o.metric) for i, o in enumerate(objectives)] + \
         [(f"constraints[{i}].metric", c.metric) for i, c in enumerate(constraints)]
+    priced = any(m in PRICE_COLUMNS for _, m in used) and any(has_price(n) for n in names)
     for path, metric in used:
         if metric in DRAFT_CHIP_COLUMNS and not has_draft_chip:
             err.add(path, metric, "null for every design: the study has no draft chip (space.draft_chip.enabled)")

@@ -110,7 +110,7 @@ def test_storage_from_the_flag_a_file_or_the_environment(tmp_path, capsys):
 def test_dse_storage_and_storage_file_reach_run_and_export(tmp_path, shm):
     study = write_study(tmp_path)
     journal = shm / "env.journal"
-    code, out, err, _ = cli("run", study, "--quiet", env={ENV_VAR: f"journal:{journal}"})
+    code, out, err, _ = cli("run", study, "--quiet", env={ENV_VAR: f"journal:{journal}", "COLUMNS": "400"})
     assert code == 0 and f"storage {journal}" in out.splitlines()[0] and journal.is_file()
     url = tmp_path / "url.txt"
     url.write_text(f"journal:{journal}\n")
