@@ -22,6 +22,7 @@ from attackkit import password_of, server_url, write_study
 
 from dse.search import dead_workers_trials, process_exited, worker_process
 from dse.storage import SLOTS_HINT, driver_message, slots_full
+from dse.study import load_study
 
 DSE = str(Path(sys.executable).with_name("dse"))
 
@@ -116,16 +117,14 @@ def test_a_full_server_is_transient_and_its_driver_message_is_shown():
     assert "campaign of N workers needs N" in SLOTS_HINT
 
 
-def _worker(study_path, url, barrier, results):
-    """One `dse run` worker in a forked process, started in the same instant as the others."""
+def _worker(study, url, barrier, results):
+    """One `dse run` worker in a forked process (the study loaded once, by the parent), started
+    in the same instant as the others."""
     try:
         from dse.search import run_study
-        from dse.study import load_study
-        study = load_study(study_path)
         barrier.wait(timeout=120)
-        res = run_study(study, storage=url, sampler="random", progress=False,
-                        out=Path(study.output).with_name(f"w{os.getpid()}.parquet"))
-        results.put(("ok", len(res.frame)))
+        res = run_study(study, storage=url, sampler="random", progress=False, write=False)   # as --no-parquet
+        results.put(("ok", res.n_new))
     except BaseException as exc:    # noqa: BLE001 - reported to the parent
         results.put(("error", f"{type(exc).__name__}: {exc}"))
 
@@ -191,7 +190,8 @@ def test_64_workers_on_a_server_with_100_connections(tmp_path):
         before = c.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()").fetchone()[0]
     ctx = multiprocessing.get_context("fork")
     barrier, results = ctx.Barrier(64), ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(str(study), url, barrier, results)) for _ in range(64)]
+    spec = load_study(study)
+    procs = [ctx.Process(target=_worker, args=(spec, url, barrier, results)) for _ in range(64)]
     for p in procs:
         p.start()
     seen, got = [], []
