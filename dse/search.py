@@ -487,8 +487,8 @@ def _search_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heart
                 b = min(b, waiting + prepare(ostudy, b - waiting))
                 if b <= 0 and not live:
                     if progress:
-                        sys.stderr.write(f"[{label}] no design the study does not hold is left to propose: stopping "
-                                         f"at {complete} trials\n")
+                        note(f"[{label}] no design the study does not hold is left to propose: stopping "
+                             f"at {complete} trials")
                     break
             if b <= 0:             # the rest is in other workers' hands: wait for them (or their timeout)
                 if not said_waiting:        # said under --quiet too: a wait of a minute is not progress
@@ -673,9 +673,9 @@ def find_seeds(study: StudySpec, n_trials: int, seed: int, db, tech, *, progress
     finally:
         bar.close()
     if seeds.timed_out and progress:
-        sys.stderr.write(f"[{label}] pre-search stopped by its time cap (search.presearch_s = {study.presearch_s:g} s) "
-                         f"after {seeds.evaluated:,} of {budget.designs:,} designs (reference CPU seconds counted from the "
-                         "model's work: the same designs on any machine; a larger presearch_s searches more)\n")
+        note(f"[{label}] pre-search stopped by its time cap (search.presearch_s = {study.presearch_s:g} s) "
+             f"after {seeds.evaluated:,} of {budget.designs:,} designs (reference CPU seconds counted from the "
+             "model's work: the same designs on any machine; a larger presearch_s searches more)")
     return seeds
 
 
