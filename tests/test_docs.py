@@ -114,7 +114,8 @@ def _repo_text_files():
 
 
 def test_nothing_points_outside_the_repository():
-    """A clone with nothing beside it has everything: no pointer at ../shared or shared/..."""
+    """A clone with nothing beside it has everything: no pointer at the sibling folder of design
+    notes outside the repository (the pattern below)."""
     here = Path(__file__).resolve()
     bad = re.compile(r"\.\./shared|\bshared/(reference|design|data)\b")
     hits = [f"{p.relative_to(ROOT)}:{n}" for p in _repo_text_files() if p.resolve() != here
