@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from . import pareto
 from .errors import DseError
-from .results.front import resolve_objectives, stored_objectives, table_columns
+from .results.front import epsilon_of, resolve_objectives, stored_objectives, table_columns
 from .results.store import load_results, open_results, restore_nullable
 
 __all__ = ["load_results", "front_of", "objectives_of", "feasible_mask", "front", "ranks", "hypervolume",
@@ -93,21 +93,6 @@ def usable_values(df: pd.DataFrame, objs) -> tuple[np.ndarray, np.ndarray]:
 
 #: the relative epsilon that tables shown to a person use by default (dse.pareto.DISPLAY_EPSILON)
 DISPLAY_EPSILON = pareto.DISPLAY_EPSILON
-
-
-def epsilon_of(epsilon, objs) -> np.ndarray:
-    """One relative epsilon per objective: a number (every objective), a sequence in objective order,
-    or ``{metric: epsilon}`` (metrics not named get 0)."""
-    if isinstance(epsilon, Mapping):
-        unknown = set(epsilon) - {m for m, _ in objs}
-        if unknown:
-            raise DseError(f"epsilon names {', '.join(sorted(unknown))}, which are not objectives "
-                           f"({', '.join(m for m, _ in objs)})")
-        epsilon = [epsilon.get(m, 0.0) for m, _ in objs]
-    try:
-        return pareto.epsilon_vector(epsilon, len(objs))
-    except (ValueError, TypeError) as e:
-        raise DseError(str(e)) from None
 
 
 def front(df: pd.DataFrame, objectives=None, where: str | None = None, distinct: bool = True,

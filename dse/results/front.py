@@ -20,6 +20,22 @@ from ..errors import DseError
 from .arrow import num_array, to_numpy, usable_rows
 from .store import open_results
 
+
+def epsilon_of(epsilon, objs) -> np.ndarray:
+    """One relative epsilon per objective: a number (every objective), a sequence in objective order,
+    or ``{metric: epsilon}`` (metrics not named get 0)."""
+    if isinstance(epsilon, Mapping):
+        unknown = set(epsilon) - {m for m, _ in objs}
+        if unknown:
+            raise DseError(f"epsilon names {', '.join(sorted(unknown))}, which are not objectives "
+                           f"({', '.join(m for m, _ in objs)})")
+        epsilon = [epsilon.get(m, 0.0) for m, _ in objs]
+    try:
+        return pareto.epsilon_vector(epsilon, len(objs))
+    except (ValueError, TypeError) as e:
+        raise DseError(str(e)) from None
+
+
 #: the speculative accounting a front table shows after the objectives, when present
 SPEC_COLUMNS = ("alpha", "tau", "k", "draft_cost_ratio", "speedup")
 #: what a front table may show besides the objectives (names or fnmatch patterns)
@@ -128,16 +144,7 @@ def dataset_front(path, objectives=None, top: int | None = None, epsilon=0.0) ->
     vals, ok = usable_rows(table, objs)
     trial = to_numpy(table["trial"]) if "trial" in names else None
     order = pareto.front_order(vals, [d for _, d in objs], ok, order=trial)
-    if isinstance(epsilon, Mapping):
-        unknown = set(epsilon) - {m for m, _ in objs}
-        if unknown:
-            raise DseError(f"epsilon names {', '.join(sorted(unknown))}, which are not objectives "
-                           f"({', '.join(m for m, _ in objs)})")
-        epsilon = [epsilon.get(m, 0.0) for m, _ in objs]
-    try:
-        eps = pareto.epsilon_vector(epsilon, len(objs))
-    except (ValueError, TypeError) as e:
-        raise DseError(str(e)) from None
+    eps = epsilon_of(epsilon, objs)
     kept = order[pareto.epsilon_thin(vals[order], [d for _, d in objs], eps)] if eps.any() else order
     shown = kept[:top]
     table = table.take(num_array(shown, pa.int64()))
