@@ -1,4 +1,4 @@
-"""Time dse.analysis on a 1,000,000-row synthetic sweep (10 part files, 3 objectives).
+"""Time dse.results.analysis on a 1,000,000-row synthetic sweep (10 part files, 3 objectives).
 
 Run:  python benchmarks/bench_analysis.py [--rows N] [--budget SECONDS]
 Writes the dataset into a temp dir, then times load_results + front + ranks + hypervolume and
@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import dse.analysis as da  # noqa: E402
+import dse.results.analysis as da  # noqa: E402
 from dse.results.store import SCHEMA_VERSION  # noqa: E402
 
 OBJECTIVES = [{"metric": "spec_ms_per_token", "direction": "minimize"},

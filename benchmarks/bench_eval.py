@@ -55,12 +55,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _targets import report  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 from dse.api import evaluate_design, hardware_arrays  # noqa: E402
+from dse.campaign.grid import DEFAULT_CHUNK, distinct_points, grid_axes  # noqa: E402
 from dse.catalog.database import load_database  # noqa: E402
-from dse.evaluation import build_designs, evaluate_by_draft, evaluate_study  # noqa: E402
-from dse.grid import DEFAULT_CHUNK, distinct_points, grid_axes  # noqa: E402
+from dse.evaluation.designs import build_designs, evaluate_by_draft, evaluate_study  # noqa: E402
 from dse.model import DesignBatch, Metrics, evaluate  # noqa: E402
 from dse.study import open_study  # noqa: E402
-from dse.workload import (  # noqa: E402
+from dse.workload.spec import (  # noqa: E402
     Workload,  # noqa: E402
     make_acceptance,
     parse_drafter,
@@ -70,7 +70,7 @@ API_KW = dict(hw="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=
 CLI_ARGS = ["eval", "--hw", "h100-sxm", "--target", "llama-3.1-70b", "--dtype", "fp8", "--draft", "llama-3.2-1b",
             "--alpha", "0.8", "--json"]
 HEAVY = ("optuna", "pandas", "matplotlib")
-SWEEP_CHUNK = 131_072        # dse.grid.DEFAULT_CHUNK
+SWEEP_CHUNK = 131_072        # dse.campaign.grid.DEFAULT_CHUNK
 
 
 def random_batch(db, n: int, k: int, rng: np.random.Generator) -> DesignBatch:

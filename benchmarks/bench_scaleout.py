@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-import dse.analysis as da
+import dse.results.analysis as da
 
 ROOT = Path(__file__).resolve().parent.parent
 DSE = str(Path(sys.executable).with_name("dse"))

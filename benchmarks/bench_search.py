@@ -7,10 +7,10 @@ Run:  python benchmarks/bench_search.py [--trials 10000] [--shared-trials 2000] 
 (a) run_study(quickstart, sampler nsga2, population and batch 64), whole call: --trials (10,000) in
     memory, then --shared-trials (2,000) on a journal file and, when DSE_TEST_PG_URL names a
     PostgreSQL database (.ci/postgres.sh starts one), on PostgreSQL (a fresh study name each run).
-    Per row: wall time, the model's share (time inside dse.search.evaluate_study, i.e.
+    Per row: wall time, the model's share (time inside dse.search.runner.evaluate_study, i.e.
     build_designs + evaluate, wrapped with a timer; it includes the final re-evaluation of every
     trial for the Parquet file) and the bookkeeping per trial, (wall - model) / trials. One more
-    in-memory row with the default sampler, auto (a numpy pre-search, then dse.breeder), for reference.
+    in-memory row with the default sampler, auto (a numpy pre-search, then dse.search.breeder), for reference.
     Target: 10,000 in-memory NSGA-II trials <= 12 s. Optuna is imported and a 64-trial
     in-memory run is done first, untimed.
 (b) `dse sweep` of quickstart at the smallest grid resolution with >= --sweep-points (2,000,000) grid
@@ -94,7 +94,7 @@ class Timers:
 
 def points_for(study, rows: int) -> tuple[int, int]:
     """The smallest grid resolution whose grid has >= rows points, and that grid's size."""
-    from dse.grid import grid_axes
+    from dse.campaign.grid import grid_axes
     p = 2
     while True:
         total = int(np.prod([v.size for _, v in grid_axes(study, p)], dtype=np.int64))
@@ -104,15 +104,15 @@ def points_for(study, rows: int) -> tuple[int, int]:
 
 
 def sweep_timers():
-    """Timers on every phase of dse.grid.sweep (all looked up through module attributes)."""
-    import dse.grid
+    """Timers on every phase of dse.campaign.grid.sweep (all looked up through module attributes)."""
+    import dse.campaign.grid
     tm = Timers()
-    tm.wrap(dse.grid, "evaluate_study", "evaluate (build_designs + evaluate)")
-    tm.wrap(dse.grid, "grid_chunk", "grid_chunk (indices, inactive knobs)")
-    tm.wrap(dse.grid, "results_table", "results_table (Arrow from numpy)")
-    tm.wrap(dse.grid, "write_table", "  write parts (writer thread, overlaps the above)")
-    tm.wrap(dse.grid, "_finish", "wait for the writer thread")
-    tm.wrap(dse.grid, "_write_side_files", "side files (ranks, the front's rows)")
+    tm.wrap(dse.campaign.grid, "evaluate_study", "evaluate (build_designs + evaluate)")
+    tm.wrap(dse.campaign.grid, "grid_chunk", "grid_chunk (indices, inactive knobs)")
+    tm.wrap(dse.campaign.grid, "results_table", "results_table (Arrow from numpy)")
+    tm.wrap(dse.campaign.grid, "write_table", "  write parts (writer thread, overlaps the above)")
+    tm.wrap(dse.campaign.grid, "_finish", "wait for the writer thread")
+    tm.wrap(dse.campaign.grid, "_write_side_files", "side files (ranks, the front's rows)")
     return tm
 
 
@@ -164,7 +164,7 @@ def vm_hwm_kib() -> int | None:
 
 def run_sweep(points: int, out: Path) -> dict:
     """One timed sweep in this process; wall time, phases, rows, disk bytes, peak RSS."""
-    from dse.grid import sweep
+    from dse.campaign.grid import sweep
     from dse.study import load_study
     study = load_study(STUDY)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -203,7 +203,7 @@ def bench_run(n_trials: int, n_shared: int) -> list[tuple]:
     import optuna  # noqa: F401  (imported before timing; its import time is printed)
     import yaml
 
-    import dse.search as ds
+    import dse.search.runner as ds
     from dse.study import load_study, parse_study
     study = load_study(STUDY)
     tm = Timers()
@@ -254,7 +254,7 @@ def search_part(args, results: list) -> None:
         if label == "in-memory" and sampler == "nsga2":
             results.append((f"dse run, {n:,} in-memory NSGA-II trials", f"{wall:.2f} s",
                             f"<= {SEARCH_LIMIT_S:g} s", n >= SEARCH_TRIALS and wall <= SEARCH_LIMIT_S))
-    print("    model = dse.search.evaluate_study (build_designs + evaluate), incl. the final re-evaluation;")
+    print("    model = dse.search.runner.evaluate_study (build_designs + evaluate), incl. the final re-evaluation;")
     print("    bookkeeping = (wall - model) / trials: Optuna, its storage, dse's loop and the Parquet file;")
     print("    CPU s = this process's CPU time (wall on a loaded machine includes waiting for a core)")
 

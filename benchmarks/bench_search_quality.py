@@ -52,10 +52,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _targets import report  # noqa: E402
 from search_quality_fronts import STUDIES, load_front  # noqa: E402
 
-from dse.grid import distinct_points, grid_axes  # noqa: E402
-from dse.pareto import hypervolume, pareto_mask  # noqa: E402
-from dse.presearch import score  # noqa: E402
-from dse.search import run_study  # noqa: E402
+from dse.campaign.grid import distinct_points, grid_axes  # noqa: E402
+from dse.results.pareto import hypervolume, pareto_mask  # noqa: E402
+from dse.search.presearch import score  # noqa: E402
+from dse.search.runner import run_study  # noqa: E402
 from dse.study import open_study  # noqa: E402
 
 SHIPPED = ("quickstart", "draft-chip")

@@ -8,14 +8,14 @@ studies/draft-chip.yaml):
 
 1. the stored front, benchmarks/fronts/NAME.parquet, re-evaluated with today's model (a front
    built under an older model keeps its designs, not its numbers);
-2. --seeds long pre-searches (dse.presearch, seeds 1000, 1001, ...), each of --designs designs: a
+2. --seeds long pre-searches (dse.search.presearch, seeds 1000, 1001, ...), each of --designs designs: a
    third uniform, the rest in 60 rounds of refinement; archive 20,000 designs, 2,000 per niche;
 3. polishing: --polish rounds of 100,000 children of the union (crossover and mutation) at steps
    falling from 2% to 0.05% of each knob's range;
 4. the designs of --add results files (e.g. the runs of bench_search_quality.py, which writes
    the feasible front of every run it makes to the temp folder);
 5. the union's front (feasible, non-dominated, one design per objective vector), cut to at most
-   5,000 designs (dse.thinning.thin: exact hypervolume contributions up to 3 objectives,
+   5,000 designs (dse.search.thinning.thin: exact hypervolume contributions up to 3 objectives,
    epsilon boxes and estimated contributions above), written back: one row per design, its active
    knobs (null where inactive) and objective values.
 
@@ -37,9 +37,9 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dse.presearch import Budget, Pool, fill_neutral, first_distinct, presearch, score, seed_params  # noqa: E402
+from dse.search.presearch import Budget, Pool, fill_neutral, first_distinct, presearch, score, seed_params  # noqa: E402
+from dse.search.thinning import thin  # noqa: E402
 from dse.study import open_study  # noqa: E402
-from dse.thinning import thin  # noqa: E402
 
 FRONTS = ROOT / "benchmarks" / "fronts"
 #: the studies with a best known front (six-objectives is timed only: bench_search_quality.py)
@@ -92,7 +92,7 @@ def load_front(name: str, study, db, tech) -> tuple[dict, np.ndarray] | None:
 
 def save_front(name: str, study, params: dict, vals: np.ndarray) -> None:
     idx = np.arange(vals.shape[0])
-    from dse.presearch import Archive
+    from dse.search.presearch import Archive
     rows = seed_params(study, Archive(params, vals, [o.direction for o in study.objectives]), idx)
     frame = pd.DataFrame({k.name: pd.Series([r.get(k.name) for r in rows], dtype=object) for k in study.searched})
     for j, o in enumerate(study.objectives):

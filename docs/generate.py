@@ -176,7 +176,7 @@ def v_constants_table() -> str:
 
 
 def v_grid_points_quickstart() -> str:
-    from dse.grid import grid_plan
+    from dse.campaign.grid import grid_plan
     from dse.study import load_study
     return f"{grid_plan(load_study(ROOT / 'studies' / 'quickstart.yaml')).total:,}"
 
@@ -232,7 +232,7 @@ def v_batch_crossover_k4() -> str:
 
 def v_calibration() -> str:
     """The README's summary of `dse validate` (docs/calibration.md): median absolute errors."""
-    from dse import calibration
+    from dse.validation import calibration
     s = calibration.summary(calibration.report()["rows"])
 
     def med(fam, role):
@@ -255,7 +255,7 @@ def _codesign() -> dict:
         return _CODESIGN
     import pandas as pd
 
-    from dse.pareto import first_of_equal, pareto_mask
+    from dse.results.pareto import first_of_equal, pareto_mask
     with tempfile.TemporaryDirectory(prefix="dse-docs-codesign-") as tmp:
         out = Path(tmp) / "sweep.parquet"
         r = subprocess.run([str(Path(sys.executable).parent / "dse"), "sweep",
@@ -549,8 +549,8 @@ def run(cheap: bool = False, measured: bool = False, write: bool = True, texts: 
                 shutil.copyfile(src, dst)
         if only:
             return changed
-        if not cheap:           # docs/calibration.md quotes `dse validate` (python -m dse.calibration FILE)
-            from dse import calibration
+        if not cheap:           # docs/calibration.md quotes `dse validate` (python -m dse.validation.calibration FILE)
+            from dse.validation import calibration
             doc = ROOT / "docs" / "calibration.md"
             want = calibration.format_report(calibration.report())
             if calibration.doc_block(doc) != want:

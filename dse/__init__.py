@@ -23,10 +23,10 @@ _LAZY = {
     "load_study": "dse.study",
     "parse_study": "dse.study",
     "load_results": "dse.results.store",
-    "Workload": "dse.workload",
-    "run_study": "dse.search",
-    "sweep": "dse.grid",
-    "pareto_mask": "dse.pareto",
+    "Workload": "dse.workload.spec",
+    "run_study": "dse.search.runner",
+    "sweep": "dse.campaign.grid",
+    "pareto_mask": "dse.results.pareto",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

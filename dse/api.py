@@ -18,12 +18,12 @@ from .catalog.rank_profiles import load_rank_profiles
 from .catalog.specs import DTYPES, DeviceSpec, RuntimeSpec, override, spec_fields
 from .errors import SpecError, raise_collected
 from .model.arrays import DesignBatch, HardwareArrays
+from .model.columns import BOUND_COLUMNS
 from .model.evaluate import METRIC_COLUMNS, Metrics, evaluate
 from .model.roofline import BOUND_NAMES
 from .model.transformer import WEIGHT_FORMATS, default_kv_dtype
-from .results.columns import BOUND_COLUMNS
 from .units import FACTOR
-from .workload import (
+from .workload.spec import (
     TREE_NODES_MAX,
     AcceptanceSpec,
     TaskMix,
@@ -154,10 +154,10 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     energy terms; None = the database's (the calibration's energy fit varies them).
 
     Without alpha, acceptance, tau or rank_acceptance the drafter's acceptance comes from the
-    published table or the acceptance model (dse.acceptance) for ``task`` and ``temperature``,
+    published table or the acceptance model (dse.acceptance.fit) for ``task`` and ``temperature``,
     with a band (tau_low/tau_high, speedup_low/speedup_high); ``acceptance_origin`` says which.
     Without k and tree_nodes a tree method (eagle, eagle2, eagle3, medusa:H, hydra, retrieval)
-    drafts its published default tree at its depth (dse.workload.DEFAULT_SHAPES); k = None is
+    drafts its published default tree at its depth (dse.workload.spec.DEFAULT_SHAPES); k = None is
     'auto' otherwise.
 
     Example:
@@ -204,8 +204,8 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     elif given:
         k_val = parse_k(k, drafter)
         acc = make_acceptance(alpha, acceptance, tau, rank_acceptance, where="--", rank_name="rank-acceptance")
-    else:       # from the published table or the acceptance model (dse.acceptance)
-        from .acceptance import resolve
+    else:       # from the published table or the acceptance model (dse.acceptance.fit)
+        from .acceptance.fit import resolve
         k_val = parse_k(k, drafter)
         k_fixed = k_val if k_val else None
         row_shape = (None, tree_nodes, k_fixed) if tree_nodes else ((k_fixed, None, None) if k_fixed else None)

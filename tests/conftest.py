@@ -6,6 +6,11 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+# pytest-xdist's workers see COLUMNS=80 and LINES=24 in their environment; a user's pipe has neither, and
+# the width-dependent tests (table wrapping, the front header) assume what a pipe gives
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
 
 #: an idealised runtime and device: no fixed costs, efficiency 1, ample compute
 IDEAL = {"kernel_launch_us": 0, "step_overhead_us": 0, "spec_overhead_us": 0, "mem_efficiency": 1.0,

@@ -3,7 +3,7 @@
 Numbers are worked by hand from the published values (Leviathan et al. 2023 eq. 1 for chains:
 tau = (1 - a^(k+1)) / (1 - a)) and from the stored fit's own coefficients
 (hardware_db/acceptance/fit.json), recomputed here from the model's equation in
-dse/acceptance.py: logit(alpha) = b_method + t_task + s_group T + a log10(draft/target) - f
+dse/acceptance/fit.py: logit(alpha) = b_method + t_task + s_group T + a log10(draft/target) - f
 (other family) [+ ...].
 """
 
@@ -19,15 +19,15 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from dse import acceptance as acc
+from dse.acceptance import fit as acc
 from dse.api import evaluate_design
 from dse.catalog.acceptance import filter_rows, load_table, row_by_id, table_path
 from dse.catalog.database import load_database
-from dse.cli import main
+from dse.cli.commands import main
 from dse.errors import DseError, SpecError
 from dse.model import DesignBatch, evaluate
 from dse.model.evaluate import acceptance_terms
-from dse.workload import Workload, make_acceptance, mixture, parse_drafter, parse_task
+from dse.workload.spec import Workload, make_acceptance, mixture, parse_drafter, parse_task
 
 DB = Path(__file__).resolve().parent.parent / "hardware_db"
 FIT = json.loads((DB / "acceptance" / "fit.json").read_text())
@@ -114,7 +114,7 @@ def test_a_bad_cell_names_file_row_and_column(tmp_path):
 # ------------------------------------------------------------------ the model and its band
 
 def _eta(coef: dict, method: str, task: str = "chat", T: float = 0.0, **x) -> float:
-    """logit(alpha) by hand from the stored coefficients (dse/acceptance.py's equation)."""
+    """logit(alpha) by hand from the stored coefficients (dse/acceptance/fit.py's equation)."""
     group = {"model": "model", "eagle3": "head", "ngram": "copy", "early-exit": "exit"}[method]
     eta = coef[f"method:{method}"] + T * coef[f"temperature:{group}"]
     if task != "chat":
@@ -368,7 +368,7 @@ def test_study_rows_match_dse_eval(tmp_path):
     """Every row of a sweep over drafts equals `dse eval` of the same design (acceptance from the model
     per draft; the early exit at its row's layer; the draft chip only for the draft model)."""
     import dse
-    from dse.analysis import load_results
+    from dse.results.analysis import load_results
     res = dse.sweep(str(_study(tmp_path, draft=DRAFTS, task="chat", batch=4)), out=tmp_path / "g", progress=False)
     df = load_results(res.out_dir)
     assert set(df["params_draft"]) == {"none", "llama-3.2-1b", "eagle3", "medusa:4", "early-exit"}
@@ -428,7 +428,7 @@ def test_hydra_heads_run_one_after_another():
 # ------------------------------------------------------------------ the draft as a knob: grouping and the figure
 
 def test_grouped_evaluation_equals_one_workload_per_row(tmp_path):
-    from dse.evaluation import build_designs, evaluate_by_draft
+    from dse.evaluation.designs import build_designs, evaluate_by_draft
     from dse.study import load_study
     s = load_study(_study(tmp_path, draft=DRAFTS, task="chat"))
     n = 10

@@ -1,4 +1,4 @@
-"""dse.analysis: loading results files and datasets, fronts, hypervolume."""
+"""dse.results.analysis: loading results files and datasets, fronts, hypervolume."""
 
 import json
 
@@ -8,9 +8,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import dse.analysis as da
-from dse import pareto
+import dse.results.analysis as da
 from dse.errors import DseError
+from dse.results import pareto
 
 OBJECTIVES = [{"metric": "spec_ms_per_token", "direction": "minimize"},
               {"metric": "cost_usd", "direction": "minimize"}]

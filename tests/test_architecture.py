@@ -101,7 +101,7 @@ def test_no_import_circles():
 
 def test_cycle_finder_finds_a_planted_circle():
     graph = {k: set(v) for k, v in GRAPH.items()}
-    graph["dse.catalog.fields"].add("dse.grid")      # grid -> evaluation -> ... -> catalog.fields
+    graph["dse.catalog.fields"].add("dse.campaign.grid")      # grid -> evaluation -> ... -> catalog.fields
     assert any("dse.catalog.fields" in c for c in _cycles(graph))
 
 
@@ -130,9 +130,9 @@ def test_no_private_attribute_access_across_modules():
 
 
 @pytest.mark.parametrize("flow", [
-    ("dse.model.evaluate", "dse.study"), ("dse.catalog.specs", "dse.model"), ("dse.evaluation", "dse.search"),
-    ("dse.grid", "dse.search"), ("dse.analysis", "dse.report"), ("dse.results.columns", "dse.study"),
-    ("dse.study.parse", "dse.evaluation"), ("dse.storage", "dse.search"), ("dse.storage", "dse.study"),
+    ("dse.model.evaluate", "dse.study"), ("dse.catalog.specs", "dse.model"), ("dse.evaluation.designs", "dse.search"),
+    ("dse.campaign.grid", "dse.search"), ("dse.results.analysis", "dse.report"), ("dse.model.columns", "dse.study"),
+    ("dse.study.parse", "dse.evaluation"), ("dse.storage.backends", "dse.search"), ("dse.storage.backends", "dse.study"),
 ])
 def test_flow_runs_one_way(flow):
     """Upstream modules never import downstream ones (model <- catalog; sweep/report do not need Optuna)."""
@@ -147,10 +147,72 @@ def test_flow_runs_one_way(flow):
     assert not any(d == banned or d.startswith(banned + ".") for d in reach(src, set()))
 
 
+#: the packages (and root modules) from upstream to downstream: each may import only from its own layer
+#: and the layers before it. The flow: a study's YAML (study, with the catalog's specs and the workload)
+#: becomes arrays of designs (evaluation) that the model evaluates into columns (results); search and
+#: campaign drive evaluations; report, validation and cli sit on top.
+LAYERS = (
+    ("errors", "units"),
+    ("process",),          # progress, signals, SLURM array position
+    ("storage",),          # Optuna storages and their credentials
+    ("catalog",),          # devices, models, runtimes, technology, acceptance table
+    ("workload",),         # drafter, acceptance, k
+    ("model",),            # the physics on arrays of designs
+    ("acceptance",),       # the acceptance model fitted on the table
+    ("api",),              # one design from names and numbers
+    ("study",),            # study YAML -> StudySpec
+    ("evaluation",),       # StudySpec + knob values -> designs -> metric columns
+    ("results",),          # Parquet, fronts, analysis
+    ("search",),           # Optuna, pre-search, breeder
+    ("report",),           # figures and the HTML page
+    ("campaign",),         # sweeps, Dask, export
+    ("validation",),       # dse validate
+    ("cli",),              # the command line
+)
+#: modules allowed at the root besides packages: the public entry points
+ROOT_MODULES = {"__init__", "api", "errors", "units"}
+MAX_MODULE_LINES = 700
+
+
+def _layer_of(module: str) -> int:
+    """``dse`` itself, the lazy facade (it imports only errors; results read its ``__version__``), is outside."""
+    return next(i for i, names in enumerate(LAYERS) if module.split(".")[1] in names)
+
+
+def _upward(graph) -> list[str]:
+    return [f"{m} -> {d}" for m, deps in graph.items() if m != "dse" for d in deps
+            if d != "dse" and _layer_of(d) > _layer_of(m)]
+
+
+def test_root_holds_only_the_entry_points():
+    assert {p.stem for p in ROOT.glob("*.py")} == ROOT_MODULES
+
+
+def test_every_package_has_a_layer():
+    tops = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()} | (ROOT_MODULES - {"__init__"})
+    assert tops == {n for names in LAYERS for n in names}
+
+
+def test_packages_import_only_from_their_layer_or_upstream():
+    assert _upward(GRAPH) == []
+
+
+def test_layer_check_finds_a_planted_upward_import():
+    graph = {k: set(v) for k, v in GRAPH.items()}
+    graph["dse.model.roofline"].add("dse.search.runner")
+    assert _upward(graph) == ["dse.model.roofline -> dse.search.runner"]
+
+
+def test_no_module_is_two_concepts():
+    """A module over 700 lines is two concepts (DEVELOPERS' guide)."""
+    long = {m: n for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert long == {}
+
+
 def test_evaluation_and_sweep_do_not_load_optuna():
     import subprocess
     import sys
-    code = ("import sys, dse.evaluation, dse.grid, dse.results.frame, dse.analysis; "
+    code = ("import sys, dse.evaluation.designs, dse.campaign.grid, dse.results.frame, dse.results.analysis; "
             "print('optuna' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

@@ -1,4 +1,4 @@
-"""Sampler auto after its seeds (dse.breeder, issue 20 item 3 and issue 21 item 5): trials bred
+"""Sampler auto after its seeds (dse.search.breeder, issue 20 item 3 and issue 21 item 5): trials bred
 from the front and screened in numpy add to the front, and no trial is spent on a design the
 study already holds."""
 
@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from dse.breeder import design_ids
-from dse.grid import distinct_points, grid_axes
-from dse.pareto import hypervolume
-from dse.search import run_study, seed_count
+from dse.campaign.grid import distinct_points, grid_axes
+from dse.results.pareto import hypervolume
+from dse.search.breeder import design_ids
+from dse.search.runner import run_study, seed_count
 from dse.study import load_study, parse_study
 
 QUICK = Path(__file__).parent.parent / "studies" / "quickstart.yaml"

@@ -1,4 +1,4 @@
-"""The model against public measurements (dse.calibration, `dse validate`, docs/calibration.md).
+"""The model against public measurements (dse.validation.calibration, `dse validate`, docs/calibration.md).
 
 Every number here is computed through dse.api.evaluate_design on the database as stored.
 """
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dse import calibration
 from dse.api import evaluate_design
 from dse.catalog.database import load_database
-from dse.cli import main
+from dse.cli.commands import main
+from dse.validation import calibration
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "calibration.md"
@@ -162,7 +162,7 @@ def test_cli_validate_json_matches_api(report):
 
 
 def test_doc_table_is_what_dse_validate_prints(report):
-    """docs/calibration.md quotes `dse validate`; refresh with `python -m dse.calibration docs/calibration.md`."""
+    """docs/calibration.md quotes `dse validate`; refresh with `python -m dse.validation.calibration docs/calibration.md`."""
     assert calibration.doc_block(DOC) == calibration.format_report(report)
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from dse.cli import main
+from dse.cli.commands import main
 
 KEYS = ["fits", "memory_required_gb", "memory_capacity_gb", "memory_shortfall_gb", "draft_memory_required_gb",
         "draft_memory_capacity_gb", "baseline_ms_per_token", "spec_ms_per_token", "speedup", "k", "alpha", "tau",

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from dse.cli import main
+from dse.cli.commands import main
 
 QUICK = Path(__file__).parent.parent / "studies" / "quickstart.yaml"
 
@@ -99,7 +99,7 @@ def test_k_has_an_upper_bound_with_its_reason():
               "--k", "50")
     assert res.exit_code == 2
     assert one_error_line(res) == ("error: --k = '50': expected 'auto' or an integer in [1, 32] "
-                                   "(see dse.workload.K_LIMIT for the reason)")
+                                   "(see dse.workload.spec.K_LIMIT for the reason)")
     ok = run("eval", "--hw", "h100-sxm", "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b", "--alpha", "0.8",
              "--k", "32", "--json")
     assert ok.exit_code == 0 and '"k": 32' in ok.output

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-import dse.analysis as da
-from dse.cli import main
+import dse.results.analysis as da
+from dse.cli.commands import main
 
 QUICK = Path(__file__).parent.parent / "studies" / "quickstart.yaml"
 OBJECTIVES = [("spec_ms_per_token", "min"), ("cost_usd", "min"), ("power_w", "min"), ("die_area_mm2", "max")]

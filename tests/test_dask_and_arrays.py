@@ -13,10 +13,10 @@ import yaml
 from click.testing import CliRunner
 
 import dse
-import dse.analysis as da
-from dse.cli import main
-from dse.grid import sweep
-from dse.search import run_tasks
+import dse.results.analysis as da
+from dse.campaign.grid import sweep
+from dse.cli.commands import main
+from dse.search.runner import run_tasks
 from dse.study import load_study
 
 QUICK = Path(__file__).parent.parent / "studies" / "quickstart.yaml"

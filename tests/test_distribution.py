@@ -10,7 +10,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from dse.cli import main
+from dse.cli.commands import main
 from dse.errors import DIST_NAME, install_hint
 
 REPO = Path(__file__).resolve().parent.parent

@@ -99,7 +99,7 @@ def test_readme_whole_contract_study_runs(tmp_path):
     raw["output"] = str(tmp_path / "contract.parquet")
     p = tmp_path / "contract.yaml"
     p.write_text(yaml.safe_dump(raw))
-    from dse.cli import main
+    from dse.cli.commands import main
     r = CliRunner().invoke(main, ["run", str(p), "--storage", ":memory:", "--quiet"])
     assert r.exit_code == 0, r.output
 
@@ -161,8 +161,8 @@ def test_readme_polars_and_duckdb_snippet_gives_the_front_dse_pareto_prints(tmp_
 
     pytest.importorskip("polars")
     pytest.importorskip("duckdb")
-    from dse.cli import main
-    from dse.grid import sweep
+    from dse.campaign.grid import sweep
+    from dse.cli.commands import main
     out = tmp_path / "sweep"
     sweep(ROOT / "studies" / "quickstart.yaml", points=2, out=out, progress=False)
     code = next(c for c in re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)

@@ -12,10 +12,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-import dse.analysis as da
-from dse import pareto
-from dse.cli import main
-from dse.cli_text import front_block, front_text
+import dse.results.analysis as da
+from dse.cli.commands import main
+from dse.cli.text import front_block, front_text
+from dse.results import pareto
 
 STUDIES = Path(__file__).resolve().parent.parent / "studies"
 
@@ -147,7 +147,7 @@ def _rows(output: str) -> list[list[str]]:
 def test_dse_run_front_fits_120_columns_without_near_ties(tmp_path, name, trials, n_obj):
     """Done-means of issue 21: the quickstart and draft-chip fronts printed by `dse run` fit in 120
     columns and hold no two rows within the display epsilon (1%) of each other."""
-    from dse.cli_text import _front_cell
+    from dse.cli.text import _front_cell
     p = _study(tmp_path, name, **({"n_trials": trials} if trials else {}))
     r = CliRunner().invoke(main, ["run", str(p), "--storage", ":memory:", "--quiet"])
     assert r.exit_code == 0, r.output

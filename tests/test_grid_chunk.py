@@ -1,16 +1,16 @@
 """The sweep's per-chunk fast paths give the same rows as the plain ones (issue 10): grid indices
 from runs of each axis (axis_run), activity masks once per controlling combination
 (grid_chunk), and chips synthesised once per distinct combination of the knobs but the link
-(dse.evaluation.synthesized_chips)."""
+(dse.evaluation.designs.synthesized_chips)."""
 
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-import dse.evaluation as ev
-from dse.evaluation import build_designs
-from dse.grid import axis_run, distinct_points, grid_axes, grid_chunk
+import dse.evaluation.designs as ev
+from dse.campaign.grid import axis_run, distinct_points, grid_axes, grid_chunk
+from dse.evaluation.designs import build_designs
 from dse.model.technology import link_power_w, synthesize_chip
 from dse.study import load_study, open_study
 
@@ -115,7 +115,7 @@ def test_take_reads_the_row_groups_that_hold_the_rows(tmp_path, monkeypatch):
     import pyarrow.parquet as pq
 
     import dse.results.store as store
-    from dse.grid import sweep
+    from dse.campaign.grid import sweep
     real = store.write_options
     monkeypatch.setattr(store, "write_options", lambda schema: {**real(schema), "row_group_size": 64})
     out = tmp_path / "sw"

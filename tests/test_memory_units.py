@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from dse.api import evaluate_design
 from dse.catalog.database import load_database
-from dse.cli import main
+from dse.cli.commands import main
 
 GIB = 2.0 ** 30
 DB = load_database()
@@ -55,7 +55,7 @@ def test_group_shortfall_and_per_chip_shortfall():
     # however many chips share it, a chip keeps the replicated MLA down-projections and routers (1,029,898,240 B
     # at fp8) and the whole latent cache: 1.047887872 GB; here more chips would help
     assert r["chip_memory_floor_gb"] == pytest.approx((1_029_898_240 + 256 * 70_272) / 1e9, rel=1e-12)
-    from dse.cli_text import eval_table
+    from dse.cli.text import eval_table
     text = eval_table(r)
     assert "short by 3.19 GB a chip (25.54 GB over 8 chips)" in text
     assert "more chips cannot help" not in text
@@ -68,7 +68,7 @@ def test_more_chips_cannot_help_when_the_replicated_state_exceeds_a_chip():
     r = evaluate_design(hw="h200", chips=8, target="deepseek-v3", dtype="fp8", batch=256, prompt=8192, output=1024)
     assert r["chip_memory_floor_gb"] == pytest.approx((1_029_898_240 + 256 * 9216 * 70_272) / 1e9, rel=1e-12)
     assert r["chip_memory_floor_gb"] == pytest.approx(166.822346752, rel=1e-12)
-    from dse.cli_text import eval_table
+    from dse.cli.text import eval_table
     assert "more chips cannot help: a chip holds at least 166.82 GB at any chip count" in eval_table(r)
     # a GQA model's floor is one KV head's cache: Llama-3.1-70B, 8 KV heads, 256 tokens x 327,680 B / 8
     g = evaluate_design(hw="h100-sxm", chips=2, target="llama-3.1-70b")

@@ -1,9 +1,9 @@
-"""dse.pareto against brute force and hand-computed hypervolumes."""
+"""dse.results.pareto against brute force and hand-computed hypervolumes."""
 
 import numpy as np
 import pytest
 
-from dse import pareto
+from dse.results import pareto
 
 
 def brute_mask(values, directions, feasible=None):

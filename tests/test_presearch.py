@@ -1,4 +1,4 @@
-"""Sampler auto: a front found in numpy (dse.presearch) seeds the Optuna study (issue 11, item 3)."""
+"""Sampler auto: a front found in numpy (dse.search.presearch) seeds the Optuna study (issue 11, item 3)."""
 
 from dataclasses import replace
 from pathlib import Path
@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from dse.pareto import hypervolume, pareto_mask
-from dse.presearch import (
+from dse.results.pareto import hypervolume, pareto_mask
+from dse.search.presearch import (
     Budget,
     effective_knobs,
     knob_weight,
@@ -18,7 +18,7 @@ from dse.presearch import (
     presearch_budget,
     sample_knob,
 )
-from dse.search import find_seeds, run_study, seed_count
+from dse.search.runner import find_seeds, run_study, seed_count
 from dse.study import Knob, load_study, open_study
 
 QUICK = Path(__file__).parent.parent / "studies" / "quickstart.yaml"
@@ -126,7 +126,7 @@ def test_the_work_clock_counts_the_models_work_not_the_machines_time():
     (a clock that jumps 100 s per reading changes nothing) and whether the tree tables were
     built or cached (the second run of the tree study finds them cached)."""
     from dse.model.work import COUNTS
-    from dse.presearch import WorkClock
+    from dse.search.presearch import WorkClock
     w = WorkClock()
     COUNTS["steps"] += 1
     COUNTS["rows"] += 2_000

@@ -16,9 +16,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-import dse.analysis as da
-from dse.cli import main
-from dse.grid import auto_chunk_size, grid_plan, sweep
+import dse.results.analysis as da
+from dse.campaign.grid import auto_chunk_size, grid_plan, sweep
+from dse.cli.commands import main
 from dse.study import load_study
 
 REPO = Path(__file__).resolve().parent.parent

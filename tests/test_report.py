@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import dse.analysis as da
+import dse.results.analysis as da
 from dse.report import figures as report
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -12,11 +12,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-import dse.analysis as da
+import dse.results.analysis as da
 from dse.api import evaluate_design
-from dse.cli import main
+from dse.cli.commands import main
 from dse.report import context as reporting
-from dse.search import run_study
+from dse.search.runner import run_study
 from dse.study import Knob
 
 QUICK = Path(__file__).resolve().parents[1] / "studies" / "quickstart.yaml"
@@ -248,7 +248,7 @@ def test_default_out_of_a_directory(tmp_path):
 
 
 def test_report_of_a_sweep_skips_importances(run, tmp_path):
-    from dse.grid import sweep
+    from dse.campaign.grid import sweep
     res = sweep(run[2], points=2, out=tmp_path / "grid", progress=False)
     rep = reporting.build_report(res.out_dir, out=tmp_path / "grid-rep", progress=False)
     names = {Path(f).name for f in rep["figures"]}
@@ -259,7 +259,7 @@ def test_report_of_a_sweep_reads_the_front_rows_only_and_draws_the_same(tmp_path
     """A sweep's report reads 6 columns and the objectives of every row and the table's columns of
     the front only; figures and page are byte for byte those drawn from every report column of
     every row (draft-chip study: 3 objectives, both draft-chip groups)."""
-    from dse.grid import sweep
+    from dse.campaign.grid import sweep
     from dse.report.figures import write_report
     res = sweep(QUICK.parent / "draft-chip.yaml", points=2, out=tmp_path / "grid", progress=False)
     read = []

@@ -43,7 +43,7 @@ import pytest
 import yaml
 
 import dse
-from dse.analysis import load_results
+from dse.results.analysis import load_results
 
 DB = Path(__file__).resolve().parent.parent / "hardware_db"
 #: bytes per "GB" of DRAM capacity in the database YAML (MODEL.md section 0, revised 2026-11-30:
@@ -781,7 +781,7 @@ def test_cli_sweep_writes_the_same_rows(tmp_path, known):
     """`dse sweep` (click's CliRunner) writes the rows the Python call writes."""
     from click.testing import CliRunner
 
-    from dse.cli import main
+    from dse.cli.commands import main
     r = CliRunner().invoke(main, ["sweep", str(_write(tmp_path, KNOWN)), "--out", str(tmp_path / "cli"), "--quiet"])
     assert r.exit_code == 0, r.output
     df = load_results(tmp_path / "cli")
@@ -875,9 +875,9 @@ def test_request_latency_counts_the_first_token_once(which, request):
 
 
 def test_public_sweep_stays_a_function():
-    """The grid module is dse.grid: importing it cannot shadow the public dse.sweep function."""
+    """The grid module is dse.campaign.grid: importing it cannot shadow the public dse.sweep function."""
     import importlib
-    importlib.import_module("dse.grid")
+    importlib.import_module("dse.campaign.grid")
     assert callable(dse.sweep) and callable(dse.sweep)
 
 

@@ -154,7 +154,7 @@ def test_usable_rows_feasible_then_fits_then_every_row():
 def test_front_text_worked_example():
     """Short names, 4 significant digits (whole from 10^4), whole integers, '-' for null and NaN,
     right-aligned."""
-    from dse.cli_text import front_text
+    from dse.cli.text import front_text
     text = front_text({"spec_ms_per_token": [3.95312, 12345.6], "params_target_chip_memory": ["hbm4", None],
                        "params_draft_chip_sram_mb": [float("nan"), 2.0], "trial": [7, 12]})
     assert text.splitlines() == [

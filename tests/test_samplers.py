@@ -1,4 +1,4 @@
-"""dse.samplers: NSGA-II/III memoised per generation choose exactly what Optuna's samplers choose;
+"""dse.search.samplers: NSGA-II/III memoised per generation choose exactly what Optuna's samplers choose;
 dse run's storage calls per trial, counted."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
-import dse.search as ds
-from dse.samplers import MemoNSGAIIISampler, MemoNSGAIISampler
+import dse.search.runner as ds
+from dse.search.samplers import MemoNSGAIIISampler, MemoNSGAIISampler
 from dse.study import load_study
 
 QUICK = Path(__file__).parent.parent / "studies" / "quickstart.yaml"

@@ -14,12 +14,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-import dse.analysis as da
-from dse.cli import main
-from dse.grid import sweep
-from dse.progress import Progress, eta_text
-from dse.search import derive_seed, fail_stale_trials, parse_task, run_study, run_tasks
-from dse.storage import redact_url
+import dse.results.analysis as da
+from dse.campaign.grid import sweep
+from dse.cli.commands import main
+from dse.process.progress import Progress, eta_text
+from dse.search.runner import derive_seed, fail_stale_trials, parse_task, run_study, run_tasks
+from dse.storage.backends import redact_url
 from dse.study import load_study
 
 QUICK = Path(__file__).parent.parent / "studies" / "quickstart.yaml"

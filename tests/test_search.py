@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from dse.search import run_study
+from dse.search.runner import run_study
 from dse.study import load_study
 
 QUICK = Path(__file__).parent.parent / "studies" / "quickstart.yaml"
@@ -75,7 +75,7 @@ def test_resume_continues_without_loss_or_duplicates(tmp_path):
 
 
 def test_interrupted_batch_keeps_finished_trials(tmp_path, monkeypatch):
-    import dse.search as search
+    import dse.search.runner as search
     s = small_study(tmp_path)
     journal = str(tmp_path / "q.journal")
     calls = {"n": 0}
@@ -120,7 +120,7 @@ def test_two_workers_share_one_journal(tmp_path):
     import sys
     s = small_study(tmp_path, n_trials=256)
     journal = tmp_path / "shared.journal"
-    code = ("import sys; from dse.search import run_study; from dse.study import load_study; "
+    code = ("import sys; from dse.search.runner import run_study; from dse.study import load_study; "
             f"run_study(load_study({s.path!r}), storage={str(journal)!r}, out=sys.argv[1], progress=False)")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / f"w{i}.parquet")]) for i in range(2)]
     assert all(p.wait(timeout=300) == 0 for p in procs)
@@ -235,7 +235,7 @@ def test_dse_run_counts_designs_and_sorts_the_front(tmp_path):
     duplicate_of), and the front's table sorted by the first objective."""
     from click.testing import CliRunner
 
-    from dse.cli import main
+    from dse.cli.commands import main
     s = small_study(tmp_path, n_trials=160, sampler="nsga2")
     r = CliRunner().invoke(main, ["run", s.path, "--storage", ":memory:", "--quiet", "--epsilon", "0"],
                            env={"COLUMNS": "400"})
@@ -252,7 +252,7 @@ def test_dse_run_counts_designs_and_sorts_the_front(tmp_path):
 
 
 def test_number_ranges_and_worker_index(monkeypatch):
-    from dse.search import number_ranges, worker_index
+    from dse.search.runner import number_ranges, worker_index
     assert number_ranges([5, 0, 2, 1, 2]) == [[0, 2], [5, 5]]
     assert number_ranges([]) == []
     for name in ("DSE_WORKER", "SLURM_ARRAY_TASK_ID", "SLURM_NTASKS", "SLURM_PROCID"):
@@ -270,7 +270,7 @@ def test_number_ranges_and_worker_index(monkeypatch):
 def test_shared_worker_samples_with_its_own_seed_and_rows_name_it(tmp_path, monkeypatch):
     # two runs on one journal: worker 0 (the study seed, 0) then worker 1 (derive_seed(0, 1)); each
     # records the trials it told, and the export names each row's own seed
-    from dse.search import derive_seed, run_study
+    from dse.search.runner import derive_seed, run_study
     study = small_study(tmp_path, n_trials=40)
     url = f"journal:{tmp_path / 's.journal'}"
     monkeypatch.setenv("DSE_WORKER", "0")

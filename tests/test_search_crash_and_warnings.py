@@ -9,8 +9,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from dse.cli import main
-from dse.search import _ConditionalSpaceFilter, run_study
+from dse.cli.commands import main
+from dse.search.runner import _ConditionalSpaceFilter, run_study
 from dse.study import parse_study
 from dse.study.space import active_masks
 

@@ -21,8 +21,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from dse.cli import main
-from dse.search import derive_seed
+from dse.cli.commands import main
+from dse.search.runner import derive_seed
 
 QUICK = Path(__file__).parent.parent / "studies" / "quickstart.yaml"
 DSE = str(Path(sys.executable).with_name("dse"))
@@ -75,7 +75,7 @@ def workers(p, url, tmp_path, n=4, extra=()):
 def trial_states(url, name):
     import optuna
 
-    from dse.storage import resolve_storage
+    from dse.storage.backends import resolve_storage
     store, _ = resolve_storage(None, url, Path("unused"))
     trials = optuna.load_study(study_name=name, storage=store).get_trials(deepcopy=False)
     return [(t.number, t.state.name) for t in trials]

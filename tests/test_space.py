@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from dse.evaluation import build_designs
+from dse.evaluation.designs import build_designs
 from dse.study import parse_study
 from dse.study.space import active_masks, fill_inactive, sampling_order
 
@@ -94,7 +94,7 @@ def test_codes_and_names_evaluate_the_same(study):
     """A grid hands categorical knobs over as indices into their choices, a search as names (with
     None where inactive): the same designs give the same columns, bit for bit."""
     from dse.catalog.database import load_database
-    from dse.evaluation import evaluate_study, metric_table
+    from dse.evaluation.designs import evaluate_study, metric_table
     rng = np.random.default_rng(0)
     n = 3000
     coded, named = {}, {}

@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 import yaml
 
-import dse.search
-from dse.search import run_study
+import dse.search.runner
+from dse.search.runner import run_study
 from dse.study import load_study
 
 QUICK = Path(__file__).parent.parent / "studies" / "quickstart.yaml"
@@ -59,8 +59,8 @@ def _one_worker(study_path, url, barrier, results):
     """What `dse run` does first, in a forked process: open the storage, create or load the
     study (dse's own path, with its retries), then ask and tell one trial."""
     try:
-        from dse.search import _create_study, ask_design, distributions, make_sampler
-        from dse.storage import resolve_storage
+        from dse.search.runner import _create_study, ask_design, distributions, make_sampler
+        from dse.storage.backends import resolve_storage
         study = load_study(study_path)
         directions = [o.direction for o in study.objectives]
         barrier.wait(timeout=60)                     # all 64 start in the same instant
@@ -76,7 +76,7 @@ def _one_worker(study_path, url, barrier, results):
 def test_64_workers_starting_together_create_one_study(tmp_path, shared_url):
     import optuna
 
-    from dse.storage import resolve_storage
+    from dse.storage.backends import resolve_storage
     s = small_study(tmp_path)
     resolve_storage(None, f"sqlite:///{tmp_path / 'warm.db'}", tmp_path / "x")   # import SQLAlchemy, alembic and
     if "://" in shared_url:                                                       # the driver once, before the fork
@@ -105,14 +105,14 @@ def test_64_workers_starting_together_create_one_study(tmp_path, shared_url):
 def _interrupt_after(monkeypatch, batches: int):
     """SIGTERM this process during the ``batches``-th evaluation: dse's handler sets its stop flag,
     the batch in flight is finished and told, and run_study returns interrupted (as under SLURM)."""
-    real, calls = dse.search.evaluate_study, [0]
+    real, calls = dse.search.runner.evaluate_study, [0]
 
     def evaluate(*args, **kwargs):
         calls[0] += 1
         if calls[0] == batches:
             os.kill(os.getpid(), signal.SIGTERM)
         return real(*args, **kwargs)
-    monkeypatch.setattr(dse.search, "evaluate_study", evaluate)
+    monkeypatch.setattr(dse.search.runner, "evaluate_study", evaluate)
 
 
 def _rows(df):
@@ -177,7 +177,7 @@ def _dropping(monkeypatch, method: str, fail_calls):
             raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from cause
         return real(self, *args, **kwargs)
     monkeypatch.setattr(optuna.storages.RDBStorage, method, flaky)
-    monkeypatch.setattr("dse.storage.RETRY_BASE_S", 0.01)
+    monkeypatch.setattr("dse.storage.backends.RETRY_BASE_S", 0.01)
     return calls
 
 
@@ -212,7 +212,7 @@ def test_the_journal_is_fsynced_at_most_once_a_second_and_at_exit(shm, monkeypat
     """Appends reach the file at once (another reader sees them) but fsync only when
     JOURNAL_SYNC_S has passed since the last one; sync() (registered for exit) fsyncs what is
     left, once."""
-    import dse.storage as st
+    import dse.storage.backends as st
     calls = []
     real = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: calls.append(fd) or real(fd))
@@ -249,7 +249,7 @@ def test_database_that_stays_down_is_one_line_exit_1_and_keeps_finished_trials(t
     import optuna
     from click.testing import CliRunner
 
-    from dse.cli import main
+    from dse.cli.commands import main
     s = small_study(tmp_path, n_trials=48, batch_size=16, sampler="random")
     _dropping(monkeypatch, "set_trial_state_values", lambda n: n > 20)    # down from the 21st tell on
     url = f"sqlite:///{tmp_path / 'q.db'}"
@@ -277,7 +277,7 @@ def test_postgresql_restart_mid_run_and_the_run_finishes(tmp_path):
 
     import optuna
 
-    from dse.storage import resolve_storage
+    from dse.storage.backends import resolve_storage
     url, pg_bin, pg_dir = (os.environ.get(k) for k in ("DSE_TEST_PG_URL", "PG_BIN", "PG_DIR"))
     if not (url and pg_bin and pg_dir and os.geteuid() == 0):
         require("postgres", "no PostgreSQL server of our own to restart: run under .ci/run (it exports "
@@ -352,7 +352,7 @@ def test_two_workers_through_the_grpc_proxy_reach_exactly_the_total(tmp_path):
         assert [w.returncode for w in workers] == [0, 0], [e[-2000:] for _, e in outs]
         from click.testing import CliRunner
 
-        from dse.cli import main
+        from dse.cli.commands import main
         r = CliRunner().invoke(main, ["storage-proxy", "--storage", db, "--port", str(port)])   # gRPC alone would
         assert r.exit_code == 1 and "the port is in use" in r.output                            # share the port
     finally:
@@ -374,9 +374,9 @@ def test_two_workers_through_the_grpc_proxy_reach_exactly_the_total(tmp_path):
 def test_grpc_url_and_proxy_mistakes_are_one_line(tmp_path, args, needle, code, monkeypatch):
     from click.testing import CliRunner
 
-    from dse.cli import main
+    from dse.cli.commands import main
     _need_grpc()
-    monkeypatch.setattr("dse.storage.grpc_client.__defaults__", (0.5,))     # wait 0.5 s, not 10 s
+    monkeypatch.setattr("dse.storage.backends.grpc_client.__defaults__", (0.5,))     # wait 0.5 s, not 10 s
     s = small_study(tmp_path, n_trials=25)
     args = [str(s.path) if a == "STUDY" else a.replace("PORT", str(_free_port())) for a in args]
     r = CliRunner().invoke(main, args)
@@ -391,7 +391,7 @@ def test_mysql_url_without_its_driver_names_the_extra(tmp_path, monkeypatch):
 
     from click.testing import CliRunner
 
-    from dse.cli import main
+    from dse.cli.commands import main
     monkeypatch.setitem(sys.modules, "pymysql", None)            # as if PyMySQL were not installed
     s = small_study(tmp_path, n_trials=25)
     r = CliRunner().invoke(main, ["run", str(s.path), "--storage", "mysql+pymysql://dse:s3cret@db.example/dse"])
@@ -405,15 +405,15 @@ def test_mysql_gets_the_small_pool_of_postgresql(monkeypatch):
     options for MySQL as for PostgreSQL, whatever the server (no connection is made)."""
     import optuna
 
-    import dse.storage
+    import dse.storage.backends
     seen = {}
 
     def init(self, url, engine_kwargs=None, **kw):
         seen[url] = engine_kwargs
         assert kw == {"skip_compatibility_check": True}
     monkeypatch.setattr(optuna.storages.RDBStorage, "__init__", init)
-    monkeypatch.setattr(dse.storage, "_check_schema", lambda store, url: None)
-    from dse.storage import resolve_storage
+    monkeypatch.setattr(dse.storage.backends, "_check_schema", lambda store, url: None)
+    from dse.storage.backends import resolve_storage
     for url in ("mysql+pymysql://u:p@h/db", "postgresql+psycopg://u:p@h/db"):
         resolve_storage(None, url, Path("unused"))
     assert seen["mysql+pymysql://u:p@h/db"] == seen["postgresql+psycopg://u:p@h/db"] == {

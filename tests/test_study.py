@@ -6,7 +6,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from dse.cli import main
+from dse.cli.commands import main
 from dse.errors import SpecError, SpecErrors
 from dse.study import load_study
 

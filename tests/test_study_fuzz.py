@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from dse.errors import SpecError, SpecErrors
-from dse.search import run_study
+from dse.search.runner import run_study
 from dse.study import load_study
 
 STUDY = Path(__file__).parent.parent / "studies" / "draft-chip.yaml"

@@ -9,7 +9,7 @@ import yaml
 
 from dse.api import evaluate_design
 from dse.errors import SpecError, SpecErrors
-from dse.evaluation import evaluate_study as evaluate_params
+from dse.evaluation.designs import evaluate_study as evaluate_params
 from dse.study import load_study
 
 QUICK = Path(__file__).parent / ".." / "studies" / "quickstart.yaml"
@@ -44,8 +44,8 @@ def test_tree_nodes_knob_evaluates_each_size_like_dse_eval(tmp_path):
 
 
 def test_run_reports_the_best_shape(tmp_path):
-    from dse.analysis import front_table
-    from dse.search import run_study
+    from dse.results.analysis import front_table
+    from dse.search.runner import run_study
     s = tree_study(tmp_path)
     res = run_study(s, n_trials=8, storage=":memory:", progress=False)
     assert "tree_shape" in res.frame.columns and "tree_nodes" in res.frame.columns
@@ -70,7 +70,7 @@ def test_a_draft_chip_that_does_not_fit_violates_the_memory_constraint():
     # Optuna memory constraint is the total shortfall, +31.75, not the target's slack (-16)
     from types import SimpleNamespace
 
-    from dse.evaluation import constraint_values
+    from dse.evaluation.designs import constraint_values
     cols = {"memory_shortfall_gb": np.array([0.0, 0.0]), "draft_memory_shortfall_gb": np.array([31.75, 0.0]),
             "memory_required_gb": np.array([60.0, 60.0]), "memory_capacity_gb": np.array([80.0, 80.0]),
             "memory_reserve_gb": np.array([4.0, 4.0]),

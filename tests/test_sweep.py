@@ -8,9 +8,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-import dse.analysis as da
-from dse.cli import main
-from dse.grid import axis_values, sweep
+import dse.results.analysis as da
+from dse.campaign.grid import axis_values, sweep
+from dse.cli.commands import main
 from dse.study import Knob, load_study
 
 QUICK = Path(__file__).parent.parent / "studies" / "quickstart.yaml"

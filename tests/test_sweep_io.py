@@ -10,13 +10,13 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-import dse.analysis as da
-from dse.cli import main
-from dse.evaluation import evaluate_study
-from dse.grid import distinct_points, grid_axes, sweep
-from dse.pareto import front_flags
+import dse.results.analysis as da
+from dse.campaign.grid import distinct_points, grid_axes, sweep
+from dse.cli.commands import main
+from dse.evaluation.designs import evaluate_study
 from dse.results.frame import results_frame
 from dse.results.front import dataset_front
+from dse.results.pareto import front_flags
 from dse.results.store import FRONT_FILE, PARETO_FILE
 from dse.study import load_study, open_study
 
@@ -262,7 +262,7 @@ def test_sweep_parts_carry_the_dataframe_paths_schema(swept, in_memory):
     ("eval", ("pandas", "pyarrow", "optuna", "matplotlib", "moocore", "importlib.metadata")),
     # pyarrow imports pandas on its first conversion of a Python value (its pandas shim): the sweep builds
     # its Arrow arrays from numpy buffers (dse.results.arrow) and never converts one
-    ("sweep", ("pandas", "optuna", "matplotlib", "dask", "scipy", "sklearn", "dse.search", "dse.report")),
+    ("sweep", ("pandas", "optuna", "matplotlib", "dask", "scipy", "sklearn", "dse.search.runner", "dse.report")),
     # the text front reads the sweep's front file with pyarrow alone (pyarrow.dataset costs 0.2 s)
     ("pareto", ("pandas", "pyarrow.dataset", "optuna", "matplotlib", "yaml", "dse.model", "dse.catalog"))])
 def test_start_up_imports_only_what_the_command_uses(cmd, banned, swept, tmp_path):

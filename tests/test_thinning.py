@@ -1,4 +1,4 @@
-"""A front cut to a number of rows in any number of objectives (dse.thinning, issue 20 item 2):
+"""A front cut to a number of rows in any number of objectives (dse.search.thinning, issue 20 item 2):
 exact hypervolume contributions up to 3 objectives, epsilon boxes and contributions estimated
 from directions (Deng and Zhang 2019) above, rows held fixed (a study's trials) never removed."""
 
@@ -8,7 +8,7 @@ import moocore
 import numpy as np
 import pytest
 
-from dse.thinning import box_thin, contributions_estimate, normalise, thin
+from dse.search.thinning import box_thin, contributions_estimate, normalise, thin
 
 MIN2 = ["minimize", "minimize"]
 

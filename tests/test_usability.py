@@ -8,8 +8,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-import dse.analysis as da
-from dse.cli import main
+import dse.results.analysis as da
+from dse.cli.commands import main
 from dse.errors import did_you_mean
 from dse.study import load_study
 

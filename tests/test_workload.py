@@ -1,4 +1,4 @@
-"""dse.workload: acceptance parsing and its descriptions, and one design evaluated two ways."""
+"""dse.workload.spec: acceptance parsing and its descriptions, and one design evaluated two ways."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from dse.errors import SpecError
-from dse.workload import AcceptanceSpec, DrafterSpec, make_acceptance, parse_k
+from dse.workload.spec import AcceptanceSpec, DrafterSpec, make_acceptance, parse_k
 
 
 @pytest.mark.parametrize("given, rows", [

@@ -86,9 +86,9 @@ def llm_analysis_rate(venv: Path, grid: int = 1000) -> float:
 def dse_numbers(grid: int) -> dict:
     import dse
     from dse.catalog.database import load_database
-    from dse.evaluation import evaluate_study
+    from dse.evaluation.designs import evaluate_study
     from dse.model.transformer import total_params
-    from dse.presearch import sample_knob
+    from dse.search.presearch import sample_knob
     from dse.study import open_study
     db = load_database()
     out = {}

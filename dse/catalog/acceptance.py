@@ -5,7 +5,7 @@
 kind, task, temperature, the chain length k or the tree (nodes, depth), the kind of statistic
 and its value. ``families.yaml`` says which models share a tokenizer and a training lineage.
 This module only reads and checks them (every bad cell: file, row id, column, allowed values);
-turning a statistic into the acceptance rate the model uses is :mod:`dse.acceptance`'s job.
+turning a statistic into the acceptance rate the model uses is :mod:`dse.acceptance.fit`'s job.
 
 >>> rows = load_table()
 >>> r = row_by_id(rows, "lev23-01")
@@ -25,14 +25,14 @@ from pathlib import Path
 from ..errors import SpecError, did_you_mean, raise_collected
 from .fields import Range
 
-#: the workload's text kinds (dse.workload.TaskMix); a row may also be `mix` (a published mean
+#: the workload's text kinds (dse.workload.spec.TaskMix); a row may also be `mix` (a published mean
 #: over tasks: Spec-Bench's six in equal parts) or `other` (a task outside this list)
 TASKS = ("chat", "code", "math", "summarization", "translation", "qa", "rag")
 ROW_TASKS = TASKS + ("mix", "other")
 #: Spec-Bench (Xia et al. 2024, arXiv 2401.07851): 80 prompts from each of six tasks; the
 #: workload's `mix`
 MIX_TASKS = ("chat", "translation", "summarization", "qa", "math", "rag")
-#: drafter kinds dse models (dse.workload: the --draft spellings)
+#: drafter kinds dse models (dse.workload.spec: the --draft spellings)
 MODELLED_KINDS = ("model", "eagle", "eagle2", "eagle3", "medusa", "hydra", "ngram", "retrieval", "early-exit")
 #: published methods kept in the table that no dse drafter represents
 OTHER_KINDS = ("ngram-lm", "mtp", "medusa2", "block", "lookahead", "recycling", "samd")
@@ -191,7 +191,7 @@ def _row(c: dict[str, str], path: str, where: str) -> AcceptanceRow:
         stat_value=number("stat_value", value_rng), rates=rates, includes_bonus=text("includes_bonus"),
         fit=text("fit", ("yes", "no")) == "yes", why_not=text("why_not"), hardware=text("hardware"),
         speedup=text("speedup"), notes=text("notes"))
-    # cross-column rules: what the conversions in dse.acceptance rely on
+    # cross-column rules: what the conversions in dse.acceptance.fit rely on
     if stat != "speedup_only" and row["stat_value"] is None:
         errs.append(SpecError(path, f"{where}.stat_value", "", "expected a number for this stat_kind"))
     if stat == "per_position" and not rates:

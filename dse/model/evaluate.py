@@ -18,7 +18,7 @@ import numpy as np
 
 from ..catalog.specs import ModelSpec
 from ..units import FACTOR
-from ..workload import EAGLE3_DRAFT_VOCAB, AcceptanceSpec, Workload
+from ..workload.spec import EAGLE3_DRAFT_VOCAB, AcceptanceSpec, Workload
 from . import specdec
 from . import transformer as tf
 from .arrays import DesignBatch, HardwareArrays
@@ -1039,7 +1039,7 @@ def energy_metrics(metrics: dict, batch: DesignBatch, w: Workload) -> dict:
 def _band(w: Workload, k, nodes, tau, t_iter, exposed, t_draft, t_verify, overlapped):
     """(tau_low, tau_high, s/token at tau_low, s/token at tau_high): the design as chosen (its k
     and tree) with the acceptance at the ends of its band (Workload.acceptance_low/high, from
-    dse.acceptance); the same as the nominal values without a band (acceptance given). Only the
+    dse.acceptance.fit); the same as the nominal values without a band (acceptance given). Only the
     acceptance moves: T_iter is the nominal one but for the exposed draft time of overlapped
     drafting, which depends on P(window) (specdec.iteration_time_s)."""
     if w.acceptance_low is None or w.acceptance_high is None:

@@ -9,7 +9,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..catalog.rank_profiles import GEOMETRIC, RankProfile
-from ..workload import AcceptanceSpec
+from ..workload.spec import AcceptanceSpec
 from .work import COUNTS
 
 
@@ -91,7 +91,7 @@ def iteration_time_s(t_draft, t_verify, t_link, t_spec_overhead, p_all, overlapp
 
 # ---- token trees (Sequoia, Chen et al. 2024, arXiv 2402.12374) ----
 
-#: Largest tree evaluated: dse.workload.TREE_NODES_MAX. Published static trees are far smaller
+#: Largest tree evaluated: dse.workload.spec.TREE_NODES_MAX. Published static trees are far smaller
 #: (EAGLE 26 nodes, Medusa 64, EAGLE-2 60, SpecInfer <= 128); Sequoia's largest (768 nodes) was
 #: built for offloading, where a verify pass costs the same at any size. 1024 covers it, and keeps
 #: the per-workload table of best trees (depth x nodes x depth int16) a few MB and quick to build.

@@ -2,7 +2,7 @@
 
 ``COUNTS["steps"]``: calls of roofline.step_cost; ``COUNTS["rows"]``: design rows (x k columns)
 those calls priced; ``COUNTS["tables"]``: tree tables asked for (specdec.tree_table, cached or
-not). They only grow; a caller reads them before and after some work (dse.presearch turns the
+not). They only grow; a caller reads them before and after some work (dse.search.presearch turns the
 difference into reference CPU seconds, so its time cap gives the same designs on any machine).
 """
 

@@ -1,9 +1,9 @@
 """From a results file to a report: rebuild the study, evaluate what the figures compare against.
 
-The orchestration between :mod:`dse.analysis` (which reads results) and :mod:`.figures`
+The orchestration between :mod:`dse.results.analysis` (which reads results) and :mod:`.figures`
 (which only draws): the study is rebuilt from the results' own metadata, so a report needs
 nothing but the Parquet file. Everything here re-evaluates designs with the same vectorised
-model the search used (:func:`dse.evaluation.evaluate_study`), so the reference points and
+model the search used (:func:`dse.evaluation.designs.evaluate_study`), so the reference points and
 curves share the results' columns and units.
 
 - :func:`study_from_results`: the StudySpec behind a results frame.
@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .. import analysis as da
 from ..errors import DseError, SpecError
-from ..evaluation import evaluate_study
+from ..evaluation.designs import evaluate_study
+from ..results import analysis as da
 from ..results.frame import results_frame
 from ..results.guard import check_report_folder, report_mark, write_report_mark
 from ..study import Knob, StudySpec, load_study, open_study, parse_study
@@ -121,7 +121,7 @@ def study_from_results(df: pd.DataFrame, db=None) -> StudySpec:
     resolved = (df.attrs.get("dse") or {}).get("study")
     if not isinstance(resolved, dict) or "knobs" not in resolved:
         raise DseError("the results carry no study in attrs['dse']['study']; load them with "
-                       "dse.analysis.load_results")
+                       "dse.results.analysis.load_results")
     study = _from_file(resolved, db)
     if study is not None:
         return study
@@ -338,7 +338,7 @@ def _optuna_study(df: pd.DataFrame, study: StudySpec):
     """An in-memory Optuna study holding ``df``'s rows as COMPLETE trials."""
     import optuna
 
-    from ..search import distributions
+    from ..search.runner import distributions
     dists = distributions(study)
     metrics = [o.metric for o in study.objectives]
     s = optuna.create_study(directions=[o.direction for o in study.objectives])
@@ -415,7 +415,7 @@ def default_out(path) -> Path:
     return base.with_name(base.name + "-report")
 
 
-#: the columns the report reads (patterns for dse.analysis.load_results), besides the objectives:
+#: the columns the report reads (patterns for dse.results.analysis.load_results), besides the objectives:
 #: the other ~40 columns of a results file are never decoded
 REPORT_COLUMNS = ["study", "trial", "state", "sampler", "seed", "params_*", "chips", "peak_tflops", "cost_usd",
                   "power_w", "spec_ms_per_token", "baseline_ms_per_token", "tokens_per_s", "alpha", "tau", "k",
@@ -435,7 +435,7 @@ def _report_columns(ds) -> list[str]:
 #: what a sweep's report reads of every row besides the objectives: what its figures use (the
 #: fronts, the draft-chip groups, the alpha / tau / k ranges in titles; a sweep has no trial order,
 #: so no hypervolume history, and no importances); the front table's columns are read for the
-#: front's rows only (dse.analysis.front_of)
+#: front's rows only (dse.results.analysis.front_of)
 SWEEP_ROW_COLUMNS = ["feasible", "fits", "alpha", "tau", "k", "params_draft_chip_enabled"]
 #: and, when the draft is a knob, what the 'which draft wins where' figure reads of every row
 CODESIGN_ROW_COLUMNS = ["params_draft", "params_draft_exit_layer", "params_target_chip_memory",

@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .. import analysis as da
-from .. import pareto
 from ..errors import DseError
+from ..results import analysis as da
+from ..results import pareto
 
 __all__ = ["write_report", "unit_of", "axis_label", "workload_title",
            "OKABE_ITO", "MARKERS"]
@@ -190,7 +190,7 @@ def _pairs_data(df, objs, known=None) -> list[PairData]:
     """One PairData per pair of objectives (the all-objective front is computed once)."""
     vals, ok = da.usable_values(df, objs)
     dirs = da.directions(objs)
-    new = da.new_design_mask(df)            # counts are of distinct designs (dse.analysis.counts)
+    new = da.new_design_mask(df)            # counts are of distinct designs (dse.results.analysis.counts)
     # one point per design of the front: repeats and exact ties are drawn and counted once
     on_front = pareto.first_of_equal(vals, pareto.pareto_mask(vals, dirs, feasible=ok))
     out = []
@@ -762,19 +762,19 @@ def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None 
     ``hypervolume.png`` (if there is a ``trial`` column and a feasible design).
 
     Args:
-        df: results (:func:`dse.analysis.load_results`); ``df.attrs["dse"]`` supplies the
+        df: results (:func:`dse.results.analysis.load_results`); ``df.attrs["dse"]`` supplies the
             objectives and the workload named in titles.
         out_dir: created if missing; existing files of the same names are replaced.
         known_parts: real devices to mark, with a ``name`` (or ``label``) column and the
             objective columns.
         progress: called with a short message before each figure.
-        objectives: override the study objectives (see :func:`dse.analysis.objectives_of`).
+        objectives: override the study objectives (see :func:`dse.results.analysis.objectives_of`).
         table_rows: rows of the front table shown in the HTML.
-        front: the front's rows with the table's columns (:func:`dse.analysis.front_of`), when
+        front: the front's rows with the table's columns (:func:`dse.results.analysis.front_of`), when
             ``df`` holds only what the figures need of every row (a sweep); default
-            ``dse.analysis.front(df)``.
+            ``dse.results.analysis.front(df)``.
         epsilon: the front table's near-ties within this (relative, per objective) collapsed
-            into one row (dse.analysis.front); the figures draw the exact front.
+            into one row (dse.results.analysis.front); the figures draw the exact front.
         skipped: (figure, why) of figures the caller did not compute; with those this function
             leaves out, they are listed in the page and returned.
 

@@ -94,7 +94,7 @@ def _chunk_numpy(a: pa.Array) -> np.ndarray:
 def usable_rows(table: pa.Table, objectives) -> tuple[np.ndarray, np.ndarray]:
     """(objective values (n, m) as float64, mask of the usable rows) of a results table: a row is
     usable when it is feasible (column ``feasible``, else ``fits``, else every row; null counts as
-    False) and every objective is finite, as dse.analysis.usable_values."""
+    False) and every objective is finite, as dse.results.analysis.usable_values."""
     v = np.empty((table.num_rows, len(objectives)))
     for j, (m, _) in enumerate(objectives):
         v[:, j] = to_numpy(table[m])

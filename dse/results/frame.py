@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..evaluation import Designs, constraint_values, metric_table
+from ..evaluation.designs import Designs, constraint_values, metric_table
+from ..model.columns import BOUND_COLUMNS, DERIVED_COLUMNS, HARDWARE_COLUMNS, INT_METRICS, TEXT_METRICS
 from ..model.evaluate import Metrics
-from ..pareto import front_flags
 from ..study.space import is_conditional
-from .columns import BOUND_COLUMNS, DERIVED_COLUMNS, HARDWARE_COLUMNS, INT_METRICS, TEXT_METRICS
+from .pareto import front_flags
 
 
 def results_frame(study, designs: Designs, metrics: Metrics, params: dict[str, np.ndarray], *,

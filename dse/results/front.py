@@ -2,7 +2,7 @@
 columns, the front's rows best first, and the columns its table shows.
 
 ``dse pareto`` prints from here (a sweep's front is read from its ``_front.parquet``, so the
-command costs the front, not the dataset); dse.analysis builds its DataFrames on the same
+command costs the front, not the dataset); dse.results.analysis builds its DataFrames on the same
 functions, so both give the same rows in the same order.
 """
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from .. import pareto
 from ..errors import DseError
+from . import pareto
 from .arrow import num_array, to_numpy, usable_rows
 from .store import open_results
 
@@ -130,11 +130,11 @@ class DatasetFront:
 
 
 def dataset_front(path, objectives=None, top: int | None = None, epsilon=0.0) -> DatasetFront:
-    """The front of a results file or dataset as dse.analysis.front_table(front_of(path)) gives
+    """The front of a results file or dataset as dse.results.analysis.front_table(front_of(path)) gives
     it, without pandas: the front's rows (Dataset.front_table: a sweep's ``_front.parquet``, else
     the parts' objective columns part by part), one per point (the lowest trial), best first
-    (dse.pareto.front_order), near-ties within ``epsilon`` (relative, one number or one per
-    objective) collapsed into the first (dse.pareto.epsilon_thin), the first ``top``."""
+    (dse.results.pareto.front_order), near-ties within ``epsilon`` (relative, one number or one per
+    objective) collapsed into the first (dse.results.pareto.epsilon_thin), the first ``top``."""
     ds = open_results(path)
     names = ds.schema.names
     objs = resolve_objectives(objectives, ds.meta, numeric_columns(ds.schema), names)

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 #: the Parquet schema-metadata key that holds the study and provenance as JSON
 META_KEY = b"dse"
 
-#: version of the Parquet results schema (dse.results.columns names the columns); readers refuse
+#: version of the Parquet results schema (dse.model.columns names the columns); readers refuse
 #: newer files
 SCHEMA_VERSION = 4
 
@@ -282,7 +282,7 @@ def replace_dataset(root: str | os.PathLike, manifest: dict, out=None, keep=None
         except OSError as exc:
             raise write_failure(f, exc) from None
     if gone:
-        from ..progress import note
+        from ..process.progress import note
         note(f"note: --force: removed {gone} file(s) of another dataset from {root} (its parts, side files and "
              "manifest); a new dataset starts there", out or sys.stderr)
     return gone
@@ -327,7 +327,7 @@ def incomplete_message(root: str | os.PathLike, missing: list[str], manifest: di
         shards = sorted({int(p.split("-")[1]) for p in missing})
         n_sh = int(manifest.get("shards") or 1)
         size = manifest.get("chunk_size")
-        auto = min(131_072, -(-int(manifest.get("total") or 0) // n_sh))      # dse.grid.auto_chunk_size
+        auto = min(131_072, -(-int(manifest.get("total") or 0) // n_sh))      # dse.campaign.grid.auto_chunk_size
         flags = f" --points {manifest['points']}" if manifest.get("points") else ""
         flags += f" --chunk-size {size}" if size and size != auto else ""
         cmd = f"dse sweep {study} --shard I/{n_sh}{flags} --out {root}"
@@ -628,9 +628,9 @@ class Dataset:
         """(global row numbers of the non-dominated feasible rows, rows, distinct designs), read
         part by part (objective columns, ``feasible`` or else ``fits``, ``duplicate_of``; no
         pandas): each part's front kept, then the front of their union (a row dominated within
-        its part is dominated globally). Feasibility and designs as dse.analysis's
+        its part is dominated globally). Feasibility and designs as dse.results.analysis's
         feasible_mask and count_designs; every row when there is no duplicate_of column."""
-        from ..pareto import pareto_mask
+        from .pareto import pareto_mask
         names, dirs = self.schema.names, [d for _, d in objs]
         ok_col = next((c for c in ("feasible", "fits") if c in names), None)
         cols = list(dict.fromkeys([m for m, _ in objs] + [c for c in (ok_col, "duplicate_of") if c in names]))
@@ -649,7 +649,7 @@ class Dataset:
 
     def feasible_designs(self) -> int:
         """Distinct feasible designs (``feasible``, else ``fits``, else every row; ``duplicate_of``
-        null), as dse.analysis.counts: two columns read part by part."""
+        null), as dse.results.analysis.counts: two columns read part by part."""
         names = self.schema.names
         ok_col = next((c for c in ("feasible", "fits") if c in names), None)
         cols = [c for c in (ok_col, "duplicate_of") if c in names]
@@ -682,7 +682,7 @@ class Dataset:
     def global_flags(self) -> tuple[np.ndarray, np.ndarray]:
         """(is_pareto, pareto_rank) over every row of the dataset (rank -1 where not usable): from
         :data:`PARETO_FILE` when it covers exactly these parts, else computed from the objective
-        and feasible columns (dse.pareto.front_flags over the concatenation in file order)."""
+        and feasible columns (dse.results.pareto.front_flags over the concatenation in file order)."""
         objs = self.objectives()
         side = read_pareto_file(self.root, self.files, self.counts, objs, self.fingerprint, self.digests())
         if side is not None:
@@ -717,7 +717,7 @@ def open_dataset(root, files: list[Path] | None = None) -> Dataset:
 
 def expand_flags(n: int, rows: np.ndarray, values: np.ndarray, directions) -> tuple[np.ndarray, np.ndarray]:
     """front_flags over the usable rows ``rows`` (ascending) of n, spread back to all n rows."""
-    from ..pareto import front_flags
+    from .pareto import front_flags
     mask, ranks = np.zeros(n, dtype=bool), np.full(n, -1, dtype=np.int64)
     if rows.size:
         m, r = front_flags(values, directions, None)

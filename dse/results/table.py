@@ -11,12 +11,12 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa
 
-from ..evaluation import Designs, constraint_values, metric_table
+from ..evaluation.designs import Designs, constraint_values, metric_table
+from ..model.columns import BOUND_COLUMNS, DERIVED_COLUMNS, HARDWARE_COLUMNS, INT_METRICS, TEXT_METRICS
 from ..model.evaluate import METRIC_COLUMNS, Metrics
 from ..model.roofline import BOUND_NAMES
 from ..study.space import is_conditional
 from .arrow import bool_array, factorize, num_array, repeat_string, string_array
-from .columns import BOUND_COLUMNS, DERIVED_COLUMNS, HARDWARE_COLUMNS, INT_METRICS, TEXT_METRICS
 from .store import META_KEY
 
 

@@ -22,11 +22,11 @@ from ..catalog.rank_profiles import load_rank_profiles
 from ..catalog.specs import DTYPES
 from ..catalog.technology import load_technology
 from ..catalog.yamlio import load_yaml
-from ..credentials import has_password
 from ..errors import MISSING, DseError, SpecError, UnknownEntryError, raise_collected
+from ..model.columns import HARDWARE_COLUMNS, NUMERIC_METRICS
 from ..model.transformer import WEIGHT_FORMATS, default_kv_dtype
-from ..results.columns import HARDWARE_COLUMNS, NUMERIC_METRICS
-from ..workload import (
+from ..storage.credentials import has_password
+from ..workload.spec import (
     DEFAULT_TASK,
     DRAFT_SPELLINGS,
     K_LIMIT,
@@ -66,7 +66,7 @@ from .spec import (
 #: ~1 ms ask/tell is 3 hours; a seed must fit numpy's 32-bit seeding, which Optuna uses)
 SEARCH_RANGES = {"n_trials": Range(True, 1, 10_000_000), "batch_size": Range(True, 2, 100_000),
                  "seed": Range(True, 0, 2**32 - 1), "presearch_s": Range(False, 0, 86_400, lo_open=True, unit="s")}
-#: objectives a study may have (the search thins its archive in seconds up to here, dse.thinning;
+#: objectives a study may have (the search thins its archive in seconds up to here, dse.search.thinning;
 #: beyond, nearly every design is non-dominated and a front says little)
 MAX_OBJECTIVES = 6
 #: grid points per continuous knob (points^knobs designs: 1000 points on 2 knobs is 10^6)
@@ -326,7 +326,7 @@ def _workload(wl: Any, db: Database, err: _Errors) -> tuple[dict, list[Knob]]:
     out["acc_given"] = acc_raw is not None
     drafting = any(d is None or d.kind != "none" for _, d in out["choices"])
     if drafting and acc_raw is None:
-        out["acc"] = None       # from the published table or the acceptance model, per draft (dse.acceptance)
+        out["acc"] = None       # from the published table or the acceptance model, per draft (dse.acceptance.fit)
     elif drafting:
         if not isinstance(acc_raw, dict) or len(acc_raw) != 1 or next(iter(acc_raw)) not in ("alpha", "per_position",
                                                                                             "tau", "rank"):

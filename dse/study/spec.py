@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..catalog.links import SCALE_UP_CLASSES
-from ..credentials import redact_url
-from ..workload import K_LIMIT, TREE_NODES_MAX, DrafterSpec, Workload
+from ..storage.credentials import redact_url
+from ..workload.spec import K_LIMIT, TREE_NODES_MAX, DrafterSpec, Workload
 
-#: "auto" (the default): a front found in numpy (dse.presearch) as the first trials, then trials bred
-#: from the front and screened in numpy (dse.breeder)
+#: "auto" (the default): a front found in numpy (dse.search.presearch) as the first trials, then trials bred
+#: from the front and screened in numpy (dse.search.breeder)
 SAMPLERS = ("auto", "nsga2", "nsga3", "tpe", "gp", "random", "qmc")
 
 
@@ -137,9 +137,9 @@ class DraftChoices:
     """The study's drafter(s): one, or the choices of the knob `draft` (an early-exit range is
     the choice 'early-exit' with the knob `draft_exit_layer`). Each row's draft gets its own
     Workload (``workload``): its acceptance from the study (the same for every draft) or from the
-    published table or the acceptance model (dse.acceptance, for the study's task and
+    published table or the acceptance model (dse.acceptance.fit, for the study's task and
     temperature), and, when the study fixes neither k nor a tree size, the method's default tree
-    (dse.workload.DEFAULT_SHAPES) with k = auto up to its depth. Memoised per (label, layer)."""
+    (dse.workload.spec.DEFAULT_SHAPES) with k = auto up to its depth. Memoised per (label, layer)."""
 
     def __init__(self, *, base: Workload, choices: tuple, acceptance_given: bool, default_trees: bool,
                  exit_range: tuple[int, int] | None, db, rank_profile=None):
@@ -166,7 +166,7 @@ class DraftChoices:
     def workload(self, label: str, exit_layer: int = 0) -> Workload:
         key = (label, int(exit_layer) if dict(self.choices)[label] is None else 0)
         if key not in self._memo:
-            from ..acceptance import resolved_workload
+            from ..acceptance.fit import resolved_workload
             d = self.drafter(*key)
             from ..catalog.rank_profiles import load_rank_profiles
             profile = self.rank_profile or load_rank_profiles(self.db.root).for_drafter(d.kind)
@@ -207,7 +207,7 @@ class StudySpec:
     raw: dict = field(default_factory=dict)
     tech: Any = None        # the resolved TechConstants (database constants + overrides)
     drafts: Any = None      # DraftChoices: the Workload of each row's draft
-    #: sampler auto: the numpy pre-search stops after this many seconds (dse.presearch)
+    #: sampler auto: the numpy pre-search stops after this many seconds (dse.search.presearch)
     presearch_s: float = SEARCH_DEFAULTS["presearch_s"]
 
     # the workload's fields, read through (the study holds one Workload, not copies)

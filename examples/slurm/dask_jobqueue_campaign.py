@@ -7,7 +7,7 @@ node or a notebook: python examples/slurm/dask_jobqueue_campaign.py
 
 from dask_jobqueue import SLURMCluster
 
-from dse.distributed import sweep_on_dask, tasks_on_dask
+from dse.campaign.on_dask import sweep_on_dask, tasks_on_dask
 
 cluster = SLURMCluster(cores=1, processes=1, memory="4GB", walltime="01:00:00")
 cluster.scale(jobs=16)                       # 16 single-core workers

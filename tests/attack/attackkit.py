@@ -35,7 +35,7 @@ def write_study(tmp_path: Path, source: Path = QUICK, file: str = "s.yaml", **ch
 
 def cli(*args, env=None, input=None):
     """`dse ARGS` in this process: (exit code, stdout, stderr, exception)."""
-    from dse.cli import main
+    from dse.cli.commands import main
     r = CliRunner().invoke(main, [str(a) for a in args], env=env, input=input)
     return r.exit_code, r.stdout, r.stderr, r.exception
 

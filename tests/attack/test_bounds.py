@@ -126,7 +126,7 @@ def test_out_of_range_and_null_for_every_design_values_are_one_line(tmp_path, ke
 @pytest.mark.parametrize("points, says", [
     (10**8, "--points = 100000000: expected an integer in [2, 1000]"),
     (1000, "--points = 1000: the grid would hold 8.64e+11 points (2 x 1000 x 3 x 12 x 3 x 1000 x 4 x 1000 over 8 "
-           "knobs), more than 1e+10 (dse.grid.MAX_GRID_POINTS): lower the points or fix more knobs"),
+           "knobs), more than 1e+10 (dse.campaign.grid.MAX_GRID_POINTS): lower the points or fix more knobs"),
 ])
 def test_a_grid_too_large_is_refused_before_anything_is_built(tmp_path, points, says):
     """Issue 18: a large --points wrapped an int64 to 0 (a sweep of nothing) or raised MemoryError."""
@@ -142,7 +142,7 @@ def test_a_grid_too_large_is_refused_before_anything_is_built(tmp_path, points, 
 def test_chunk_sizes_out_of_range_are_refused(tmp_path, args, says):
     """Issue 18: --chunk-size 0 was taken as the default."""
     code, out, err, exc = cli("sweep", DRAFT_CHIP, *args, "--out", tmp_path / "sw", "--quiet")
-    assert one_line(code, out, err, exc, want=2) == f"error: {says} (rows per part file; dse.grid.MAX_CHUNK)"
+    assert one_line(code, out, err, exc, want=2) == f"error: {says} (rows per part file; dse.campaign.grid.MAX_CHUNK)"
 
 
 @pytest.mark.parametrize("flag", ["--batch", "--chips", "--prompt", "--output", "--tree-nodes", "--draft-chips"])

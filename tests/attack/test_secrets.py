@@ -25,8 +25,15 @@ from attackkit import ROOT, cli, one_line, password_of, server_url, write_study
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dse.credentials import ENV_VAR, has_password, read_storage_file, redact_text, redact_url, storage_source
 from dse.errors import SpecError
+from dse.storage.credentials import (
+    ENV_VAR,
+    has_password,
+    read_storage_file,
+    redact_text,
+    redact_url,
+    storage_source,
+)
 
 DSE = str(Path(sys.executable).with_name("dse"))
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from attackkit import password_of, server_url, write_study
 
-from dse.search import dead_workers_trials, process_exited, worker_process
-from dse.storage import SLOTS_HINT, driver_message, slots_full
+from dse.search.runner import dead_workers_trials, process_exited, worker_process
+from dse.storage.backends import SLOTS_HINT, driver_message, slots_full
 from dse.study import load_study
 
 DSE = str(Path(sys.executable).with_name("dse"))
@@ -31,7 +31,7 @@ def _running(journal: Path, name: str) -> list:
     import optuna
     from optuna.trial import TrialState
 
-    from dse.storage import resolve_storage
+    from dse.storage.backends import resolve_storage
     try:
         store = resolve_storage(None, str(journal), Path("x"))[0]
         trials = optuna.load_study(study_name=name, storage=store).get_trials(deepcopy=False)
@@ -96,7 +96,7 @@ def test_a_worker_record_tells_a_live_process_from_an_exited_one():
 
 # --------------------------------------------------------------------------- connection slots
 
-#: an exception class of the driver (dse.storage.driver_message looks for the driver's own error)
+#: an exception class of the driver (dse.storage.backends.driver_message looks for the driver's own error)
 _Driver = type("OperationalError", (Exception,), {"__module__": "psycopg"})
 
 
@@ -121,7 +121,7 @@ def _worker(study, url, barrier, results):
     """One `dse run` worker in a forked process (the study loaded once, by the parent), started
     in the same instant as the others."""
     try:
-        from dse.search import run_study
+        from dse.search.runner import run_study
         barrier.wait(timeout=120)
         res = run_study(study, storage=url, sampler="random", progress=False, write=False)   # as --no-parquet
         results.put(("ok", res.n_new))
@@ -146,7 +146,7 @@ def test_the_first_worker_on_an_empty_database_opens_it_with_a_pool_of_one(tmp_p
     "invalid data in the commit" (every later one too: the tables stood without their version)."""
     import optuna
 
-    from dse.storage import POOL_OVERFLOW, WORKER_CONNECTIONS, resolve_storage
+    from dse.storage.backends import POOL_OVERFLOW, WORKER_CONNECTIONS, resolve_storage
     url = server_url()
     schema = f"fresh_{uuid.uuid4().hex[:8]}"
     with _monitor(url) as c:
@@ -175,7 +175,7 @@ def test_64_workers_on_a_server_with_100_connections(tmp_path):
     workers hold about one connection each."""
     import optuna
 
-    from dse.storage import resolve_storage
+    from dse.storage.backends import resolve_storage
     url = server_url()
     with _monitor(url) as c:
         limit = int(c.execute("SHOW max_connections").fetchone()[0])

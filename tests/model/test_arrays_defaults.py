@@ -59,7 +59,7 @@ def test_without_the_new_fields_a_draft_head_step_pays_no_host_cost(db):
     # EAGLE, k = 3 on one H100-like chip: the runtime's draft-step cost is 0 unless the arrays give it;
     # given 30 us it adds 3 x 30 us to the draft
     from dse.model import DesignBatch, evaluate
-    from dse.workload import Workload, make_acceptance, parse_drafter
+    from dse.workload.spec import Workload, make_acceptance, parse_drafter
     tgt = db.model("llama-3.1-8b")
     w = Workload(target=tgt, drafter=parse_drafter("eagle", tgt, db), acceptance=make_acceptance(0.8))
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from dse.api import evaluate_design, hardware_arrays
-from dse.evaluation import evaluate_study, metric_table
+from dse.evaluation.designs import evaluate_study, metric_table
 from dse.model.evaluate import eagle_head
 from dse.model.roofline import step_cost
 from dse.model.transformer import step_kwargs

@@ -109,7 +109,7 @@ def test_a_chip_draws_at_most_its_provisioned_power():
     draw = light["energy_j_per_token"] * light["tokens_per_s"]
     assert 480 < draw < light["power_w"]
     # dse eval says which: "draws 586.7 W of 586.7 W provisioned (at its power limit: ...)"
-    from dse.cli_text import energy_line
+    from dse.cli.text import energy_line
     assert "draws 586.7 W of 586.7 W provisioned (at its power limit" in energy_line(busy)
     assert "power limit" not in energy_line(light)
 

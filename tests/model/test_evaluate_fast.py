@@ -8,7 +8,7 @@ import pytest
 
 from dse.api import hardware_arrays
 from dse.model import DesignBatch, evaluate
-from dse.workload import Workload, make_acceptance, parse_drafter
+from dse.workload.spec import Workload, make_acceptance, parse_drafter
 
 E = sys.modules["dse.model.evaluate"]
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from dse.api import hardware_arrays
 from dse.model import DesignBatch, evaluate
-from dse.workload import Workload, make_acceptance, parse_drafter
+from dse.workload.spec import Workload, make_acceptance, parse_drafter
 
 
 def _batch(db, n, rng):

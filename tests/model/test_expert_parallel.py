@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from dse.api import evaluate_design
 from dse.catalog.database import load_database
-from dse.cli import main
+from dse.cli.commands import main
 from dse.errors import SpecError
 from dse.model import transformer as tf
 from dse.model.evaluate import weights_per_chip

@@ -314,7 +314,7 @@ def test_eval_reports_cost_estimate_and_street_price_apart(db, tech):
 
 
 def test_study_cost_is_the_estimate_and_price_rides_along(db, tech, tmp_path):
-    from dse.evaluation import build_designs
+    from dse.evaluation.designs import build_designs
     from dse.model.technology import known_part_estimate
     from dse.study import load_study
     p = tmp_path / "s.yaml"

@@ -7,7 +7,7 @@ import pytest
 
 from dse.api import evaluate_design, hardware_arrays
 from dse.model import DesignBatch, evaluate
-from dse.workload import Workload, make_acceptance, parse_drafter
+from dse.workload.spec import Workload, make_acceptance, parse_drafter
 
 CASE = dict(hw="h200", target="llama-3.1-70b", dtype="fp8", draft="llama-3.2-1b", alpha=0.9)
 

@@ -13,7 +13,7 @@ from dse.api import evaluate_design
 from dse.catalog.rank_profiles import GEOMETRIC, load_rank_profiles, rank_profile
 from dse.errors import SpecError, SpecErrors
 from dse.model import specdec
-from dse.workload import AcceptanceSpec
+from dse.workload.spec import AcceptanceSpec
 
 DB = Path(__file__).resolve().parents[2] / "hardware_db"
 RAW = yaml.safe_load((DB / "acceptance" / "rank_profiles.yaml").read_text())
@@ -258,8 +258,8 @@ def test_edge_values_a_profile_file_may_hold(tmp_path):
 def test_results_files_carry_the_rank_profile_column(tmp_path):
     """A swept tree size: the chain row has no profile (''), each tree row names its drafter
     kind's (eagle), with the tau dse eval gives; workload.rank_profile: geometric chooses the limit."""
-    from dse.analysis import load_results
-    from dse.grid import sweep
+    from dse.campaign.grid import sweep
+    from dse.results.analysis import load_results
     study = {"name": "rp", "workload": {"target": "llama-3.1-8b", "draft": "eagle", "acceptance": {"alpha": 0.7},
                                         "tree_nodes": [0, 8, 26], "k": 4, "prompt_tokens": 128, "output_tokens": 128},
              "space": {"target_chip": {"device": ["h100-sxm", "h200"], "chips": 1}},

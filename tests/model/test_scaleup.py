@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from dse.api import evaluate_design
-from dse.cli import main
+from dse.cli.commands import main
 from dse.errors import SpecError, SpecErrors
-from dse.evaluation import build_designs, evaluate_study, metric_table
+from dse.evaluation.designs import build_designs, evaluate_study, metric_table
 from dse.study import parse_study
 
 #: the H200 from technology knobs, as the issue built it: N4, 989.4 TFLOP/s, six 8-high HBM3E

@@ -13,13 +13,13 @@ import pytest
 
 from dse.api import evaluate_design
 from dse.errors import SpecError, SpecErrors
-from dse.evaluation import evaluate_study, metric_table
+from dse.evaluation.designs import evaluate_study, metric_table
 from dse.model.arrays import DesignBatch, HardwareArrays
 from dse.model.evaluate import evaluate
 from dse.model.roofline import kernels_per_step, step_cost
 from dse.model.transformer import step_kwargs
 from dse.study import parse_study
-from dse.workload import Workload, make_acceptance, parse_drafter
+from dse.workload.spec import Workload, make_acceptance, parse_drafter
 
 #: the quickstart's workload (studies/quickstart.yaml)
 QUICK = {"target": "llama-3.1-70b", "draft": "llama-3.2-1b", "dtype": "fp8", "kv_dtype": "fp8", "batch": 1,
@@ -144,7 +144,7 @@ def test_overhead_in_eval_text_and_json(db):
     assert b["overhead_ms_per_token"] == pytest.approx(1.702, rel=1e-12)
     from click.testing import CliRunner
 
-    from dse.cli import main
+    from dse.cli.commands import main
     out = CliRunner().invoke(main, ["eval", "--hw", "h100-sxm", "--target", "llama-3.1-8b", "--draft",
                                     "llama-3.2-1b", "--alpha", "0.8", "--k", "3"]).output
     assert "overhead     1.495 ms/token (35%) fixed costs of the graphs runtime" in out

@@ -11,7 +11,7 @@ import pytest
 from dse.api import evaluate_design
 from dse.errors import SpecError
 from dse.model import specdec
-from dse.workload import TREE_NODES_MAX, AcceptanceSpec
+from dse.workload.spec import TREE_NODES_MAX, AcceptanceSpec
 
 
 def tree(acc: AcceptanceSpec, nodes: int, depth: int):
@@ -236,7 +236,7 @@ def test_draft_chip_shortfall_is_its_own():
     assert r["draft_memory_shortfall_gb"] == pytest.approx(
         r["draft_memory_required_gb"] + r["draft_memory_reserve_gb"] - r["draft_memory_capacity_gb"], rel=1e-9)
     assert r["draft_memory_reserve_gb"] == pytest.approx(0.05 * 24 * 2 ** 30 / 1e9, rel=1e-12)    # 5% of 24 GiB
-    from dse.cli_text import eval_table
+    from dse.cli.text import eval_table
     lines = eval_table(r).splitlines()
     assert "DRAFT CHIP DOES NOT FIT" in next(x for x in lines if x.startswith("  draft "))
     assert "fits" in next(x for x in lines if x.startswith("memory"))
@@ -258,7 +258,7 @@ def test_vectorised_trees_match_single_evaluations(db):
     # per-design tree sizes in one batch give the same rows as one evaluation each
     from dse.api import hardware_arrays
     from dse.model import DesignBatch, evaluate
-    from dse.workload import DrafterSpec, Workload
+    from dse.workload.spec import DrafterSpec, Workload
     hw = hardware_arrays(db.device("h100-sxm"), db.runtime("graphs"), 1, "bf16")
     w = Workload(target=db.model("llama-3.1-8b"), drafter=DrafterSpec(kind="eagle", label="eagle"),
                  acceptance=alpha(0.7))
@@ -293,7 +293,7 @@ def test_chain_only_batches_report_no_tree():
 def test_cli_prints_the_tree_and_refuses_bad_rank_vectors():
     from click.testing import CliRunner
 
-    from dse.cli import main
+    from dse.cli.commands import main
     r = CliRunner().invoke(main, ["eval", "--hw", "h100-sxm", "--target", "llama-3.1-8b", "--draft", "eagle",
                                   "--alpha", "0.6", "--tree-nodes", "64", "--k", "8", "--rank-profile", "geometric"])
     assert r.exit_code == 0

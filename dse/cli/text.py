@@ -299,7 +299,7 @@ def wrap(text: str, width: int | None) -> str:
 
 
 def counts_line(front: int, feasible: int, designs: int, rows: int, rows_noun: str = "trials") -> str:
-    """The counts every front header gives, in one vocabulary (dse.analysis.counts): 'front: 263
+    """The counts every front header gives, in one vocabulary (dse.results.analysis.counts): 'front: 263
     designs of 988 feasible (1,715 designs in 2,000 trials)'; designs are distinct designs, the
     front's a design per point."""
     def n(k: int, noun: str) -> str:

@@ -48,13 +48,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .catalog.acceptance import MIX_TASKS, MODELLED_KINDS, TASKS, AcceptanceRow, load_groups, load_table, table_path
-from .catalog.database import Database, load_database
-from .catalog.specs import ModelSpec
-from .model import specdec
-from .model.evaluate import acceptance_terms
-from .model.transformer import total_params
-from .workload import (
+from ..catalog.acceptance import MIX_TASKS, MODELLED_KINDS, TASKS, AcceptanceRow, load_groups, load_table, table_path
+from ..catalog.database import Database, load_database
+from ..catalog.specs import ModelSpec
+from ..model import specdec
+from ..model.evaluate import acceptance_terms
+from ..model.transformer import total_params
+from ..workload.spec import (
     AcceptanceSpec,
     DrafterSpec,
     TaskMix,
@@ -95,7 +95,7 @@ _TARGET = ModelSpec(name="probe", num_layers=32, hidden_size=4096, num_attention
 # ------------------------------------------------------------------ the tau machinery
 
 def _drafter(method: str) -> DrafterSpec:
-    from .workload import HYDRA_HEADS, METHOD_KINDS
+    from ..workload.spec import HYDRA_HEADS, METHOD_KINDS
     kind = METHOD_KINDS[method]
     heads = HYDRA_HEADS if kind in ("medusa", "hydra") else 0
     return DrafterSpec(kind=kind, label=method, method="" if method == kind else method, heads=heads,
@@ -110,8 +110,8 @@ def tau_of_alpha(method: str, alpha, k: int | None = None, nodes: int | None = N
     a = np.asarray(alpha, dtype=np.float64)
     if not nodes:
         return specdec.tau_iid(a, k)
-    from .catalog.database import default_root
-    from .catalog.rank_profiles import load_rank_profiles
+    from ..catalog.database import default_root
+    from ..catalog.rank_profiles import load_rank_profiles
     d = _drafter(method)
     profile = load_rank_profiles(default_root()).for_drafter(d.kind)
     w0 = Workload(target=_TARGET, drafter=d, acceptance=make_acceptance(0.5),
@@ -692,6 +692,6 @@ def update_doc(path, img) -> None:
     p.write_text(doc[:i] + "\n```text\n" + format_report(report(f)) + "\n```\n" + doc[j:])
 
 
-if __name__ == "__main__":   # python -m dse.acceptance docs/acceptance.md docs/img/acceptance-fit.png
+if __name__ == "__main__":   # python -m dse.acceptance.fit docs/acceptance.md docs/img/acceptance-fit.png
     import sys
     update_doc(sys.argv[1], sys.argv[2])

@@ -13,7 +13,7 @@ the database as it is; :func:`fit` re-derives the fitted defaults from the fit r
 check that the database holds what the data give (docs/calibration.md explains the choices).
 
 Example:
-    >>> from dse import calibration
+    >>> from dse.validation import calibration
     >>> rows = calibration.compare()
     >>> s = calibration.summary(rows)
     >>> s["decode"]["all"]["median_abs_error"] <= 0.15
@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from .catalog.database import Database, load_database
-from .model.transformer import WEIGHT_FORMATS
+from ..catalog.database import Database, load_database
+from ..model.transformer import WEIGHT_FORMATS
 
 #: short name -> file in hardware_db/measurements/
 FILES = {"decode": "decode_measurements_public.csv", "specdec": "specdec_measurements_public.csv",
@@ -156,7 +156,7 @@ class _NotModelled(Exception):
 
 def _lookup(table: dict[str, Any], key: str, what: str):
     if key not in table:
-        raise _NotModelled(f"no mapping for {what} {key!r} in dse/calibration.py")
+        raise _NotModelled(f"no mapping for {what} {key!r} in dse/validation/calibration.py")
     return table[key]
 
 
@@ -325,8 +325,8 @@ def _eagle_case(rid: str, row: dict[str, str], model: str, dtype: str, db: Datab
     if "gpt-fast" in method:
         k = EAGLE_GPT_FAST_CHAIN
         if given is None:
-            from .catalog.rank_profiles import load_rank_profiles
-            from .model.specdec import implied_tree_alpha
+            from ..catalog.rank_profiles import load_rank_profiles
+            from ..model.specdec import implied_tree_alpha
             profile = load_rank_profiles((db or load_database()).root).for_drafter("eagle")
             alpha = implied_tree_alpha(EAGLE_TAU[target], depth, nodes, profile)
             given = {"alpha": round(alpha, 4)}
@@ -421,7 +421,7 @@ def _specdec_case(rid: str, row: dict[str, str], db: Database | None = None) -> 
     k = int(re.search(r"(\d+)", row["k_or_tree"]).group(1))
     draft = next((v for key, v in DRAFTS.items() if key in row["draft_method"]), None)
     if draft is None:
-        raise _NotModelled(f"no mapping for draft {row['draft_method']!r} in dse/calibration.py")
+        raise _NotModelled(f"no mapping for draft {row['draft_method']!r} in dse/validation/calibration.py")
     speedup = float(row["measured_speedup"])
     given = _acceptance(row)
     if given is not None and not target.startswith("T5"):      # a draft model with its published tau
@@ -570,7 +570,7 @@ def cases(db: Database | None = None) -> list[Case]:
 
 def predict(case: Case, db: Database | None = None) -> float | None:
     """The model's value for a case's metric (display units: ms, x, GB/s); None if not modelled."""
-    from .api import evaluate_design
+    from ..api import evaluate_design
     db = db or load_database()
     if not case.metric:
         return None
@@ -578,8 +578,8 @@ def predict(case: Case, db: Database | None = None) -> float | None:
         dev = db.device(case.design["hw"])
         return dev.mem_bw_bytes_s * dev.mem_efficiency / 1e9
     if case.metric == "idle_w":
-        from .catalog.technology import load_technology
-        from .model.technology import known_part_energy
+        from ..catalog.technology import load_technology
+        from ..model.technology import known_part_energy
         return known_part_energy(load_technology(db.root), db.device(case.design["hw"]))["idle_w"]
     r = evaluate_design(db=db, **case.design)
     if not r["fits"]:
@@ -612,12 +612,12 @@ def compare(rows: list[Case] | None = None, db: Database | None = None) -> list[
 
 
 def acceptance_rows(db: Database | None = None) -> list[dict[str, Any]]:
-    """The acceptance table's rows as validation rows (dse.acceptance): tau as published (converted
+    """The acceptance table's rows as validation rows (dse.acceptance.fit): tau as published (converted
     to the row's own chain or tree) against the model's tau at that shape; role 'fit' for the rows
     the model is fitted on, 'held-out' for rows it can place but was not fitted on, 'not
     modelled' (with why) for the rest. The leave-one-source-out error is in the summary."""
-    from .acceptance import predicted_rows, stored_fit
-    from .catalog.acceptance import load_table
+    from ..acceptance.fit import predicted_rows, stored_fit
+    from ..catalog.acceptance import load_table
     db = db or load_database()
     f = stored_fit(db)
     pred = predicted_rows(f, db.root)
@@ -682,9 +682,9 @@ def _decode_step_s(design: dict[str, Any], db: Database, overrides: dict[str, fl
                    weight_bw_factor: float) -> float:
     """The autoregressive step of `evaluate` (MODEL.md section 2) with fields overridden and the
     weight-streaming factor given: the same functions `dse eval` uses, one row."""
-    from .api import apply_overrides, hardware_arrays
-    from .model import transformer as tf
-    from .model.roofline import step_cost
+    from ..api import apply_overrides, hardware_arrays
+    from ..model import transformer as tf
+    from ..model.roofline import step_cost
     dev = db.device(design["hw"])
     rt = db.runtime(design.get("runtime") or dev.default_runtime)
     dev, rt = apply_overrides(dev, rt, {**design.get("set_fields", {}), **overrides})
@@ -801,9 +801,9 @@ def _fit_energy(cs: list[Case], db: Database) -> dict[str, float]:
     on-chip pJ per DRAM bit X and the operand-delivery factor F by relative least squares (values >= 0):
     energy per token is linear in both, E = E0 + a X + b F (E0, a, b from evaluate_design with the
     technology constants at X = F = 0 and at unit values; no row is at its power limit there)."""
-    from .api import evaluate_design
-    from .catalog.technology import load_technology
-    from .model.technology import known_part_energy
+    from ..api import evaluate_design
+    from ..catalog.technology import load_technology
+    from ..model.technology import known_part_energy
     tech = load_technology(db.root)
     out: dict[str, float] = {}
     idle = [c for c in cs if c.fit_group == "idle"]
@@ -835,7 +835,7 @@ def _fit_trees(cs: list[Case], db: Database) -> dict[str, float]:
     iteration is tau x T_base / speedup (T_base the model's, as the speedup is over the same
     stack's plain decoding); the model's iteration is linear in both unknowns, so relative least
     squares (values >= 0) on (iter(0, 0), its slopes) solves them."""
-    from .api import evaluate_design
+    from ..api import evaluate_design
 
     def iteration(c, **fields):
         r = evaluate_design(db=db, **{**c.design, "set_fields": {**c.design.get("set_fields", {}), **fields}})
@@ -863,8 +863,8 @@ def _fit_serving(cs: list[Case], db: Database) -> dict[str, float]:
     (TTFT = t0 + c_req) and the per-sequence cost (request latency = RL0 + c_seq*k, k its
     coefficient) by 1-D non-negative relative least squares; keep the grid point with the
     smallest sum of squared relative errors over the rows (TTFT and request latency)."""
-    from .api import evaluate_design
-    from .model import transformer as tf
+    from ..api import evaluate_design
+    from ..model import transformer as tf
     ttft = [c for c in cs if c.metric == "ttft_ms"]
     tput = [c for c in cs if c.metric == "throughput_tok_s_gpu"]
 
@@ -914,8 +914,8 @@ def _factor(design: dict[str, Any], db: Database) -> float:
 
 def stored_values(db: Database | None = None) -> dict[str, float]:
     """The database's current values of the fitted defaults, keyed like :func:`fit`."""
-    from .catalog.technology import load_technology
-    from .model.transformer import COMPUTE_EFFICIENCY_FACTOR
+    from ..catalog.technology import load_technology
+    from ..model.transformer import COMPUTE_EFFICIENCY_FACTOR
     db = db or load_database()
     tech = load_technology(db.root)
     a100, graphs, eager = db.device("a100-80gb"), db.runtime("graphs"), db.runtime("eager")
@@ -957,7 +957,7 @@ def _val(x: float | None) -> str:
 
 def report(rows: list[dict[str, Any]] | None = None, db: Database | None = None) -> dict[str, Any]:
     """Everything `dse validate --json` prints: rows, summary, fit parameters (refit and stored)."""
-    from .acceptance import loso_median, stored_fit
+    from ..acceptance.fit import loso_median, stored_fit
     db = db or load_database()
     rows = compare(db=db) + acceptance_rows(db) if rows is None else rows
     acc = stored_fit(db)
@@ -1036,5 +1036,5 @@ def doc_block(path: str | Path) -> str:
     return block.removeprefix("```text").removesuffix("```").strip("\n")
 
 
-if __name__ == "__main__":   # python -m dse.calibration docs/calibration.md: refresh the doc's table
+if __name__ == "__main__":   # python -m dse.validation.calibration docs/calibration.md: refresh the doc's table
     update_doc(sys.argv[1], format_report(report()))

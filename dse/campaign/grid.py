@@ -11,7 +11,7 @@ Ctrl-C is completed, never duplicated), and readers name the parts still missing
 Each part is written once: its rows become an Arrow table straight from numpy
 (dse.results.table), encoded on a writer thread while the next chunk is evaluated. The parts
 hold is_pareto / pareto_rank null; the shard that finds every part of the grid on disk writes the
-global flags (front and non-dominated ranks over all rows, dse.pareto.front_flags on their
+global flags (front and non-dominated ranks over all rows, dse.results.pareto.front_flags on their
 concatenation in file order) to ``_pareto.parquet``, from the objectives it kept per chunk and
 the objective columns of parts other shards wrote, and the full rows of the front to
 ``_front.parquet`` (each chunk's non-dominated rows are kept as it is evaluated: the global front
@@ -21,7 +21,6 @@ is a subset of their union). ``load_results`` joins the flags; ``dse pareto DIR`
 from __future__ import annotations
 
 import math
-import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,15 +30,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .catalog.database import Database
-from .errors import SpecError
-from .evaluation import evaluate_study
-from .interrupt import stop_on_signals
-from .pareto import pareto_mask
-from .progress import Progress
-from .results.arrow import num_array, usable_rows
-from .results.guard import check_writable
-from .results.store import (
+from ..catalog.database import Database
+from ..errors import SpecError
+from ..evaluation.designs import evaluate_study
+from ..process.interrupt import stop_on_signals
+from ..process.progress import Progress
+from ..process.slurm import shard_from_env
+from ..results.arrow import num_array, usable_rows
+from ..results.guard import check_writable
+from ..results.pareto import pareto_mask
+from ..results.store import (
     check_manifest,
     dataset_conflict,
     dataset_manifest,
@@ -52,10 +52,10 @@ from .results.store import (
     write_pareto_file,
     write_table,
 )
-from .results.table import results_table
-from .study import Knob, StudySpec, open_study
-from .study.parse import GRID_POINTS
-from .study.space import active_masks
+from ..results.table import results_table
+from ..study import Knob, StudySpec, open_study
+from ..study.parse import GRID_POINTS
+from ..study.space import active_masks
 
 DEFAULT_CHUNK = 131_072
 #: the largest grid a sweep enumerates: 10^10 rows at ~1 us a row is about 3 hours of one core;
@@ -118,18 +118,6 @@ def grid_axes(study: StudySpec, points: int) -> list[tuple[Knob, np.ndarray]]:
     return [(k, axis_values(k, points)) for k in study.searched]
 
 
-def shard_from_env() -> tuple[int, int] | None:
-    """(I, N) from SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT (offset by SLURM_ARRAY_TASK_MIN)."""
-    tid, cnt = os.environ.get("SLURM_ARRAY_TASK_ID"), os.environ.get("SLURM_ARRAY_TASK_COUNT")
-    if tid is None or cnt is None:
-        return None
-    try:
-        i, n = int(tid) - int(os.environ.get("SLURM_ARRAY_TASK_MIN", "0")), int(cnt)
-    except ValueError:
-        raise SpecError(None, "SLURM_ARRAY_TASK_ID", tid, "expected integers in the SLURM array variables") from None
-    return i, n
-
-
 def parse_shard(text: str) -> tuple[int, int]:
     """'I/N' with 0 <= I < N."""
     try:
@@ -186,18 +174,18 @@ def check_grid(study: StudySpec, points: int, chunk_size: int | None, shards: in
     if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
                                    or not 1 <= chunk_size <= MAX_CHUNK):
         raise SpecError(None, "--chunk-size", chunk_size, f"expected an integer in [1, {MAX_CHUNK:,}] (rows per part "
-                        "file; dse.grid.MAX_CHUNK)")
+                        "file; dse.campaign.grid.MAX_CHUNK)")
     sizes = [axis_size(k, points) for k in study.searched]
     total = math.prod(sizes)
     if total > MAX_GRID_POINTS:
         raise SpecError(where, field, points, f"the grid would hold {total:.3g} points ({' x '.join(map(str, sizes))} "
-                        f"over {len(sizes)} knobs), more than {MAX_GRID_POINTS:.0e} (dse.grid.MAX_GRID_POINTS): "
+                        f"over {len(sizes)} knobs), more than {MAX_GRID_POINTS:.0e} (dse.campaign.grid.MAX_GRID_POINTS): "
                         "lower the points or fix more knobs")
     if chunk_size is None:
         chunk_size = auto_chunk_size(total, shards)
     if -(-total // chunk_size) > MAX_PARTS:
         raise SpecError(None, "--chunk-size", chunk_size, f"the grid's {total:,} points would make "
-                        f"{-(-total // chunk_size):,} part files, more than {MAX_PARTS:,} (dse.grid.MAX_PARTS): give a "
+                        f"{-(-total // chunk_size):,} part files, more than {MAX_PARTS:,} (dse.campaign.grid.MAX_PARTS): give a "
                         "larger --chunk-size")
     return total, chunk_size
 
@@ -247,7 +235,7 @@ def plan_sweep(study: StudySpec, db, tech, *, points: int | None, shard: tuple[i
 
 def prepare_sweep(study: StudySpec | str | Path, *, points: int | None = None, shards: int = 1, out=None,
                   chunk_size: int | None = None, force: bool = False, db: Database | None = None) -> Path:
-    """What every shard of a sweep checks first, done once (dse.distributed before it submits the
+    """What every shard of a sweep checks first, done once (dse.campaign.on_dask before it submits the
     shards as Dask tasks); returns the dataset directory."""
     study, db, tech = open_study(study, db)
     return plan_sweep(study, db, tech, points=points, shard=(0, shards), out=out, chunk_size=chunk_size,
@@ -519,5 +507,5 @@ def _grid_conflict(out_dir: Path, meta: dict) -> str | None:
     return f"{existing[0].name}: {shown}"
 
 
-__all__ = ["sweep", "prepare_sweep", "grid_axes", "axis_values", "parse_shard", "shard_from_env", "SweepResult", "part_name",
+__all__ = ["sweep", "prepare_sweep", "grid_axes", "axis_values", "parse_shard", "SweepResult", "part_name",
            "auto_chunk_size", "grid_plan", "GridPlan"]

@@ -7,7 +7,7 @@ optimised) and the report all take column names from here.
 
 from __future__ import annotations
 
-from ..model.evaluate import METRIC_COLUMNS
+from .evaluate import METRIC_COLUMNS
 
 #: hardware columns (display units): per chip, except cost_usd, power_w and total_die_area_mm2, which
 #: are whole-system (target chips + draft chips). The group totals of capacity are the model's

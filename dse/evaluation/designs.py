@@ -15,13 +15,13 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .catalog.database import Database
-from .catalog.links import SCALE_OUT_CLASS, SYNTHESISED_LINK_CLASS
-from .catalog.specs import DeviceSpec, RuntimeSpec
-from .catalog.technology import TechConstants
-from .model.arrays import DesignBatch, HardwareArrays
-from .model.evaluate import MIN_ROWS_DEDUPE, Metrics, distinct_rows, evaluate, join_metrics
-from .model.technology import (
+from ..catalog.database import Database
+from ..catalog.links import SCALE_OUT_CLASS, SYNTHESISED_LINK_CLASS
+from ..catalog.specs import DeviceSpec, RuntimeSpec
+from ..catalog.technology import TechConstants
+from ..model.arrays import DesignBatch, HardwareArrays
+from ..model.evaluate import MIN_ROWS_DEDUPE, Metrics, distinct_rows, evaluate, join_metrics
+from ..model.technology import (
     energy_constants,
     known_part_energy,
     known_part_estimate,
@@ -29,10 +29,10 @@ from .model.technology import (
     link_power_w,
     synthesize_chip,
 )
-from .model.transformer import WEIGHT_FORMATS, default_kv_dtype
-from .study.space import category_codes, fill_inactive, knob_names
-from .study.spec import DEFAULT_SCALE_OUT_GB_S, DEFAULT_SCALE_UP_DOMAIN, StudySpec
-from .units import FACTOR
+from ..model.transformer import WEIGHT_FORMATS, default_kv_dtype
+from ..study.space import category_codes, fill_inactive, knob_names
+from ..study.spec import DEFAULT_SCALE_OUT_GB_S, DEFAULT_SCALE_UP_DOMAIN, StudySpec
+from ..units import FACTOR
 
 _NAN = float("nan")
 _BITS_PER_BYTE = 8.0
@@ -56,7 +56,7 @@ def knob_arrays_and_masks(study: StudySpec, params: dict[str, np.ndarray], n: in
     knobs, and per categorical knob the names its codes index. A categorical knob in ``params``
     may be its names or already codes into its choices (dse.study.space.knob_names), as a grid
     has them; names become codes here, once per batch. ``masks``: the activity masks when the
-    caller has them already (dse.grid.grid_chunk), else computed (fill_inactive)."""
+    caller has them already (dse.campaign.grid.grid_chunk), else computed (fill_inactive)."""
     out, names = {}, {}
     for k in study.knobs:
         if k.kind == "cat":

@@ -16,9 +16,9 @@ import time
 import warnings
 from pathlib import Path
 
+from ..errors import RuntimeFailure, SpecError, install_hint
+from ..process.progress import note
 from .credentials import redact_text, redact_url
-from .errors import RuntimeFailure, SpecError, install_hint
-from .progress import note
 
 __all__ = ["redact_url", "resolve_storage", "serve_proxy", "journal_file", "cut_torn_tail", "clear_stale_lock"]
 
@@ -318,7 +318,7 @@ def serve_proxy(storage: str, host: str = "localhost", port: int = 13000, grace_
     (:data:`NO_AUTH`): a ``host`` that is not loopback is refused unless ``allow_remote``."""
     import optuna
 
-    from .interrupt import stop_on_signals
+    from ..process.interrupt import stop_on_signals
     if "://" not in str(storage) or str(storage).startswith("grpc://"):
         raise SpecError(None, "--storage", redact_url(storage), "the proxy serves a database: sqlite:///FILE, "
                         "postgresql+psycopg://USER@HOST/DB or mysql+pymysql://USER@HOST/DB (Optuna cannot proxy "

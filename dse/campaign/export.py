@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import DseError, SpecError
-from .report.context import study_from_mapping, study_mapping
-from .results.guard import check_replace, check_writable
-from .results.store import study_metadata, write_parquet
-from .search import RunResult, study_frame
-from .storage import redact_url, resolve_storage
-from .study import open_study
+from ..errors import DseError, SpecError
+from ..report.context import study_from_mapping, study_mapping
+from ..results.guard import check_replace, check_writable
+from ..results.store import study_metadata, write_parquet
+from ..search.runner import RunResult, study_frame
+from ..storage.backends import redact_url, resolve_storage
+from ..study import open_study
 
 
 def export_study(storage: str, study_name: str, out: str | Path, force: bool = False) -> RunResult:

@@ -14,13 +14,13 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .catalog.fields import Range, as_number
-from .catalog.rank_profiles import RankProfile
-from .catalog.specs import ModelSpec
-from .errors import SpecError
+from ..catalog.fields import Range, as_number
+from ..catalog.rank_profiles import RankProfile
+from ..catalog.specs import ModelSpec
+from ..errors import SpecError
 
 if TYPE_CHECKING:   # the database loader pulls in yaml; the model imports this module
-    from .catalog.database import Database
+    from ..catalog.database import Database
 
 #: the largest k (drafted tokens per iteration) anywhere: 0.9**33 = 0.03, so for alpha <= 0.9 a
 #: longer chain adds under 3% to tau (Leviathan et al. 2023, eq. 1), and published chains and
@@ -34,7 +34,7 @@ _FROZEN = dict(frozen=True, slots=True, kw_only=True)
 
 #: how a drafter costs (MODEL.md section 3): what dse.model.evaluate computes per kind
 DRAFTER_KINDS = ("none", "model", "ngram", "early-exit", "eagle", "medusa", "hydra")
-#: the published method behind each --draft spelling (its acceptance in dse.acceptance, its
+#: the published method behind each --draft spelling (its acceptance in dse.acceptance.fit, its
 #: default shape in DEFAULT_SHAPES) -> the kind it costs as. EAGLE-2 drafts with EAGLE-1's head
 #: (Li et al. 2024, arXiv 2406.16858); EAGLE-3's head is one decoder layer too, on a fusion of
 #: three of the target's layers, with its own LM head over a 32K draft vocabulary (arXiv
@@ -173,7 +173,7 @@ class TaskMix:
     def label(self) -> str:
         if len(self.tasks) == 1:
             return self.tasks[0]
-        from .catalog.acceptance import MIX_TASKS
+        from ..catalog.acceptance import MIX_TASKS
         if self.tasks == MIX_TASKS and all(abs(w - 1 / 6) < 1e-12 for w in self.weights):
             return "mix"
         return ",".join(f"{t}={w:g}" for t, w in zip(self.tasks, self.weights))
@@ -187,7 +187,7 @@ def parse_task(value: Any, where: str = "--task", path: str | None = None) -> Ta
     """'chat' (a task), 'mix' (equal parts of chat, translation, summarization, qa, math and rag:
     Spec-Bench's six), 'chat=0.4,code=0.6' or a mapping {chat: 0.4, code: 0.6} (token fractions
     that sum to 1)."""
-    from .catalog.acceptance import MIX_TASKS, TASKS, suggest_task
+    from ..catalog.acceptance import MIX_TASKS, TASKS, suggest_task
     allowed = (f"expected one of {', '.join(TASKS)}, mix, or weights such as chat=0.4,code=0.6 "
                "(a mapping in YAML) that sum to 1")
     if isinstance(value, str) and "=" not in value:
@@ -248,7 +248,7 @@ class Workload:
     #: dse.catalog.rank_profiles; api and studies set it); None = the geometric limit a(1-a)^(r-1)
     rank_profile: RankProfile | None = None
     task: TaskMix = DEFAULT_TASK      # the text generated (acceptance depends on it)
-    #: the acceptance at the ends of its band (dse.acceptance: leave-one-source-out residuals);
+    #: the acceptance at the ends of its band (dse.acceptance.fit: leave-one-source-out residuals);
     #: None = no band (acceptance given by the user: tau_low = tau_high = tau)
     acceptance_low: AcceptanceSpec | None = None
     acceptance_high: AcceptanceSpec | None = None
@@ -289,7 +289,7 @@ def parse_drafter(spec: str, target: ModelSpec, db: Database, where: str = "--dr
     if model.kind != "decoder":
         raise SpecError(path, where, s, f"{model.name} is a {model.kind}; use --draft "
                         f"{'eagle' if model.kind == 'eagle-head' else 'medusa:H'} to draft with it")
-    from .catalog.acceptance import load_groups, shares_tokenizer
+    from ..catalog.acceptance import load_groups, shares_tokenizer
     ok, how = shares_tokenizer(load_groups(db.root), model, target)
     if not ok:
         raise SpecError(path, where, s, f"the draft model {model.name} cannot propose {target.name}'s tokens ({how}): "
@@ -416,7 +416,7 @@ def parse_k(k: Any, drafter: DrafterSpec, where: str = "--k") -> int:
         val = k
     if not K_RANGE.contains(val):
         raise SpecError(None, where, k, f"expected 'auto' or an integer in [1, {K_LIMIT}] "
-                        f"(see dse.workload.K_LIMIT for the reason)")
+                        f"(see dse.workload.spec.K_LIMIT for the reason)")
     return int(val)
 
 

@@ -25,20 +25,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .catalog.database import Database
-from .catalog.fields import Range
-from .errors import DseError, RuntimeFailure, SpecError, install_hint
-from .evaluation import constraint_values, evaluate_study, metric_table
-from .interrupt import stop_on_signals
-from .progress import Progress, note
-from .results.columns import BASE_CONSTRAINTS
-from .results.frame import results_frame
-from .results.guard import check_replace, check_writable
-from .results.identity import describe, identity_of
-from .results.store import check_manifest, dataset_manifest, study_metadata, write_manifest, write_parquet
-from .storage import redact_url, resolve_storage
-from .study import SAMPLERS, StudySpec, open_study
-from .study.space import CONTROL_KEYS, active_masks, is_conditional, sampling_order
+from ..catalog.database import Database
+from ..catalog.fields import Range
+from ..errors import DseError, RuntimeFailure, SpecError, install_hint
+from ..evaluation.designs import constraint_values, evaluate_study, metric_table
+from ..model.columns import BASE_CONSTRAINTS
+from ..process.interrupt import stop_on_signals
+from ..process.progress import Progress, note
+from ..results.frame import results_frame
+from ..results.guard import check_replace, check_writable
+from ..results.identity import describe, identity_of
+from ..results.store import check_manifest, dataset_manifest, study_metadata, write_manifest, write_parquet
+from ..storage.backends import redact_url, resolve_storage
+from ..study import SAMPLERS, StudySpec, open_study
+from ..study.space import CONTROL_KEYS, active_masks, is_conditional, sampling_order
 
 #: objective value given to Optuna where a metric is undefined (the design does not fit);
 #: the memory constraint already marks such trials infeasible
@@ -108,7 +108,7 @@ def make_sampler(name: str, seed: int, population: int, n_objectives: int, *, st
                  db=None, tech=None, n_trials: int | None = None, progress: bool = False, label: str = "dse run"):
     """The sampler, always with its seed (Optuna 5's default multi-objective sampler is TPE).
     NSGA-III and QMC are marked experimental by Optuna; that warning is silenced here. ``auto``
-    (dse.breeder.BreederSampler) needs the study, database, technology and trial budget."""
+    (dse.search.breeder.BreederSampler) needs the study, database, technology and trial budget."""
     import optuna
     if name == "auto":
         if study is None:
@@ -146,7 +146,7 @@ def quiet_conditional_space(sampler) -> None:
 
 
 def _sampler(name: str, seed: int, population: int):
-    """NSGA-II/III are Optuna's, memoised per generation (dse.samplers: the same choices for
+    """NSGA-II/III are Optuna's, memoised per generation (dse.search.samplers: the same choices for
     the same seed, without the O(n) scans per ask)."""
     import optuna
 
@@ -205,7 +205,7 @@ def parse_task(text: str | None) -> tuple[int, int] | str | None:
         return None
     text = str(text).strip()
     if text == "auto":
-        from .grid import shard_from_env
+        from ..process.slurm import shard_from_env
         env = shard_from_env()
         if env is None:
             raise SpecError(None, "--task", text, "auto needs SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT "
@@ -267,7 +267,7 @@ def _task_dataset(study: StudySpec, base_meta: dict, tasks: int, out, n_trials: 
 def prepare_tasks(study: StudySpec | str | Path, tasks: int, *, out=None, n_trials: int | None = None,
                   sampler: str | None = None, seed: int | None = None, force: bool = False,
                   db: Database | None = None) -> Path:
-    """What every array task checks first, done once (dse.distributed before it submits the tasks
+    """What every array task checks first, done once (dse.campaign.on_dask before it submits the tasks
     as Dask tasks); returns the dataset directory."""
     study, db, tech = open_study(study, db)
     n_trials = study.n_trials if n_trials is None else n_trials
@@ -482,7 +482,7 @@ def _search_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heart
             live = states[TrialState.RUNNING] + states[TrialState.WAITING]
             waiting = states[TrialState.WAITING]
             b = min(study.batch_size, max(n_trials - complete - live, 0) + waiting)
-            prepare = getattr(ostudy.sampler, "prepare", None)       # dse.breeder: new designs only
+            prepare = getattr(ostudy.sampler, "prepare", None)       # dse.search.breeder: new designs only
             if b > waiting and prepare is not None:
                 b = min(b, waiting + prepare(ostudy, b - waiting))
                 if b <= 0 and not live:
@@ -661,8 +661,8 @@ def seed_count(n_trials: int, batch_size: int) -> int:
 
 def find_seeds(study: StudySpec, n_trials: int, seed: int, db, tech, *, progress: bool = False,
                label: str = "dse run"):
-    """The seeds of sampler auto for a budget: dse.presearch with the budget of
-    dse.presearch.presearch_budget (it grows with the space and the trials, up to 1,000) and the
+    """The seeds of sampler auto for a budget: dse.search.presearch with the budget of
+    dse.search.presearch.presearch_budget (it grows with the space and the trials, up to 1,000) and the
     study's time cap (search.presearch_s); progress on stderr when ``progress``."""
     from .presearch import presearch, presearch_budget
     keep = seed_count(n_trials, study.batch_size)
@@ -681,9 +681,9 @@ def find_seeds(study: StudySpec, n_trials: int, seed: int, db, tech, *, progress
 
 def enqueue_seeds(ostudy, study: StudySpec, n_trials: int, seed: int, db, tech, *, sampler=None,
                   progress: bool = False, label: str = "dse run") -> int:
-    """Sampler auto: a front found in numpy (dse.presearch) enqueued as the study's first trials.
+    """Sampler auto: a front found in numpy (dse.search.presearch) enqueued as the study's first trials.
     They are asked, evaluated and told like any trial, so every seed is in the storage and the
-    Parquet file; ``sampler`` (dse.breeder.BreederSampler) keeps breeding from the archive they
+    Parquet file; ``sampler`` (dse.search.breeder.BreederSampler) keeps breeding from the archive they
     were thinned from."""
     seeds = find_seeds(study, n_trials, seed, db, tech, progress=progress, label=label)
     from .breeder import design_ids, rows_to_arrays

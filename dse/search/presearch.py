@@ -15,7 +15,7 @@ so the seeds of a study come from numpy, in three steps:
    log knobs) as the rounds pass, a categorical knob redrawn; kept when feasible and
    non-dominated (elitist, constraint-aware: an infeasible design never enters; while none is
    feasible the parents are the least violating designs);
-3. the archive, capped at ``archive_max`` designs (dse.thinning: exact hypervolume contributions
+3. the archive, capped at ``archive_max`` designs (dse.search.thinning: exact hypervolume contributions
    up to 3 objectives, epsilon boxes above), is thinned to the seeds (exact contributions up to 3
    objectives, epsilon boxes then estimated contributions above).
 
@@ -24,10 +24,10 @@ of knobs (a continuous range or 16+ levels counts 1, a knob of L levels log2(L)/
 of objectives, the trial budget and how much of the space is feasible; and it stops after
 ``seconds`` (``search.presearch_s``) in any case, between two parts: reference CPU seconds counted
 from the model's work (:class:`WorkClock`), not read from the machine's clock, so a seed gives
-the same seeds on any machine and under any load, cap or no cap (dse.search says when it binds).
+the same seeds on any machine and under any load, cap or no cap (dse.search.runner says when it binds).
 
-numpy and moocore only (no Optuna): ``dse.search`` enqueues the seeds as Optuna trials, so
-every seed is a trial of the study and a row of its results; ``dse.breeder`` keeps breeding
+numpy and moocore only (no Optuna): ``dse.search.runner`` enqueues the seeds as Optuna trials, so
+every seed is a trial of the study and a row of its results; ``dse.search.breeder`` keeps breeding
 from the archive after them.
 """
 
@@ -39,12 +39,12 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .evaluation import constraint_values, evaluate_study, metric_table, objective_matrix
-from .model.work import COUNTS
-from .pareto import pareto_mask
-from .progress import Progress
-from .study.space import CONTROL_KEYS, active_masks, neutral_value
-from .study.spec import SEARCH_DEFAULTS, Knob, StudySpec
+from ..evaluation.designs import constraint_values, evaluate_study, metric_table, objective_matrix
+from ..model.work import COUNTS
+from ..process.progress import Progress
+from ..results.pareto import pareto_mask
+from ..study.space import CONTROL_KEYS, active_masks, neutral_value
+from ..study.spec import SEARCH_DEFAULTS, Knob, StudySpec
 from .thinning import EXACT_MAX_OBJECTIVES, box_thin, normalise, thin
 
 #: designs per effective knob at 1,000 trials (fitted: see docs/search-quality.md)
@@ -241,7 +241,7 @@ class Seeds:
     initial_feasible: int = 0
 
     def breeding_budget(self) -> Budget | None:
-        """The budget dse.breeder screens each generation with: this one, but where the time cap
+        """The budget dse.search.breeder screens each generation with: this one, but where the time cap
         stopped the pre-search after a fraction f of its designs, sqrt(f) x its children (at least
         CHILDREN_MIN / 4): a model too slow for the pre-search's budget is too slow to screen a
         full round per batch of trials. Measured at 1,000 trials, seed 0 (docs/search-quality.md):
@@ -355,7 +355,7 @@ def score(study: StudySpec, params: dict[str, np.ndarray], n: int, db, tech) -> 
 
 def score_with_violation(study: StudySpec, params: dict[str, np.ndarray], n: int, db, tech
                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`score` and the constraint values (n, c) (<= 0 where met, dse.evaluation)."""
+    """:func:`score` and the constraint values (n, c) (<= 0 where met, dse.evaluation.designs)."""
     designs, metrics = evaluate_study(study, params, n, db, tech)
     cols = metric_table(designs, metrics)
     cons = constraint_values(cols, study)
@@ -401,7 +401,7 @@ def presearch(study: StudySpec, db, tech, *, seed: int, keep: int, budget: Budge
     """The seeds: a space-filling batch, rounds of refinement, the archive thinned to ``keep``
     designs (see the module docstring). Deterministic for a seed (``budget.seconds`` is read on
     a :class:`WorkClock`, or on ``work``(designs evaluated) when given); ``clock`` only times it for
-    the report; ``progress`` (a dse.progress.Progress in designs) is updated after every part."""
+    the report; ``progress`` (a dse.process.progress.Progress in designs) is updated after every part."""
     budget = budget or presearch_budget(study, n_trials, keep)
     rng = np.random.default_rng(seed)
     dirs = [o.direction for o in study.objectives]

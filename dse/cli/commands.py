@@ -14,7 +14,7 @@ import sys
 
 import click
 
-from .errors import DIST_NAME, MISSING, DseError, SpecError
+from ..errors import DIST_NAME, MISSING, DseError, SpecError
 
 
 class _Group(click.Group):
@@ -69,7 +69,7 @@ class _Group(click.Group):
 
 def _say(text: str) -> None:
     """One line on stderr; a closed stderr drops it (the exit code still tells)."""
-    from .progress import note
+    from ..process.progress import note
     note(text)
 
 
@@ -165,8 +165,8 @@ def _kv(ctx, param, values):
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def eval_cmd(as_json, **kwargs):
     """Evaluate one design: fit, latency and the full speculative accounting."""
-    from .api import evaluate_design
-    from .cli_text import eval_table
+    from ..api import evaluate_design
+    from .text import eval_table
     result = evaluate_design(**kwargs)
     click.echo(json.dumps(result, indent=2) if as_json else eval_table(result))
 
@@ -178,7 +178,7 @@ _STORAGE_FILE_HELP = ("File whose first line is the storage URL (keeps a passwor
 
 def _heartbeat(ctx, param, value):
     """--heartbeat-timeout: a finite number of seconds in (0, 10^6]."""
-    from .catalog.fields import Range, as_number
+    from ..catalog.fields import Range, as_number
     return as_number(value, "--heartbeat-timeout", rng=Range(lo=0.0, hi=1e6, lo_open=True, unit="s"))
 
 
@@ -219,10 +219,10 @@ def _heartbeat(ctx, param, value):
 def run_cmd(study_file, n_trials, sampler, seed, storage, storage_file, task, out, dask_address, heartbeat_timeout,
             epsilon, wide, no_parquet, force, quiet):
     """Search a study with Optuna; write Parquet and print the front."""
-    from .credentials import ENV_VAR, storage_source
-    from .search import parse_task, run_study, run_tasks
-    from .storage import redact_url
-    from .study import load_study
+    from ..search.runner import parse_task, run_study, run_tasks
+    from ..storage.backends import redact_url
+    from ..storage.credentials import ENV_VAR, storage_source
+    from ..study import load_study
     storage, source = storage_source(storage, storage_file)
     if task is None and os.environ.get("SLURM_ARRAY_TASK_ID") is not None and storage is None:
         _say("note: SLURM_ARRAY_TASK_ID is set: give --task auto to run this array element as an "
@@ -237,8 +237,8 @@ def run_cmd(study_file, n_trials, sampler, seed, storage, storage_file, task, ou
             raise SpecError(None, source.split()[0], redact_url(storage), "array tasks (--task) each run an in-memory "
                             "study; give --storage for one shared study instead of --task")
     if dask_address is not None:
-        from .distributed import tasks_on_dask
-        from .search import dataset_dir
+        from ..campaign.on_dask import tasks_on_dask
+        from ..search.runner import dataset_dir
         if parsed is None or parsed[0] != "all":
             raise SpecError(None, "--dask", dask_address, "runs array tasks: give --task all/N too")
         rows = tasks_on_dask(dask_address, study_file, parsed[1], out=out, n_trials=n_trials, sampler=sampler,
@@ -302,8 +302,8 @@ def _stopped(signum: int, what: str):
 @click.option("--quiet", is_flag=True, help="No progress line.")
 def sweep_cmd(study_file, points, shard, out, chunk_size, plan_shards, dask_address, force, quiet):
     """Evaluate the exhaustive grid of a study's space into a Parquet dataset (only the missing parts)."""
-    from .grid import grid_plan, parse_shard, sweep
-    from .study import load_study
+    from ..campaign.grid import grid_plan, parse_shard, sweep
+    from ..study import load_study
     study = load_study(study_file)
     if plan_shards is not None:
         plan = grid_plan(study, points, plan_shards, chunk_size)
@@ -314,7 +314,7 @@ def sweep_cmd(study_file, points, shard, out, chunk_size, plan_shards, dask_addr
         click.echo(plan.busy_shards)
         return
     if dask_address is not None:
-        from .distributed import sweep_on_dask
+        from ..campaign.on_dask import sweep_on_dask
         head, _, tail = (shard or "all/16").partition("/")
         if head != "all" or not tail.isdigit() or int(tail) < 1:
             raise SpecError(None, "--shard", shard, "with --dask, give all/N (N shards as N Dask tasks)")
@@ -347,11 +347,11 @@ def export_cmd(storage, storage_file, study_name, out, force):
     """Every COMPLETE trial of a shared study in the results schema (workers may still run)."""
     from pathlib import Path
 
-    from .credentials import storage_source
-    from .export import export_study
-    from .storage import redact_url
+    from ..campaign.export import export_study
+    from ..storage.backends import redact_url
+    from ..storage.credentials import storage_source
     if Path(study_name).suffix in (".yaml", ".yml") and Path(study_name).is_file():
-        from .study import load_study
+        from ..study import load_study
         study_name = load_study(study_name).name
     storage, _ = storage_source(storage, storage_file)
     res = export_study(storage, study_name, out, force=force)
@@ -372,8 +372,8 @@ def storage_proxy_cmd(storage, storage_file, host, port, allow_remote):
     """Run Optuna's gRPC storage proxy until SIGTERM or Ctrl-C; workers join with
     `dse run STUDY --storage grpc://HOST:PORT` (pip install 'specdec-dse[grpc]'). It has no
     authentication: it listens on loopback unless --allow-remote."""
-    from .credentials import storage_source
-    from .storage import serve_proxy
+    from ..storage.backends import serve_proxy
+    from ..storage.credentials import storage_source
     storage, _ = storage_source(storage, storage_file)
     if storage is None:
         raise SpecError(None, "--storage", MISSING, "give the database: --storage URL, --storage-file FILE or DSE_STORAGE")
@@ -395,12 +395,12 @@ def storage_proxy_cmd(storage, storage_file, host, port, allow_remote):
 @click.option("--csv", "as_csv", is_flag=True, help="Print the front as CSV.")
 def pareto_cmd(path, objectives, where, top, epsilon, wide, as_json, as_csv):
     """The non-dominated front of a results file or sweep directory."""
-    from .cli_text import front_block
+    from .text import front_block
     objectives = list(objectives) or None
     script = as_json or as_csv
     eps = _parse_epsilon(epsilon, 0.0 if script else None)
     if not (where or script):    # no pandas: a sweep's front is read from its side file
-        from .results.front import dataset_front
+        from ..results.front import dataset_front
         with _warnings_to_stderr():
             fr = dataset_front(path, objectives, top, epsilon=eps)
         _print_front_header(fr.points, fr.n_feasible, fr.n_designs, fr.n_rows, fr.objectives, fr.shown, fr.epsilon,
@@ -409,8 +409,8 @@ def pareto_cmd(path, objectives, where, top, epsilon, wide, as_json, as_csv):
             click.echo(front_block({c: fr.table[c].to_pylist() for c in fr.table.column_names},
                                    [m for m, _ in fr.objectives], _width(), wide))
         return
-    from .analysis import epsilon_of, front_of, front_table, objectives_of
-    from .results.front import FRONT_TABLE_COLUMNS
+    from ..results.analysis import epsilon_of, front_of, front_table, objectives_of
+    from ..results.front import FRONT_TABLE_COLUMNS
     with _warnings_to_stderr():       # part by part: memory bounded by a part and the front
         fr = front_of(path, objectives, where=where, columns=FRONT_TABLE_COLUMNS)
     objs = objectives_of(fr, objectives)
@@ -431,7 +431,7 @@ def pareto_cmd(path, objectives, where, top, epsilon, wide, as_json, as_csv):
 
 def _parse_epsilon(text: str | None, default):
     """--epsilon: None -> ``default`` (None: the display default); 'E' -> E; 'METRIC=E,...' -> a dict."""
-    from .pareto import DISPLAY_EPSILON
+    from ..results.pareto import DISPLAY_EPSILON
     if text is None:
         return DISPLAY_EPSILON if default is None else default
     try:
@@ -455,15 +455,15 @@ def _rows_noun(meta: dict | None) -> str:
 
 
 def _width() -> int:
-    from .cli_text import terminal_width
+    from .text import terminal_width
     return terminal_width()
 
 
 def _print_front_header(points: int, feasible: int, designs: int, rows: int, objs, shown: int, epsilon,
                         listed: int, rows_noun: str = "trials", where: str | None = None) -> None:
-    """The header of a printed front: the counts (dse.analysis.counts: of the rows ``where`` keeps),
+    """The header of a printed front: the counts (dse.results.analysis.counts: of the rows ``where`` keeps),
     the objectives, and how many rows the epsilon and --top leave, wrapped to the table's width."""
-    from .cli_text import counts_line, epsilon_note, wrap
+    from .text import counts_line, epsilon_note, wrap
     what = ", ".join(f"{m} {d}" for m, d in objs)
     filt = f" where {where}" if where else ""
     if not points:
@@ -482,7 +482,7 @@ def _print_front_header(points: int, feasible: int, designs: int, rows: int, obj
 @click.option("--quiet", is_flag=True, help="No progress lines.")
 def report_cmd(path, out, force, quiet):
     """PNG figures and a self-contained HTML page for a results file or dataset."""
-    from .report import build_report
+    from ..report import build_report
     with _warnings_to_stderr():
         res = build_report(path, out=out, progress=not quiet, force=force)
     click.echo(f"{res['html']} ({_count(len(res['figures']), 'figure')})")
@@ -511,11 +511,11 @@ def _warnings_to_stderr():
 def _print_front(df, study, header: str, rows: int = 25, epsilon: str | None = None, wide: bool = False):
     """The front, one line per design (the first trial found), sorted by the first objective, with
     near-ties within the display epsilon collapsed; a front longer than ``rows`` is shown at
-    ``rows`` designs spread evenly along it. Counts as dse.analysis.counts (distinct designs)."""
+    ``rows`` designs spread evenly along it. Counts as dse.results.analysis.counts (distinct designs)."""
     import numpy as np
 
-    from .analysis import counts, epsilon_of, front, front_table
-    from .cli_text import counts_line, epsilon_note, front_block, wrap
+    from ..results.analysis import counts, epsilon_of, front, front_table
+    from .text import counts_line, epsilon_note, front_block, wrap
     objs = [(o.metric, o.direction) for o in study.objectives]
     eps = epsilon_of(_parse_epsilon(epsilon, None), objs)
     c = counts(df, objs)
@@ -545,8 +545,8 @@ def _print_front(df, study, header: str, rows: int = 25, epsilon: str | None = N
 
 
 def _entries(kind: str):
-    from .catalog.database import load_database
-    from .catalog.specs import to_display
+    from ..catalog.database import load_database
+    from ..catalog.specs import to_display
     db = load_database()
     rows = []
     for name in db.names(kind):
@@ -560,13 +560,13 @@ def _entries(kind: str):
 
 def _capacities(dev) -> tuple[float, float]:
     """(GiB, GB) of a device's capacity, to 4 significant digits."""
-    from .units import FACTOR
+    from ..units import FACTOR
     return (float(f"{dev.memory_bytes / FACTOR['gib']:.4g}"), float(f"{dev.memory_bytes / FACTOR['gb']:.4g}"))
 
 
 def _print_entries(rows: list[dict], as_json: bool, cols: list[str]) -> None:
     """A database listing: every field as JSON, or the chosen columns as a table."""
-    from .cli_text import table
+    from .text import table
     click.echo(json.dumps(rows, indent=2) if as_json else table(rows, cols))
 
 
@@ -601,8 +601,8 @@ def models_group():
 @click.option("--json", "as_json", is_flag=True, help="Every field of every model as JSON.")
 def models_list(as_json):
     """List models (name, layers, hidden, heads, parameters)."""
-    from .catalog.database import load_database
-    from .model.transformer import total_params
+    from ..catalog.database import load_database
+    from ..model.transformer import total_params
     db = load_database()
     rows = []
     for r in _entries("model"):
@@ -642,8 +642,8 @@ def runtimes_show(name, as_json):
 
 
 def _show(kind: str, name: str, as_json: bool):
-    from .catalog.database import load_database
-    from .catalog.specs import to_display
+    from ..catalog.database import load_database
+    from ..catalog.specs import to_display
     db = load_database()
     spec = db.device(name) if kind == "device" else db.get(kind, name)
     fields = to_display(spec)
@@ -658,7 +658,7 @@ def _show(kind: str, name: str, as_json: bool):
         other = "memory_capacity_gb" if given == "memory_capacity_gib" else "memory_capacity_gib"
         fields[other] = gb if other == "memory_capacity_gb" else gib
         sources[other] = f"= {given} in {'GB (1e9 bytes)' if other.endswith('_gb') else 'GiB (2^30 bytes)'}"
-        from .catalog.yamlio import load_yaml
+        from ..catalog.yamlio import load_yaml
         classes = load_yaml(db.root / "technology" / "links.yaml")["classes"]
         for prefix, name in (("link", spec.link_class), ("scale_out", "scale-out")):
             cls = classes[name]
@@ -669,7 +669,7 @@ def _show(kind: str, name: str, as_json: bool):
                     if entry.get("estimate"):
                         estimates.add(key)
     if kind == "model":
-        from .model.transformer import total_params
+        from ..model.transformer import total_params
         fields["params_computed_b"] = round(total_params(spec) / 1e9, 3)
     if as_json:
         click.echo(json.dumps({"fields": fields, "sources": sources, "estimates": sorted(estimates),
@@ -695,8 +695,8 @@ _ACC_COLS = ["id", "target", "draft", "kind", "task", "T", "shape", "statistic",
 
 
 def _acc_rows(target, draft, task):
-    from .acceptance import stored_fit
-    from .catalog.acceptance import filter_rows, load_table
+    from ..acceptance.fit import stored_fit
+    from ..catalog.acceptance import filter_rows, load_table
     f = stored_fit()
     out = []
     for r in filter_rows(load_table(), target=target, draft=draft, task=task):
@@ -720,7 +720,7 @@ def acceptance_list(target, draft, text_task, as_json):
     """List published acceptance rows (alpha and tau as the model uses them)."""
     import dataclasses
 
-    from .cli_text import table
+    from .text import table
     rows = _acc_rows(target, draft, text_task)
     if as_json:
         click.echo(json.dumps([{**dataclasses.asdict(r["row"]), **{"alpha_model": r["conv"].get("alpha"),
@@ -738,8 +738,8 @@ def acceptance_show(ident, as_json):
     """One row with its source, how it converts to the model's alpha, and its leave-one-source-out prediction."""
     import dataclasses
 
-    from .acceptance import stored_fit
-    from .catalog.acceptance import load_table, row_by_id
+    from ..acceptance.fit import stored_fit
+    from ..catalog.acceptance import load_table, row_by_id
     r = row_by_id(load_table(), ident)
     f = stored_fit()
     conv, loso = f.rows.get(r.id, {}), f.loso.get(r.id)
@@ -762,7 +762,7 @@ def acceptance_show(ident, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Coefficients, bands and held-out errors as JSON.")
 def acceptance_fit(write, as_json):
     """Fit the acceptance model on the table and print its coefficients and leave-one-source-out error per method."""
-    from . import acceptance
+    from ..acceptance import fit as acceptance
     f = acceptance.fit()
     if write:
         click.echo(f"wrote {acceptance.write_fit(f)}", err=True)
@@ -774,6 +774,6 @@ def acceptance_fit(write, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (rows, summary, fitted values).")
 def validate_cmd(as_json):
     """Predicted vs measured for every row of hardware_db/measurements (docs/calibration.md)."""
-    from . import calibration
+    from ..validation import calibration
     rep = calibration.report()
     click.echo(json.dumps(rep, indent=2) if as_json else calibration.format_report(rep))

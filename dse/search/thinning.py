@@ -2,7 +2,7 @@
 number of objectives (issue 20, item 2).
 
 :func:`thin` removes, a few at a time, the rows that add least hypervolume (reference: the
-nadir pushed out by 10% of each objective's range, :func:`dse.pareto.default_reference`), as
+nadir pushed out by 10% of each objective's range, :func:`dse.results.pareto.default_reference`), as
 SMS-EMOA does (Beume, Naujoks and Emmerich 2007). How a row's contribution is computed depends on
 the number of objectives m:
 
@@ -15,7 +15,7 @@ the number of objectives m:
   row's contribution is the sum, over the directions where it is the best, of s1^m - s2^m (the
   best and second best). Removing a row only changes the directions it led or seconded.
 
-Rows marked ``fixed`` are never removed (dse.breeder keeps the study's trials and picks among new
+Rows marked ``fixed`` are never removed (dse.search.breeder keeps the study's trials and picks among new
 designs). numpy and moocore only; deterministic (the directions come from a fixed seed).
 """
 
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import moocore
 import numpy as np
 
-from .pareto import maximise_flags
+from ..results.pareto import maximise_flags
 
 #: objectives up to which contributions are exact (moocore); above, directions (Deng and Zhang 2019)
 EXACT_MAX_OBJECTIVES = 3

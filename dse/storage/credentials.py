@@ -31,7 +31,7 @@ import stat
 import sys
 from pathlib import Path
 
-from .errors import SpecError
+from ..errors import SpecError
 
 #: the environment variable that may hold the storage URL (no password on the command line)
 ENV_VAR = "DSE_STORAGE"

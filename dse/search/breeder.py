@@ -6,20 +6,20 @@ study: asked, evaluated, told and stored like any other, on any storage, by any 
 workers. Before each batch it
 
 1. reads the trials finished since the last batch (its own and other workers'), adds the
-   feasible ones to its archive (dse.presearch.Archive: feasible non-dominated designs) and
+   feasible ones to its archive (dse.search.presearch.Archive: feasible non-dominated designs) and
    records every design the study holds (finished, running or enqueued) by its identity
    (:func:`design_ids`);
-2. breeds one pre-search round of children (dse.presearch.Budget.children: the round grows with
+2. breeds one pre-search round of children (dse.search.presearch.Budget.children: the round grows with
    the space, 4,351 designs for studies/quickstart.yaml) from its archive and niches
-   (dse.presearch.Pool: crossover and mutation, a quarter each at steps of 10%, 3%, 1% and 0.3%
+   (dse.search.presearch.Pool: crossover and mutation, a quarter each at steps of 10%, 3%, 1% and 0.3%
    of each knob's range) and evaluates them with the numpy model, the model every trial is
    evaluated with;
 3. proposes the ``batch`` archive designs not yet in the study that add most hypervolume to the
-   front of the study's trials (dse.thinning.thin with the trials held fixed). A design the study
+   front of the study's trials (dse.search.thinning.thin with the trials held fixed). A design the study
    already holds is answered from that record and never proposed again: no trial is spent twice
    on one design.
 
-The archive is the pre-search's (dse.presearch) when this process seeded the study; otherwise (a
+The archive is the pre-search's (dse.search.presearch) when this process seeded the study; otherwise (a
 resumed run, another worker of a shared study) the first batch runs a pre-search of its own.
 Deterministic for a seed on one process.
 """
@@ -32,7 +32,10 @@ import numpy as np
 from optuna.samplers import BaseSampler, RandomSampler
 from optuna.trial import TrialState
 
-from .pareto import pareto_mask
+from ..process.progress import Progress
+from ..results.pareto import pareto_mask
+from ..study.space import active_masks, category_codes, knob_names
+from ..study.spec import StudySpec
 from .presearch import (
     Archive,
     Budget,
@@ -44,14 +47,11 @@ from .presearch import (
     score_with_violation,
     seed_params,
 )
-from .progress import Progress
-from .study.space import active_masks, category_codes, knob_names
-from .study.spec import StudySpec
 from .thinning import box_thin, normalise, pick
 
 #: mutation steps (fraction of a knob's range) of the four parts of each screened batch
 SCALES = (0.1, 0.03, 0.01, 0.003)
-#: candidates kept per trial to propose before the exact choice (epsilon boxes, dse.thinning.box_thin)
+#: candidates kept per trial to propose before the exact choice (epsilon boxes, dse.search.thinning.box_thin)
 PRECUT = 4
 #: the value an inactive knob takes in a design's identity
 _INACTIVE = np.int64(-(2 ** 62))
@@ -131,7 +131,7 @@ class BreederSampler(BaseSampler):
 
     def prepare(self, study, n: int) -> int:
         """Breed if the study changed since the last batch; how many new designs are queued (at
-        most ``batch``; 0 when no design the study does not hold could be found). dse.search asks
+        most ``batch``; 0 when no design the study does not hold could be found). dse.search.runner asks
         no more trials than this plus the enqueued ones."""
         if self._stale or (len(self._queue) < n and not self._dry):
             self._refill(study)
@@ -246,7 +246,7 @@ class BreederSampler(BaseSampler):
 
     def _pick(self, pool: Pool) -> list[dict]:
         """Up to ``batch`` designs the study does not hold: the archive designs that add most
-        hypervolume to the front of its trials (dse.thinning.pick), then other new archive and
+        hypervolume to the front of its trials (dse.search.thinning.pick), then other new archive and
         niche designs, then uniform new designs (an archive the study holds entirely)."""
         out: list[dict] = []
         taken = np.fromiter(self._known, dtype=np.uint64, count=len(self._known))

@@ -10,7 +10,7 @@ is True; without either, every row counts. Rows with a NaN objective never count
 
 Example (a results directory from ``dse run``)::
 
-    import dse.analysis as da
+    import dse.results.analysis as da
     df = da.load_results("results/h200_eagle")
     best = da.front(df, where="power_w <= 700")              # study objectives, sorted
     cheap = da.front(df, ["spec_ms_per_token:min", "cost_usd:min"])
@@ -30,10 +30,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from ..errors import DseError
 from . import pareto
-from .errors import DseError
-from .results.front import epsilon_of, resolve_objectives, stored_objectives, table_columns
-from .results.store import load_results, open_results, restore_nullable
+from .front import epsilon_of, resolve_objectives, stored_objectives, table_columns
+from .store import load_results, open_results, restore_nullable
 
 __all__ = ["load_results", "front_of", "objectives_of", "feasible_mask", "front", "ranks", "hypervolume",
            "hypervolume_reference", "compare_fronts", "hypervolume_history", "usable_values", "directions", "front_table",
@@ -91,7 +91,7 @@ def usable_values(df: pd.DataFrame, objs) -> tuple[np.ndarray, np.ndarray]:
 
 # --------------------------------------------------------------------------- fronts
 
-#: the relative epsilon that tables shown to a person use by default (dse.pareto.DISPLAY_EPSILON)
+#: the relative epsilon that tables shown to a person use by default (dse.results.pareto.DISPLAY_EPSILON)
 DISPLAY_EPSILON = pareto.DISPLAY_EPSILON
 
 
@@ -111,7 +111,7 @@ def front(df: pd.DataFrame, objectives=None, where: str | None = None, distinct:
         epsilon: relative, per objective (a number, a sequence or ``{metric: eps}``): near-ties are
             collapsed into one representative, the first in the order above: a row is left out
             when a row kept before it is at most epsilon worse in every objective
-            (dse.pareto.epsilon_thin). 0 (the default) keeps the exact front;
+            (dse.results.pareto.epsilon_thin). 0 (the default) keeps the exact front;
             :data:`DISPLAY_EPSILON` is what ``dse run`` and ``dse pareto`` show.
 
     Returns:
@@ -262,7 +262,7 @@ def _default_ref(frames, objs) -> np.ndarray:
 
 def hypervolume_reference(df: pd.DataFrame, objectives=None) -> dict[str, float]:
     """Default reference: the worst feasible value per objective pushed out by 10% of its
-    range (:func:`dse.pareto.default_reference`), as ``{metric: value}``."""
+    range (:func:`dse.results.pareto.default_reference`), as ``{metric: value}``."""
     objs = objectives_of(df, objectives)
     return dict(zip([m for m, _ in objs], _default_ref([df], objs).tolist(), strict=True))
 

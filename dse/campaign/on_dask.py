@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from .errors import RuntimeFailure, SpecError, install_hint
+from ..errors import RuntimeFailure, SpecError, install_hint
 
 
 @contextlib.contextmanager
@@ -57,7 +57,7 @@ def _sweep_one(study_file: str, points, shard, out, chunk_size):
 
 
 def _task_one(study_file: str, i: int, n: int, out, n_trials, sampler, seed):
-    from .search import run_tasks
+    from ..search.runner import run_tasks
     res = run_tasks(study_file, n, which=[i], out=out, n_trials=n_trials, sampler=sampler, seed=seed,
                     progress=False)
     return len(res[0].frame) if res else 0
@@ -81,7 +81,7 @@ def tasks_on_dask(address: str, study_file: str | Path, tasks: int, *, which=Non
                   sampler=None, seed=None, force: bool = False) -> int:
     """Array tasks (all, or ``which``) as Dask tasks; returns the rows written. The output and
     (with ``force``) another dataset there are dealt with here, once, before any task is submitted."""
-    from .search import prepare_tasks
+    from ..search.runner import prepare_tasks
     which = list(range(tasks)) if which is None else which
     with dask_client(address) as client:
         prepare_tasks(study_file, tasks, out=out, n_trials=n_trials, sampler=sampler, seed=seed, force=force)

@@ -1,0 +1,5 @@
+"""Acceptance from published data: the table's rows as the rate the model uses, the ridge logit model fitted
+on them for pairs the table does not hold, and its leave-one-source-out error and band (:mod:`.fit`).
+
+Reading the table itself stays in :mod:`dse.catalog.acceptance`.
+"""
