@@ -1,14 +1,19 @@
 # Sourced by .ci/run: a throw-away MariaDB on loopback from Debian's packages (~50 s to install).
-# my_start: install (apt-get) if needed, mariadb-install-db in a temp dir, start mariadbd as the
+# my_install: install MariaDB (apt-get) if it is not there (.ci/run does it in the background early).
+# my_start: install if needed, mariadb-install-db in a temp dir, start mariadbd as the
 # mysql user on 127.0.0.1 at a free port, create user and database dse; exports DSE_TEST_MYSQL_URL.
 # my_stop: stop the server and delete its directory (call it from an EXIT trap).
-my_start() {
+my_install() {
     if ! command -v mariadbd >/dev/null 2>&1; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server >/dev/null 2>&1 || {
             apt-get update -qq
             DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server >/dev/null
         }
     fi
+}
+
+my_start() {
+    my_install
     MY_DIR=$(mktemp -d /tmp/dse-ci-my-XXXXXX)
     chown mysql "$MY_DIR"
     MY_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

@@ -1,14 +1,19 @@
 # Sourced by .ci/run: a throw-away PostgreSQL on loopback from Debian's packages.
-# pg_start: install (apt-get) if needed, initdb in a temp dir as the postgres user, start on
+# pg_install: install PostgreSQL (apt-get) if it is not there (.ci/run does it in the background early).
+# pg_start: install if needed, initdb in a temp dir as the postgres user, start on
 # 127.0.0.1 at a free port, create user and database dse; exports DSE_TEST_PG_URL. The server keeps
 # PostgreSQL's default max_connections = 100 (PG_MAX_CONNECTIONS to change it): the shared-study
 # tests, 64 workers among them, must pass where users' servers are, not on a roomier one.
 # pg_stop: stop the server and delete its directory (call it from an EXIT trap).
-pg_start() {
+pg_install() {
     if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
     fi
+}
+
+pg_start() {
+    pg_install
     PG_BIN=$(dirname "$(ls -d /usr/lib/postgresql/*/bin/initdb | sort -V | tail -1)")
     PG_DIR=$(mktemp -d /tmp/dse-ci-pg-XXXXXX)
     chown postgres "$PG_DIR"

@@ -18,6 +18,32 @@ IDEAL = {"kernel_launch_us": 0, "step_overhead_us": 0, "spec_overhead_us": 0, "m
          "roofline_p": 1000, "tree_kernels_per_layer": 0, "draft_step_overhead_us": 0}
 
 
+#: set by .ci/run's second stage (extras installed, PostgreSQL and MariaDB running): a skip there is a failure
+REQUIRE_SERVERS = os.environ.get("DSE_REQUIRE_SERVERS") == "1"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "servers: needs a database server, an extra (psycopg, pymysql, grpcio, dask) or "
+                                       "minutes of CPU; skips with its reason unless there (.ci/run's second stage "
+                                       "runs exactly these: pytest -m servers)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Two rules that keep the two CI stages complete: a test that skips must carry the ``servers`` marker
+    (else no stage would ever run it), and under DSE_REQUIRE_SERVERS=1 nothing may skip."""
+    outcome = yield
+    rep = outcome.get_result()
+    if not rep.skipped or hasattr(rep, "wasxfail"):
+        return
+    reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+    if REQUIRE_SERVERS:
+        rep.outcome, rep.longrepr = "failed", f"skipped under DSE_REQUIRE_SERVERS=1: {reason}"
+    elif item.get_closest_marker("servers") is None:
+        rep.outcome, rep.longrepr = "failed", (f"skipped without the servers marker, so no CI stage runs it: {reason} "
+                                               "(mark it @pytest.mark.servers)")
+
+
 @pytest.fixture(scope="session")
 def ideal():
     return dict(IDEAL)

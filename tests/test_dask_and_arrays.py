@@ -48,6 +48,7 @@ def same_rows(path, ref):
 
 @pytest.mark.skipif(os.environ.get("DSE_REQUIRE_SERVERS") != "1" and os.environ.get("DSE_SLOW_TESTS") != "1",
                     reason="64 processes take ~1-2 min on 2 cores: set DSE_SLOW_TESTS=1 (.ci/run does)")
+@pytest.mark.servers
 def test_64_shards_as_64_processes_equal_the_unsharded_sweep(tmp_path, unsharded):
     out = tmp_path / "sw"
     running, codes = [], []
@@ -62,6 +63,7 @@ def test_64_shards_as_64_processes_equal_the_unsharded_sweep(tmp_path, unsharded
     same_rows(out, unsharded)
 
 
+@pytest.mark.servers
 def test_64_shards_on_dask_local_cluster_equal_the_unsharded_sweep(tmp_path, unsharded):
     need_dask()
     out = tmp_path / "sw"
@@ -73,6 +75,7 @@ def test_64_shards_on_dask_local_cluster_equal_the_unsharded_sweep(tmp_path, uns
     same_rows(out, unsharded)
 
 
+@pytest.mark.servers
 def test_array_tasks_on_dask_equal_the_same_tasks_in_one_process(tmp_path):
     need_dask()
     raw = yaml.safe_load(QUICK.read_text())

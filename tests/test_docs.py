@@ -38,6 +38,7 @@ def test_cheap_blocks_are_what_the_code_prints():
 
 @pytest.mark.skipif(not SLOW, reason="the search, sweep, report and validate blocks take a minute: DSE_SLOW_TESTS=1 "
                                      "(CI sets DSE_REQUIRE_SERVERS=1, which runs them too)")
+@pytest.mark.servers
 def test_every_block_is_what_the_code_prints():
     changed = gen.run(cheap=False, write=False)
     assert not changed, "run `python docs/generate.py` and commit:\n\n" + "\n\n".join(changed)

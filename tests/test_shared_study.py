@@ -37,7 +37,8 @@ SERVERS = {"postgres": ("DSE_TEST_PG_URL", "PostgreSQL", "postgresql+psycopg"),
            "mysql": ("DSE_TEST_MYSQL_URL", "MySQL/MariaDB", "mysql+pymysql")}
 
 
-@pytest.fixture(params=["journal", "postgres", "mysql"])
+@pytest.fixture(params=["journal", pytest.param("postgres", marks=pytest.mark.servers),
+                        pytest.param("mysql", marks=pytest.mark.servers)])
 def storage(request, shm):
     """A fresh shared storage URL: a journal file (on tmpfs when there is one), PostgreSQL or MySQL."""
     if request.param == "journal":
@@ -159,8 +160,9 @@ def test_wrong_study_name_is_one_line_exit_2(tmp_path, storage):
 
 
 @pytest.mark.parametrize("url,needle,code", [
-    ("postgresql+psycopg://dse:s3cret-pw@127.0.0.1:1/dse", "cannot open this database", 1),   # runtime failure
-    ("mysql+pymysql://dse:s3cret-pw@127.0.0.1:1/dse", "cannot open this database", 1),
+    pytest.param("postgresql+psycopg://dse:s3cret-pw@127.0.0.1:1/dse", "cannot open this database", 1,  # runtime failure
+                 marks=pytest.mark.servers),
+    pytest.param("mysql+pymysql://dse:s3cret-pw@127.0.0.1:1/dse", "cannot open this database", 1, marks=pytest.mark.servers),
     ("nosuchdb://dse:s3cret-pw@h/x", "not a database URL", 2),                                # bad input
 ])
 def test_bad_or_unreachable_storage_is_one_line(tmp_path, url, needle, code):

@@ -42,7 +42,7 @@ def require(what: str, reason: str):
     pytest.skip(reason)
 
 
-@pytest.fixture(params=["journal", "postgres"])
+@pytest.fixture(params=["journal", pytest.param("postgres", marks=pytest.mark.servers)])
 def shared_url(request, shm):
     if request.param == "journal":
         return f"journal:{shm / 'shared.journal'}"
@@ -267,6 +267,7 @@ def test_database_that_stays_down_is_one_line_exit_1_and_keeps_finished_trials(t
     assert states.count("COMPLETE") == 20 and states.count("RUNNING") == 12 and len(states) == 32
 
 
+@pytest.mark.servers
 def test_postgresql_restart_mid_run_and_the_run_finishes(tmp_path):
     """A real drop: `pg_ctl restart -m fast` (every session killed) while `dse run` works. A
     statement in flight fails and is retried with a one-line note; a drop between statements is
@@ -328,6 +329,7 @@ def _need_grpc():
         require("grpc", "grpcio is not installed: pip install '.[grpc]' (.ci/run does)")
 
 
+@pytest.mark.servers
 def test_two_workers_through_the_grpc_proxy_reach_exactly_the_total(tmp_path):
     import subprocess
     import sys
@@ -371,6 +373,7 @@ def test_two_workers_through_the_grpc_proxy_reach_exactly_the_total(tmp_path):
     (["run", "STUDY", "--storage", "grpc://localhost:PORT"], "no storage proxy answers there within", 1),
     (["storage-proxy", "--storage", "journal:/tmp/x.journal"], "Optuna cannot proxy a journal file", 2),
 ])
+@pytest.mark.servers
 def test_grpc_url_and_proxy_mistakes_are_one_line(tmp_path, args, needle, code, monkeypatch):
     from click.testing import CliRunner
 
@@ -420,6 +423,7 @@ def test_mysql_gets_the_small_pool_of_postgresql(monkeypatch):
         "pool_size": 1, "max_overflow": 1, "pool_recycle": 300, "pool_pre_ping": True}
 
 
+@pytest.mark.servers
 def test_grpc_recipe_runs_a_proxy_and_its_workers(tmp_path):
     """No SLURM in CI: examples/slurm/shared-study-grpc.sbatch runs with a stand-in `srun` that
     starts its command as tasks 0 and 1 (SLURM_PROCID), against a SQLite database."""

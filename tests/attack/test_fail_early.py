@@ -164,6 +164,7 @@ def test_export_creates_no_database(tmp_path):
     assert "give the shared study's storage URL or journal file (--storage, --storage-file or DSE_STORAGE)" in line
 
 
+@pytest.mark.servers
 def test_an_unreachable_dask_scheduler_is_a_runtime_failure(tmp_path, monkeypatch):
     """Issue 18: it exited 2, as if the address were bad input; and nothing is written before it answers."""
     distributed = pytest.importorskip("dask.distributed")

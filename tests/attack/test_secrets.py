@@ -164,6 +164,7 @@ def test_a_password_in_the_study_file_is_in_nothing_dse_writes(tmp_path, shm, re
     assert "S3cr" not in out + err
 
 
+@pytest.mark.servers
 @pytest.mark.parametrize("form", ["plain", "percent", "query"])
 def test_a_shared_study_on_postgresql_writes_its_password_nowhere(tmp_path, form):
     """Every URL form against a real server: results, exported file, stdout and stderr hold neither
@@ -185,7 +186,10 @@ def test_a_shared_study_on_postgresql_writes_its_password_nowhere(tmp_path, form
         assert pw not in text and encoded not in text
 
 
+@pytest.mark.servers
 def test_a_password_given_as_a_url_with_slash_or_query_stays_out_of_errors(tmp_path):
+    # without the driver the URL is refused as bad input (exit 2) before any connection is tried
+    pytest.importorskip("psycopg", reason="the PostgreSQL driver is an extra: pip install '.[postgres]'")
     study = write_study(tmp_path)
     for url in ("postgresql+psycopg://dse:p/a%2Fss@127.0.0.1:1/dse", "postgresql+psycopg://dse@127.0.0.1:1/dse?password=hunter2"):
         code, out, err, exc = cli("run", study, "--storage", url, "--quiet")
@@ -194,6 +198,7 @@ def test_a_password_given_as_a_url_with_slash_or_query_stays_out_of_errors(tmp_p
         assert "cannot open this database" in line
 
 
+@pytest.mark.servers
 def test_pgpass_is_read_by_the_driver_with_no_password_on_the_command_line(tmp_path):
     """The driver's own password file (libpq's ~/.pgpass, here PGPASSFILE): `ps` shows no password."""
     url = server_url()
@@ -223,6 +228,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.servers
 def test_the_proxy_refuses_a_non_loopback_bind_unless_asked(tmp_path):
     """Issue 18: anyone who reached storage-proxy's port could delete a study."""
     pytest.importorskip("grpc")
@@ -234,6 +240,7 @@ def test_the_proxy_refuses_a_non_loopback_bind_unless_asked(tmp_path):
     assert not (tmp_path / "p.db").exists()
 
 
+@pytest.mark.servers
 def test_the_proxy_says_it_has_no_authentication_when_it_starts(tmp_path):
     pytest.importorskip("grpc")
     port = _free_port()

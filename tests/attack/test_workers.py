@@ -140,6 +140,7 @@ def _monitor(url: str):
                            autocommit=True)
 
 
+@pytest.mark.servers
 def test_the_first_worker_on_an_empty_database_opens_it_with_a_pool_of_one(tmp_path):
     """An empty database (a fresh schema here): Optuna's first set-up of its version table nests a
     session inside a held connection; with no overflow the first worker waited 30 s and failed with
@@ -169,6 +170,7 @@ def test_the_first_worker_on_an_empty_database_opens_it_with_a_pool_of_one(tmp_p
             c.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
+@pytest.mark.servers
 def test_64_workers_on_a_server_with_100_connections(tmp_path):
     """Issue 21's done-means: 64 workers against PostgreSQL's default max_connections = 100 (CI's
     server keeps it, .ci/postgres.sh) all finish, the study holds exactly its total, and the
