@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -25,6 +26,7 @@ def check_writable(path: str | os.PathLike, what: str = "--out", directory: bool
     file in it, before any work: a file where a folder is wanted (or the reverse) is bad input
     (exit 2), a folder that cannot be created or written is a runtime failure (exit 1)."""
     path = Path(path)
+    refuse_special(path, what, directory)
     if path.is_dir() and not directory:
         raise SpecError(None, what, str(path), "is a directory; expected a file path")
     if path.exists() and not path.is_dir() and directory:
@@ -42,6 +44,33 @@ def check_writable(path: str | os.PathLike, what: str = "--out", directory: bool
         raise RuntimeFailure(f"{path}: cannot write there ({exc.strerror or exc}"
                              f"{': ' + str(exc.filename) if exc.filename else ''}); nothing was run") from None
     return path
+
+
+#: what a path that is not a regular file or a folder is, by its stat mode
+_SPECIAL = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+            (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"))
+
+
+def special_kind(path: Path) -> str | None:
+    """'a symbolic link', 'a character device', ... for a path that exists and is neither a regular file
+    nor a folder; None otherwise (a new path too)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    return next((name for test, name in _SPECIAL if test(mode)), None)
+
+
+def refuse_special(path: Path, what: str = "--out", directory: bool = False) -> None:
+    """Refuse (SpecError, exit 2) an output that is a device node (/dev/null: the atomic rename would
+    replace it, as root for the whole machine), a named pipe, a socket or, for a file output, a
+    symbolic link (the rename would replace the link, a plain write would follow it into another
+    file). A folder output may be a link to a folder (scratch space on clusters)."""
+    kind = special_kind(path)
+    if kind is None or (kind == "a symbolic link" and directory and path.is_dir()):
+        return
+    raise SpecError(None, what, str(path), f"is {kind}; dse writes only regular {'folders' if directory else 'files'} "
+                    f"it creates or replaces: give another {'folder' if directory else 'file'} path")
 
 
 def check_replace(path: str | os.PathLike, meta: dict, rows: int | None, *, force: bool = False,
@@ -87,6 +116,12 @@ def check_report_folder(out: str | os.PathLike, mark: dict, force: bool = False)
     :data:`REPORT_MARK` names another path or dataset) or files that are not a report; then check
     it is writable. Reports of different inputs never share a folder."""
     out = Path(out)
+    refuse_special(out, "--out", directory=True)
+    if out.is_dir():
+        for entry in out.iterdir():          # a planted index.html -> ~/victim is never written through
+            if kind := special_kind(entry):
+                raise SpecError(None, "--out", str(out), f"holds {entry.name}, {kind}; dse never writes through one "
+                                "into a report folder: remove it or give another --out")
     if out.is_dir() and not force:
         old = out / REPORT_MARK
         if old.is_file():

@@ -1,0 +1,94 @@
+"""Attack suite, class 'what a user points dse at': an output that is a device node, a named pipe or a
+symbolic link is refused in one line before any work (exit 2), and nothing is written through it; a
+report folder with a planted link never writes into the link's target."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from attackkit import cli, one_line, write_study
+
+
+def _device(path: Path) -> Path:
+    """A character device like /dev/null (major 1, minor 3) where we may make one (root), else a named
+    pipe: both are special files that an atomic rename would replace."""
+    if os.geteuid() == 0:
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    else:
+        os.mkfifo(path)
+    return path
+
+
+def _specials(tmp_path: Path) -> dict[str, Path]:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's own file\n")
+    link = tmp_path / "link.parquet"
+    link.symlink_to(victim)
+    fifo = tmp_path / "pipe.parquet"
+    os.mkfifo(fifo)
+    return {"device": _device(tmp_path / "null"), "fifo": fifo, "link": link}
+
+
+def _unchanged(tmp_path: Path, specials: dict[str, Path]) -> None:
+    assert (tmp_path / "victim.txt").read_text() == "the user's own file\n"
+    assert specials["link"].is_symlink()
+    assert stat.S_ISFIFO(os.lstat(specials["fifo"]).st_mode)
+    assert not stat.S_ISREG(os.lstat(specials["device"]).st_mode)
+    names = tuple(p.name for p in specials.values())
+    beside = [p.name for p in tmp_path.iterdir() if p.name.lstrip(".").startswith(names) and p.name not in names]
+    assert beside == []                                   # no temporary file, journal or part beside them
+
+
+@pytest.mark.parametrize("kind,words", [("device", "is a character device" if os.geteuid() == 0 else "is a named pipe"),
+                                        ("fifo", "is a named pipe"), ("link", "is a symbolic link")])
+def test_dse_run_refuses_a_special_output_before_the_search(tmp_path, kind, words):
+    specials = _specials(tmp_path)
+    code, out, err, exc = cli("run", write_study(tmp_path), "--out", specials[kind], "--quiet")
+    line = one_line(code, out, err, exc, want=2)
+    assert line == (f"error: --out = '{specials[kind]}': {words}; dse writes only regular files it creates or "
+                    "replaces: give another file path")
+    _unchanged(tmp_path, specials)
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_dse_sweep_refuses_a_special_output_folder(tmp_path, kind):
+    specials = _specials(tmp_path)
+    code, out, err, exc = cli("sweep", write_study(tmp_path), "--points", 2, "--out", specials[kind], "--quiet")
+    assert "dse writes only regular folders it creates or replaces" in one_line(code, out, err, exc, want=2)
+    _unchanged(tmp_path, specials)
+
+
+def test_dse_export_refuses_a_device_output(tmp_path):
+    specials = _specials(tmp_path)
+    journal = tmp_path / "s.journal"
+    code, *_ = cli("run", write_study(tmp_path), "--storage", journal, "--quiet")
+    assert code == 0
+    code, out, err, exc = cli("export", "--storage", journal, "--study", "quickstart", "--out", specials["device"])
+    assert "dse writes only regular files it creates or replaces" in one_line(code, out, err, exc, want=2)
+    _unchanged(tmp_path, specials)
+
+
+def test_a_link_planted_in_a_report_folder_is_never_written_through(tmp_path):
+    specials = _specials(tmp_path)
+    code, *_ = cli("run", write_study(tmp_path), "--quiet")
+    assert code == 0
+    folder = tmp_path / "rep"
+    folder.mkdir()
+    (folder / "index.html").symlink_to(tmp_path / "victim.txt")
+    code, out, err, exc = cli("report", tmp_path / "results" / "q.parquet", "--out", folder, "--quiet")
+    assert one_line(code, out, err, exc, want=2) == (
+        f"error: --out = '{folder}': holds index.html, a symbolic link; dse never writes through one into a report "
+        "folder: remove it or give another --out")
+    _unchanged(tmp_path, specials)
+
+
+def test_a_folder_output_may_be_a_link_to_a_folder(tmp_path):
+    """Scratch space on clusters is often a link: a sweep into a linked folder writes into its target."""
+    target = tmp_path / "scratch"
+    target.mkdir()
+    (tmp_path / "out").symlink_to(target, target_is_directory=True)
+    code, *_ = cli("sweep", write_study(tmp_path), "--points", 2, "--out", tmp_path / "out", "--quiet")
+    assert code == 0 and list(target.glob("*.parquet"))
