@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 import tempfile
 from pathlib import Path
 
@@ -27,6 +28,7 @@ def check_writable(path: str | os.PathLike, what: str = "--out", directory: bool
     (exit 2), a folder that cannot be created or written is a runtime failure (exit 1)."""
     path = Path(path)
     refuse_special(path, what, directory)
+    refuse_misspelt_name(path, what)
     if path.is_dir() and not directory:
         raise SpecError(None, what, str(path), "is a directory; expected a file path")
     if path.exists() and not path.is_dir() and directory:
@@ -71,6 +73,17 @@ def refuse_special(path: Path, what: str = "--out", directory: bool = False) -> 
         return
     raise SpecError(None, what, str(path), f"is {kind}; dse writes only regular {'folders' if directory else 'files'} "
                     f"it creates or replaces: give another {'folder' if directory else 'file'} path")
+
+
+def refuse_misspelt_name(path: Path, what: str = "--out") -> None:
+    """Refuse (exit 2) a path that the file system's encoding and UTF-8 spell as different bytes: under a
+    non-UTF-8 locale (ISO-8859-1) Python names a file one way and pyarrow, which always encodes UTF-8,
+    another, so a results file came out empty with the data in a misnamed hidden file."""
+    text = str(path)
+    if os.fsencode(text) != text.encode("utf-8", "surrogateescape"):
+        raise SpecError(None, what, text, f"has characters that this locale's file-name encoding "
+                        f"({sys.getfilesystemencoding()}) and Parquet's (UTF-8) spell differently: give an ASCII "
+                        "path, or run under a UTF-8 locale (LC_ALL=C.UTF-8)")
 
 
 def check_replace(path: str | os.PathLike, meta: dict, rows: int | None, *, force: bool = False,
