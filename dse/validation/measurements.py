@@ -115,7 +115,7 @@ class _NotModelled(Exception):
 
 def _lookup(table: dict[str, Any], key: str, what: str):
     if key not in table:
-        raise _NotModelled(f"no mapping for {what} {key!r} in dse/validation/calibration.py")
+        raise _NotModelled(f"no mapping for {what} {key!r} in dse/validation/measurements.py")
     return table[key]
 
 
@@ -380,7 +380,7 @@ def _specdec_case(rid: str, row: dict[str, str], db: Database | None = None) -> 
     k = int(re.search(r"(\d+)", row["k_or_tree"]).group(1))
     draft = next((v for key, v in DRAFTS.items() if key in row["draft_method"]), None)
     if draft is None:
-        raise _NotModelled(f"no mapping for draft {row['draft_method']!r} in dse/validation/calibration.py")
+        raise _NotModelled(f"no mapping for draft {row['draft_method']!r} in dse/validation/measurements.py")
     speedup = float(row["measured_speedup"])
     given = _acceptance(row)
     if given is not None and not target.startswith("T5"):      # a draft model with its published tau
