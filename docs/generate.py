@@ -232,8 +232,8 @@ def v_batch_crossover_k4() -> str:
 
 def v_calibration() -> str:
     """The README's summary of `dse validate` (docs/calibration.md): median absolute errors."""
-    from dse.validation import calibration
-    s = calibration.summary(calibration.report()["rows"])
+    from dse.validation import comparison
+    s = comparison.summary(comparison.report()["rows"])
 
     def med(fam, role):
         d = s[fam][role]
@@ -549,14 +549,14 @@ def run(cheap: bool = False, measured: bool = False, write: bool = True, texts: 
                 shutil.copyfile(src, dst)
         if only:
             return changed
-        if not cheap:           # docs/calibration.md quotes `dse validate` (python -m dse.validation.calibration FILE)
-            from dse.validation import calibration
+        if not cheap:           # docs/calibration.md quotes `dse validate` (python -m dse.validation.comparison FILE)
+            from dse.validation import comparison
             doc = ROOT / "docs" / "calibration.md"
-            want = calibration.format_report(calibration.report())
-            if calibration.doc_block(doc) != want:
+            want = comparison.format_report(comparison.report())
+            if comparison.doc_block(doc) != want:
                 changed.append("docs/calibration.md: the dse validate block")
                 if write:
-                    calibration.update_doc(doc, want)
+                    comparison.update_doc(doc, want)
         page = knobs_page()
         old = KNOBS_PAGE.read_text() if KNOBS_PAGE.is_file() else ""
         if old != page:

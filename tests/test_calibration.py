@@ -1,4 +1,4 @@
-"""The model against public measurements (dse.validation.calibration, `dse validate`, docs/calibration.md).
+"""The model against public measurements (dse.validation, `dse validate`, docs/calibration.md).
 
 Every number here is computed through dse.api.evaluate_design on the database as stored.
 """
@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from dse.api import evaluate_design
 from dse.catalog.database import load_database
 from dse.cli.commands import main
-from dse.validation import calibration
+from dse.validation import comparison, fits, measurements
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "calibration.md"
@@ -21,7 +21,7 @@ DOC = ROOT / "docs" / "calibration.md"
 
 @pytest.fixture(scope="module")
 def report():
-    return calibration.report()
+    return comparison.report()
 
 
 def test_decode_latency_median_error_at_most_15_percent(report):
@@ -36,7 +36,7 @@ def test_held_out_error_is_reported_separately(report):
     assert s["fit"]["n"] + s["held-out"]["n"] == s["all"]["n"]
     assert s["held-out"]["median_abs_error"] is not None
     assert s["held-out"]["median_abs_error"] <= 0.15
-    text = calibration.format_report(report)
+    text = comparison.format_report(report)
     assert "held-out" in text and "decode latency: fit" in text
     # the fit rows are exactly the stated subsets: gpt-fast on A100 (single GPU, and Llama-2-7B
     # bf16 tensor parallel), the Hugging Face eager row and the DeepSeek-R1 B200 row (the kernels an
@@ -76,9 +76,9 @@ def test_gpt_fast_llama2_7b_a100_bf16_within_15_percent():
 
 
 def test_every_row_of_every_file_is_reported(report):
-    folder = calibration.measurements_dir()
+    folder = measurements.measurements_dir()
     n = 0
-    for name in calibration.FILES.values():
+    for name in measurements.FILES.values():
         with open(folder / name, newline="") as fh:
             n += sum(1 for _ in csv.DictReader(fh))
     rows = [r for r in report["rows"] if not r["id"].startswith("acceptance:")]
@@ -101,7 +101,7 @@ def test_public_files_are_the_copies_recorded_in_sha256sums():
     """The two public measurement files are kept as copied: their digests are in
     hardware_db/measurements/SHA256SUMS (inside the repository, so a bare clone checks them)."""
     import hashlib
-    folder = calibration.measurements_dir()
+    folder = measurements.measurements_dir()
     sums = dict(reversed(line.split()) for line in (folder / "SHA256SUMS").read_text().splitlines() if line.strip())
     assert sorted(sums) == ["decode_measurements_public.csv", "specdec_measurements_public.csv"]
     for name, digest in sums.items():
@@ -125,11 +125,11 @@ def test_refit_reproduces_the_stored_defaults(report):
 
 def test_fit_step_is_the_step_evaluate_uses():
     db = load_database()
-    for c in calibration.cases(db):
+    for c in measurements.cases(db):
         if c.metric != "decode_ms" or c.design.get("batch", 1) != 1 or c.design.get("continuous"):
             continue      # the fit's step is the batch-1 static decode step
         ms = evaluate_design(db=db, **c.design)["baseline_ms_per_token"]
-        s = calibration._decode_step_s(c.design, db, {}, calibration._factor(c.design, db))
+        s = fits._decode_step_s(c.design, db, {}, fits._factor(c.design, db))
         assert s * 1e3 == pytest.approx(ms, rel=1e-12), c.id
 
 
@@ -138,7 +138,7 @@ def test_unmapped_rows_become_not_modelled(tmp_path):
     import shutil
     db_root = tmp_path / "hw"
     shutil.copytree(load_database().root, db_root)
-    extra = db_root / "measurements" / calibration.FILES["extra"]
+    extra = db_root / "measurements" / measurements.FILES["extra"]
     with open(extra, newline="") as fh:
         rows = list(csv.DictReader(fh))
     rows.append({**rows[0], "hardware": "Some New GPU", "source": "test"})
@@ -147,7 +147,7 @@ def test_unmapped_rows_become_not_modelled(tmp_path):
         w.writeheader()
         w.writerows(rows)
     from dse.catalog.database import Database
-    out = calibration.compare(db=Database(db_root))
+    out = comparison.compare(db=Database(db_root))
     last = [r for r in out if r["id"].startswith("extra:")][-1]
     assert last["role"] == "not modelled" and "Some New GPU" in last["note"]
 
@@ -158,12 +158,12 @@ def test_cli_validate_json_matches_api(report):
     data = json.loads(res.output)
     assert data["summary"] == json.loads(json.dumps(report["summary"]))
     text = CliRunner().invoke(main, ["validate"])
-    assert text.exit_code == 0 and text.output.strip() == calibration.format_report(report).strip()
+    assert text.exit_code == 0 and text.output.strip() == comparison.format_report(report).strip()
 
 
 def test_doc_table_is_what_dse_validate_prints(report):
-    """docs/calibration.md quotes `dse validate`; refresh with `python -m dse.validation.calibration docs/calibration.md`."""
-    assert calibration.doc_block(DOC) == calibration.format_report(report)
+    """docs/calibration.md quotes `dse validate`; refresh with `python -m dse.validation.comparison docs/calibration.md`."""
+    assert comparison.doc_block(DOC) == comparison.format_report(report)
 
 
 def test_eagle_gpt_fast_rows_are_a_chain_of_three():
@@ -173,7 +173,7 @@ def test_eagle_gpt_fast_rows_are_a_chain_of_three():
     # profile has the paper's tau 3.9: 0.7293 (the geometric limit said 0.6076; EAGLE's Table 2
     # gives this model a 0-alpha of 0.77); the chain's tau is then 1 + a + a^2 + a^3
     # = 1 + 0.7293 + 0.5319 + 0.3879 = 2.649
-    rows = {c.id: c for c in calibration.cases()}
+    rows = {c.id: c for c in measurements.cases()}
     for rid, baseline in (("specdec:16", 30.1), ("specdec:17", 21.1)):
         c = rows[rid]
         assert c.metric == "speedup" and c.role == "held-out"
@@ -215,7 +215,7 @@ _ROW = dict(source="test", target_model="LLaMA2-Chat 13B", draft_method="", hard
     ("prompt lookup decoding", "gamma=10", dict(acceptance_rate_alpha="0.5"), dict(draft="ngram", k=10, alpha=0.5)),
 ])
 def test_tree_method_rows_map_to_their_drafters(method, shape, extra, want):
-    c = calibration._specdec_case("specdec:99", {**_ROW, "draft_method": method, "k_or_tree": shape, **extra})
+    c = measurements._specdec_case("specdec:99", {**_ROW, "draft_method": method, "k_or_tree": shape, **extra})
     assert c.metric == "speedup" and c.role == "held-out" and c.measured == 2.0
     got = {k: c.design.get(k) for k in want}
     assert got == want
@@ -229,8 +229,8 @@ def test_tree_method_rows_map_to_their_drafters(method, shape, extra, want):
     ("REST", "depth 4", dict(mean_accepted_length_tau="2.0"), "tree size not given"),
 ])
 def test_tree_method_rows_without_what_they_need_are_not_modelled(method, shape, extra, why):
-    with pytest.raises(calibration._NotModelled, match=why):
-        calibration._specdec_case("specdec:99", {**_ROW, "draft_method": method, "k_or_tree": shape, **extra})
+    with pytest.raises(measurements._NotModelled, match=why):
+        measurements._specdec_case("specdec:99", {**_ROW, "draft_method": method, "k_or_tree": shape, **extra})
 
 
 def test_moe_and_mla_rows_with_the_kernels_of_their_layers(report):
@@ -296,7 +296,7 @@ def test_energy_per_token_against_ml_energy(report):
     assert s["held-out"]["median_abs_error"] <= 0.20
     bands = report["summary"]["energy_by_batch"]
     assert len(bands) == 6 and all(b["n"] >= 5 and abs(b["median_error"]) <= 0.15 for b in bands), bands
-    text = calibration.format_report(report)
+    text = comparison.format_report(report)
     assert "energy per token: fit" in text and "held-out median signed error by batch" in text
 
 

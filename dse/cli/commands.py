@@ -774,6 +774,6 @@ def acceptance_fit(write, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (rows, summary, fitted values).")
 def validate_cmd(as_json):
     """Predicted vs measured for every row of hardware_db/measurements (docs/calibration.md)."""
-    from ..validation import calibration
-    rep = calibration.report()
-    click.echo(json.dumps(rep, indent=2) if as_json else calibration.format_report(rep))
+    from ..validation import comparison
+    rep = comparison.report()
+    click.echo(json.dumps(rep, indent=2) if as_json else comparison.format_report(rep))

@@ -1,3 +1,4 @@
 """Validation against public measurements and the fit behind the defaults (`dse validate`): the measured
-rows as cases, the fits and the report (:mod:`.calibration`).
+rows as cases (:mod:`.measurements`), the fits (:mod:`.fits`), and predicted against measured with the report
+(:mod:`.comparison`).
 """
