@@ -450,7 +450,7 @@ def test_grouped_evaluation_equals_one_workload_per_row(tmp_path):
 def test_codesign_figure_data_picks_the_fastest_draft_per_cell():
     import pandas as pd
 
-    from dse.report.figures import _codesign_data
+    from dse.report.figures import codesign_data
     df = pd.DataFrame({
         "params_draft": ["eagle3", "llama-3.2-1b", "early-exit", "none", "eagle3", "llama-3.2-1b"],
         "params_draft_exit_layer": pd.array([None, None, 24, None, None, None], dtype="Int64"),
@@ -462,7 +462,7 @@ def test_codesign_figure_data_picks_the_fastest_draft_per_cell():
         "feasible": [True] * 6, "fits": [True] * 6})
     df.attrs["dse"] = {"objectives": [{"metric": "spec_ms_per_token", "direction": "minimize"},
                                       {"metric": "cost_usd", "direction": "minimize"}]}
-    d = _codesign_data(df, [("spec_ms_per_token", "minimize"), ("cost_usd", "minimize")])
+    d = codesign_data(df, [("spec_ms_per_token", "minimize"), ("cost_usd", "minimize")])
     assert d.winner[("hbm3e", 1)] == ("eagle3", 2.0, 4.0)
     assert d.winner[("hbm3e", 8)] == ("early-exit:24", 4.0, 2.0)
     assert d.winner[("gddr7", 1)] == ("eagle3 (off)", 5.0, 1.8)        # its best k was 0: not speculating

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dse.report import figures as report
+from dse.report import figures
 from dse.report.context import design_label, draft_chip_label
 
 
@@ -30,7 +30,7 @@ def _known(df):
 def test_front_figure_has_no_empty_panel_and_one_legend(n_obj, panels):
     df = _df()
     objs = [("spec_ms_per_token", "minimize"), ("cost_usd", "minimize"), ("power_w", "minimize")][:n_obj]
-    fig = report._figure_fronts(report._pairs_data(df, objs, _known(df)), "t")
+    fig = figures.figure_fronts(figures.pairs_data(df, objs, _known(df)), "t")
     axes = fig.get_axes()
     assert len(axes) == panels                                  # 3 pairs: one row of 3, not a 2x2 with a hole
     assert all(ax.has_data() for ax in axes)
@@ -44,8 +44,8 @@ def test_front_figure_has_no_empty_panel_and_one_legend(n_obj, panels):
 def test_known_part_labels_stay_inside_and_off_the_points():
     df = _df()
     objs = [("spec_ms_per_token", "minimize"), ("cost_usd", "minimize")]
-    (pair,) = report._pairs_data(df, objs, _known(df))
-    fig = report._figure_fronts([pair], "t")
+    (pair,) = figures.pairs_data(df, objs, _known(df))
+    fig = figures.figure_fronts([pair], "t")
     fig.canvas.draw()
     r = fig.canvas.get_renderer()
     ax = fig.get_axes()[0]

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import dse.results.analysis as da
-from dse.report import figures as report
+from dse.report import figures, labels, page
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -72,7 +72,7 @@ def test_write_report(tmp_path, objectives):
     imp = {"spec_ms_per_token": {"params_mem_bw_tb_s": 0.7, "params_num_chips": 0.3},
            "cost_usd": {"params_mem_bw_tb_s": 0.4, "params_num_chips": 0.6}}
     messages = []
-    out = report.write_report(df, tmp_path / "rep", known_parts=known, speedup_vs_batch=svb,
+    out = page.write_report(df, tmp_path / "rep", known_parts=known, speedup_vs_batch=svb,
                               importances=imp, progress=messages.append)
     names = sorted(Path(p).name for p in out["figures"])
     assert names == ["draft_chip.png", "front.png", "hypervolume.png", "importance.png",
@@ -96,7 +96,7 @@ def test_write_report(tmp_path, objectives):
 def test_write_report_minimal(tmp_path):
     """No optional inputs, no draft column, no trial column: front figure and table only."""
     df = results().drop(columns=["params_draft_chip_enabled", "trial"])
-    out = report.write_report(df, tmp_path)
+    out = page.write_report(df, tmp_path)
     assert [Path(p).name for p in out["figures"]] == ["front.png"]
     assert Path(out["html"]).exists()
 
@@ -121,13 +121,13 @@ def test_front_table(tmp_path):
     ("draft_ms_per_iter", "ms/iter"), ("peak_tflops", "TFLOP/s"), ("speedup", "×"),
     ("alpha", ""), ("k", ""), ("draft_cost_ratio", "")])
 def test_units(col, unit):
-    assert report.unit_of(col) == unit
+    assert labels.unit_of(col) == unit
 
 
 def test_workload_title():
-    t = report.workload_title(results())
+    t = page.workload_title(results())
     assert "llama-3.1-70b" in t and "α = 0.8" in t and "τ = 3.36" in t and "k = 4" in t
-    assert report.workload_title(pd.DataFrame({"x": [1]})) == "dse results"
+    assert page.workload_title(pd.DataFrame({"x": [1]})) == "dse results"
 
 
 @pytest.mark.parametrize("v, top, text", [
@@ -135,7 +135,7 @@ def test_workload_title():
     (3e7, 5e7, "30M"), (0.05, 1.0, "0.05"),
 ])
 def test_one_tick_unit_per_axis(v, top, text):
-    assert report.tick_text(v, top) == text
+    assert labels.tick_text(v, top) == text
 
 
 def test_design_labels_name_key_knobs():
@@ -145,8 +145,8 @@ def test_design_labels_name_key_knobs():
     row = pd.Series({"peak_tflops": 1122.4, "params_target_chip_memory": "hbm4", "params_target_chip_memory_stacks": 7,
                      "params_target_chip_stack_height": 8, "chips": 1, "params_draft_chip_enabled": True})
     assert design_label(row) == "1122 TFLOP/s, 7x hbm4 (8-high), 1 chip + draft chip"
-    assert report.short_knob("params_draft_chip_memory") == "draft.memory"
-    assert report.short_knob("target_chip_peak_tflops") == "peak_tflops"
+    assert labels.short_knob("params_draft_chip_memory") == "draft.memory"
+    assert labels.short_knob("target_chip_peak_tflops") == "peak_tflops"
 
 
 def test_front_panel_draws_and_counts_each_point_once():
@@ -155,5 +155,5 @@ def test_front_panel_draws_and_counts_each_point_once():
     df = pd.DataFrame({"spec_ms_per_token": [1.0, 1.0, 2.0, 3.0, 3.0], "cost_usd": [3.0, 3.0, 2.0, 1.0, 5.0],
                        "feasible": [True] * 5})
     objs = [("spec_ms_per_token", "minimize"), ("cost_usd", "minimize")]
-    (pair,) = report._pairs_data(df, objs)
+    (pair,) = figures.pairs_data(df, objs)
     assert pair.front.tolist() == [[1.0, 3.0], [2.0, 2.0], [3.0, 1.0]]

@@ -260,7 +260,7 @@ def test_report_of_a_sweep_reads_the_front_rows_only_and_draws_the_same(tmp_path
     the front only; figures and page are byte for byte those drawn from every report column of
     every row (draft-chip study: 3 objectives, both draft-chip groups)."""
     from dse.campaign.grid import sweep
-    from dse.report.figures import write_report
+    from dse.report.page import write_report
     res = sweep(QUICK.parent / "draft-chip.yaml", points=2, out=tmp_path / "grid", progress=False)
     read = []
     load = da.load_results
@@ -289,5 +289,5 @@ def test_report_of_a_sweep_reads_the_front_rows_only_and_draws_the_same(tmp_path
     ("tokens_per_s_per_cm2", "tokens/s/cm²"), ("baseline_tokens_per_s", "tokens/s"),
     ("verify_arithmetic_intensity", "FLOP/B")])
 def test_units_of_derived_metrics(col, unit):
-    from dse.report.figures import unit_of
+    from dse.report.labels import unit_of
     assert unit_of(col) == unit

@@ -2,10 +2,11 @@
 
 :mod:`.context` rebuilds the study from the results' metadata and evaluates what the
 figures compare against (known parts, speedup against batch, importances); :mod:`.figures`
-only draws and writes ``index.html``.
+computes and draws each figure, :mod:`.labels` names columns and values in them, and
+:mod:`.page` chooses the figures, saves them and writes ``index.html``.
 """
 
 from .context import build_report, importances, known_parts, speedup_vs_batch, study_from_results
-from .figures import write_report
+from .page import write_report
 
 __all__ = ["build_report", "importances", "known_parts", "speedup_vs_batch", "study_from_results", "write_report"]

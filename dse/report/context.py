@@ -1,16 +1,16 @@
 """From a results file to a report: rebuild the study, evaluate what the figures compare against.
 
-The orchestration between :mod:`dse.results.analysis` (which reads results) and :mod:`.figures`
-(which only draws): the study is rebuilt from the results' own metadata, so a report needs
-nothing but the Parquet file. Everything here re-evaluates designs with the same vectorised
-model the search used (:func:`dse.evaluation.designs.evaluate_study`), so the reference points and
-curves share the results' columns and units.
+The orchestration between :mod:`dse.results.analysis` (which reads results) and :mod:`.page`
+(which draws the figures and writes the page): the study is rebuilt from the results' own
+metadata, so a report needs nothing but the Parquet file. Everything here re-evaluates designs
+with the same vectorised model the search used (:func:`dse.evaluation.designs.evaluate_study`),
+so the reference points and curves share the results' columns and units.
 
 - :func:`study_from_results`: the StudySpec behind a results frame.
 - :func:`known_parts`: real devices on the study's workload, each at the fewest chips that fit.
 - :func:`speedup_vs_batch`: speculative speedup against batch size for a few front designs.
 - :func:`importances`: PED-ANOVA importance of each searched knob, per objective.
-- :func:`build_report`: all of the above, then :func:`.figures.write_report`.
+- :func:`build_report`: all of the above, then :func:`.page.write_report`.
 """
 
 from __future__ import annotations
@@ -447,7 +447,7 @@ def build_report(path, out=None, progress: bool = True, force: bool = False) -> 
     and write the figures and ``index.html``; returns ``{"html": str, "figures": [str]}``. A
     sweep (no importances, no trial order) is read as :data:`SWEEP_ROW_COLUMNS` and the objectives
     for every row and the report's columns for its front only."""
-    from .figures import write_report
+    from .page import write_report
     say = _say(progress)
     say(f"loading {path}")
     from ..results.store import open_results

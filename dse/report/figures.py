@@ -1,25 +1,23 @@
-"""Figures and a self-contained HTML report for dse results.
+"""The report's figures: what each shows and how it is drawn.
 
-:func:`write_report` writes PNG figures (150 dpi) and one ``index.html`` that embeds them as
-base64 ``data:`` URIs next to the front's table: no external CSS, JS or fonts, so the file can
-be mailed or archived on its own. Plots use the Okabe-Ito colour-blind-safe palette plus a
-distinct marker shape per series, so they also read in greyscale.
+The ``*_data`` functions compute what a figure shows (fronts, samples, draft groups, hypervolume
+curves), None when the results do not support the figure (``why_no_draft_figure`` and
+``why_no_history_figure`` say why, for the page); the ``figure_*`` functions only draw it and
+return a matplotlib ``Figure``. Plots use the Okabe-Ito
+colour-blind-safe palette plus a distinct marker shape per series, so they also read in greyscale.
 
 matplotlib is imported inside the drawing functions and drives the Agg canvas directly (no
-pyplot, no GUI, no global backend switch). The ``_*_data`` functions compute what a figure
-shows; the ``_draw_*`` functions only draw it.
+pyplot, no GUI, no global backend switch). :mod:`.page` decides which figures a report gets,
+saves them and writes ``index.html``.
 """
 
 from __future__ import annotations
 
-import base64
-import html
 import itertools
 import math
 import textwrap
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -27,9 +25,12 @@ import pandas as pd
 from ..errors import DseError
 from ..results import analysis as da
 from ..results import pareto
+from .labels import axis_label, known_part_name_column, short_knob, tick_text, unit_of, value_text
 
-__all__ = ["write_report", "unit_of", "axis_label", "workload_title",
-           "OKABE_ITO", "MARKERS"]
+__all__ = ["OKABE_ITO", "MARKERS", "GREY", "DPI", "MAX_SCATTER", "DRAFT_COLUMN", "DRAFT_KNOB", "CLASS_COLUMNS",
+           "PairData", "DraftData", "CodesignData", "pairs_data", "draft_data", "codesign_data", "history_data",
+           "why_no_draft_figure", "why_no_history_figure", "figure_style", "figure_fronts", "figure_speedup",
+           "figure_draft", "figure_codesign", "figure_importance", "figure_history", "place_labels", "LOG_RATIO"]
 
 #: Okabe & Ito (2008) colour-blind-safe palette, in plotting order.
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442",
@@ -40,101 +41,6 @@ GREY = "#9a9a9a"
 DPI = 150
 MAX_SCATTER = 20_000          # background points drawn per series (random sample beyond)
 DRAFT_COLUMN = "params_draft_chip_enabled"
-
-# --------------------------------------------------------------------------- labels
-
-_UNITS = {"ms": "ms", "us": "µs", "s": "s", "usd": "USD", "kusd": "kUSD", "w": "W", "mm2": "mm²", "cm2": "cm²",
-          "tb_s": "TB/s", "gb_s": "GB/s", "gb": "GB", "mb": "MB", "tflops": "TFLOP/s",
-          "tops": "TOP/s", "pj": "pJ", "j": "J"}
-
-
-def _suffix_unit(name: str) -> str | None:
-    parts = name.lower().split("_")
-    for n in (2, 1):  # two-token suffixes (tb_s, gb_s) before one-token ones
-        if len(parts) > n and "_".join(parts[-n:]) in _UNITS:
-            return _UNITS["_".join(parts[-n:])]
-    return None
-
-
-def unit_of(column: str) -> str:
-    """Display unit from a column's suffix: ``spec_ms_per_token`` -> ``"ms/token"``,
-    ``cost_usd`` -> ``"USD"``, ``power_w`` -> ``"W"``, ``die_area_mm2`` -> ``"mm²"``,
-    ``mem_bw_tb_s`` -> ``"TB/s"``, ``memory_capacity_gb`` -> ``"GB"``,
-    ``tokens_per_s`` -> ``"tokens/s"``, ``speedup`` -> ``"×"``; ``""`` when unitless.
-
-    Examples:
-        >>> unit_of("spec_ms_per_token"), unit_of("params_die_area_mm2"), unit_of("alpha")
-        ('ms/token', 'mm²', '')
-    """
-    name = column.removeprefix("params_")
-    if name == "speedup" or name.endswith("_speedup"):
-        return "×"
-    if name.endswith("arithmetic_intensity"):
-        return "FLOP/B"
-    if "_per_" in name:
-        left, right = name.rsplit("_per_", 1)
-        num = unit_of(left) or left.rsplit("_", 1)[-1]      # tokens_per_s_per_kusd: tokens/s/kUSD
-        return f"{num}/{_UNITS.get(right, right)}"
-    return _suffix_unit(name) or ""
-
-
-def axis_label(column: str) -> str:
-    """``"spec_ms_per_token (ms/token)"``; the bare name when unitless."""
-    unit = unit_of(column)
-    return f"{column} ({unit})" if unit else column
-
-
-def _fmt(v) -> str:
-    if isinstance(v, float):
-        return f"{v:.3g}"
-    return str(v)
-
-
-def workload_title(df: pd.DataFrame) -> str:
-    """One or two lines naming the study's workload and its speculative settings.
-
-    The workload comes from ``df.attrs["dse"]["study"]["workload"]`` (scalar entries, one
-    level of nesting flattened). alpha, tau and k come from the workload when it sets them,
-    else from the result columns (one value, or the min-max range across designs).
-    """
-    meta = df.attrs.get("dse") or {}
-    study = meta.get("study") if isinstance(meta.get("study"), Mapping) else {}
-    wl = study.get("workload")
-    bits: list[str] = []
-    spec: dict[str, str] = {}
-    if isinstance(wl, Mapping):
-        flat: dict[str, object] = {}
-        for k, v in wl.items():
-            if isinstance(v, Mapping):
-                flat.update({f"{k}.{kk}": vv for kk, vv in v.items()})
-            else:
-                flat[k] = v
-        for k, v in flat.items():
-            leaf = k.rsplit(".", 1)[-1]
-            if leaf in ("alpha", "tau", "k") and v is not None:
-                spec.setdefault(leaf, _fmt(v) if not isinstance(v, list) else
-                                "[" + ", ".join(_fmt(x) for x in v) + "]")
-            elif k == "draft" and DRAFT_KNOB in df.columns:
-                continue        # the draft is a knob: the workload's first choice says nothing
-            elif isinstance(v, str | int | float | bool) and len(bits) < 6:
-                bits.append(f"{k}={_fmt(v)}")
-    elif wl:
-        bits.append(str(wl))
-    for key in ("alpha", "tau", "k"):
-        if key in spec or key not in df.columns or not pd.api.types.is_numeric_dtype(df[key]):
-            continue
-        vals = df[key].to_numpy(dtype=np.float64, na_value=np.nan)
-        vals = vals[np.isfinite(vals)]
-        if vals.size:
-            lo, hi = vals.min(), vals.max()
-            spec[key] = _fmt(float(lo)) if lo == hi else f"{_fmt(float(lo))}–{_fmt(float(hi))}"
-    sym = {"alpha": "α", "tau": "τ", "k": "k"}
-    line2 = ", ".join(f"{sym[k]} = {spec[k]}" for k in ("alpha", "tau", "k") if k in spec)
-    name = study.get("name") or ""
-    line1 = f"{name}: {', '.join(bits)}" if name and bits else (name or ", ".join(bits))
-    line1 = line1 or "dse results"
-    return f"{line1}\n{line2}" if line2 else line1
-
 
 # --------------------------------------------------------------------------- figure data
 
@@ -167,17 +73,10 @@ class PairData:
     all_objectives: bool = True  # front == pair_front (exactly two objectives)
 
 
-def _known_label_column(known: pd.DataFrame) -> str | None:
-    for c in ("name", "label", "part", "design", "device"):
-        if c in known.columns:
-            return c
-    return None
-
-
 def _known_points(known: pd.DataFrame | None, x: str, y: str) -> list:
     if known is None or x not in known.columns or y not in known.columns:
         return []
-    lab = _known_label_column(known)
+    lab = known_part_name_column(known)
     out = []
     for i, (xv, yv) in enumerate(zip(known[x], known[y], strict=True)):
         if pd.notna(xv) and pd.notna(yv):
@@ -186,7 +85,7 @@ def _known_points(known: pd.DataFrame | None, x: str, y: str) -> list:
     return out
 
 
-def _pairs_data(df, objs, known=None) -> list[PairData]:
+def pairs_data(df, objs, known=None) -> list[PairData]:
     """One PairData per pair of objectives (the all-objective front is computed once)."""
     vals, ok = da.usable_values(df, objs)
     dirs = da.directions(objs)
@@ -236,7 +135,7 @@ class DraftData:
     n_objectives: int
 
 
-def _draft_data(df, objs) -> DraftData | None:
+def draft_data(df, objs) -> DraftData | None:
     masks = _draft_groups(df)
     if masks is None or len(objs) < 2:
         return None
@@ -255,6 +154,17 @@ def _draft_data(df, objs) -> DraftData | None:
         groups.append((label, _sample(xy[ok], MAX_SCATTER), _step_order(xy[pf]), hv, size))
     return DraftData(objs[0][0], objs[1][0], dirs[0], dirs[1], groups, cmp["reference"],
                      len(objs))
+
+
+def why_no_draft_figure(df: pd.DataFrame, objs) -> str:
+    """Why the draft-chip figure is not drawn."""
+    if len(objs) < 2:
+        return "one objective"
+    if DRAFT_COLUMN not in df.columns:
+        return "the study has no draft chip to compare (space.draft_chip.enabled is not searched)"
+    if _draft_groups(df) is None:
+        return "every design has the draft chip on, or every design has it off"
+    return "neither the designs with a draft chip nor those without have a feasible design"
 
 
 #: the draft knob (a study whose workload.draft is a list) and the columns that class a chip
@@ -286,7 +196,7 @@ def _draft_label(df: pd.DataFrame) -> pd.Series:
     return d.fillna("-")
 
 
-def _codesign_data(df, objs) -> CodesignData | None:
+def codesign_data(df, objs) -> CodesignData | None:
     """None unless the draft is a knob. The winner of a (chip class, batch) cell is the draft of
     its feasible design best on the first objective; the class is the target's memory (or known
     part), with or without a draft chip."""
@@ -327,7 +237,7 @@ def _codesign_data(df, objs) -> CodesignData | None:
                         (short_knob(col) if col else "chip") + (" (+ draft chip)" if DRAFT_COLUMN in df.columns else ""))
 
 
-def _figure_codesign(d: CodesignData, title: str):
+def figure_codesign(d: CodesignData, title: str):
     from matplotlib.patches import Rectangle
 
     fig = _new_figure(12.0, 5.8)
@@ -366,7 +276,7 @@ def _figure_codesign(d: CodesignData, title: str):
             tab.add_patch(Rectangle(
                 (j, nr - 1 - i), 1, 1, facecolor=col, alpha=0.35, edgecolor="white", lw=1.0))
             sp_text = f"\n{sp:.2f}x" if sp == sp else ""
-            tab.text(j + 0.5, nr - 0.5 - i, f"{name}\n{_fmt(val)} {unit_of(d.x)}{sp_text}", ha="center",
+            tab.text(j + 0.5, nr - 0.5 - i, f"{name}\n{value_text(val)} {unit_of(d.x)}{sp_text}", ha="center",
                      va="center", fontsize=6.5)
     tab.set_xlim(0, nc)
     tab.set_ylim(0, nr)
@@ -382,7 +292,7 @@ def _figure_codesign(d: CodesignData, title: str):
     return fig
 
 
-def _history_data(df, objs) -> list[tuple[str, pd.DataFrame]] | None:
+def history_data(df, objs) -> list[tuple[str, pd.DataFrame]] | None:
     """[(label, hypervolume_history)], one curve per sampler when several share the file."""
     if "trial" not in df.columns or not da.usable_values(df, objs)[1].any():
         return None
@@ -395,7 +305,26 @@ def _history_data(df, objs) -> list[tuple[str, pd.DataFrame]] | None:
     return [("all designs", da.hypervolume_history(df, objs, reference=ref))]
 
 
+def why_no_history_figure(df: pd.DataFrame, objs) -> str:
+    """Why the hypervolume-against-trial figure is not drawn."""
+    if (df.attrs.get("dse") or {}).get("sampler") == "grid" or ("sampler" in df.columns and df["sampler"].eq("grid").all()):
+        return "a sweep's grid points have no trial order (dse sweep evaluates the grid, it does not search)"
+    if "trial" not in df.columns:
+        return "the results have no trial column"
+    return "no feasible design"
+
+
 # --------------------------------------------------------------------------- drawing
+
+def figure_style():
+    """The matplotlib settings every figure is drawn and saved with (palette, font sizes, dpi)."""
+    import matplotlib
+    from matplotlib import cycler
+
+    return matplotlib.rc_context({
+        "axes.prop_cycle": cycler(color=OKABE_ITO), "font.size": 8, "axes.titlesize": 9,
+        "axes.labelsize": 8, "savefig.dpi": DPI, "figure.dpi": DPI})
+
 
 def _new_figure(w: float, h: float):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -428,20 +357,6 @@ def _auto_log(ax, which: str, *arrays) -> None:
         axis.set_minor_formatter(_plain_log_formatter())
 
 
-def tick_scale(top: float) -> tuple[float, str]:
-    """One unit for every tick of an axis, from its largest value: (1e3, 'k') when it reaches 10^4."""
-    for above, unit, suffix in ((1e10, 1e9, "G"), (1e7, 1e6, "M"), (1e4, 1e3, "k")):
-        if abs(top) >= above:
-            return unit, suffix
-    return 1.0, ""
-
-
-def tick_text(v: float, top: float) -> str:
-    """Tick text in the axis's one unit: on an axis reaching 60k, 2000 -> '2k' and 60000 -> '60k'."""
-    unit, suffix = tick_scale(top)
-    return f"{v / unit:g}{suffix}"
-
-
 def _plain_log_formatter():
     """matplotlib's choice of which log ticks to label, as plain numbers in one unit per axis."""
     from matplotlib.ticker import LogFormatterSciNotation
@@ -453,11 +368,6 @@ def _plain_log_formatter():
             return tick_text(x, max(abs(v) for v in self.axis.get_view_interval()))
 
     return PlainLog()
-
-
-def short_knob(name: str) -> str:
-    """target_chip_peak_tflops -> peak_tflops, draft_chip_memory -> draft.memory."""
-    return name.removeprefix("params_").replace("target_chip_", "").replace("draft_chip_", "draft.")
 
 
 def _arrow(d: str) -> str:
@@ -592,27 +502,7 @@ def _pair_obstacles(d: PairData) -> np.ndarray:
                            _staircase_points(d.pair_front, d.dx)])
 
 
-def _known_caption(known: pd.DataFrame | None, objs) -> str:
-    """Which known parts are marked, and which lack an objective value and are not."""
-    if known is None or not len(known):
-        return ""
-    lab = _known_label_column(known)
-    names = known[lab].astype(str) if lab else pd.Series(known.index.astype(str), index=known.index)
-    cols = [m for m, _ in objs]
-    have = known.reindex(columns=cols).apply(pd.to_numeric, errors="coerce").notna()
-    missing = [f"{names[i]} (no {', '.join(c for c in cols if not have.at[i, c])})"
-               for i in known.index if not have.loc[i].all()]
-    text = " Open black markers: known parts on the same workload."
-    if any(c.endswith("cost_usd") for c in cols):
-        text += (" Cost is like for like: known parts and synthesised designs both carry the manufacturing"
-                 " estimate (silicon, memory, packaging; hardware_db/technology); street prices are in price_usd.")
-    if any(c.endswith("power_w") for c in cols):
-        text += (" Power is like for like: known parts carry the energy model synthesised designs get (compute,"
-                 " memory, leakage, links; the vendor TDP only where their node or memory is not in the tables).")
-    return text + (f" Not drawn where a value is missing: {'; '.join(missing)}." if missing else "")
-
-
-def _figure_fronts(pairs: list[PairData], title: str):
+def figure_fronts(pairs: list[PairData], title: str):
     """One panel per objective pair (1, 3 or 6: rows of up to three, so no panel is empty), one
     legend for the figure, known parts named beside their markers."""
     n = len(pairs)
@@ -632,7 +522,7 @@ def _figure_fronts(pairs: list[PairData], title: str):
     return fig
 
 
-def _figure_speedup(svb: pd.DataFrame, title: str):
+def figure_speedup(svb: pd.DataFrame, title: str):
     fig = _new_figure(6.4, 4.6 + 0.16 * (svb["design"].nunique() + 1))
     ax = fig.add_subplot()
     for n, (name, g) in enumerate(svb.groupby("design", sort=False)):
@@ -658,7 +548,7 @@ def _figure_speedup(svb: pd.DataFrame, title: str):
     return fig
 
 
-def _figure_draft(d: DraftData, title: str):
+def figure_draft(d: DraftData, title: str):
     fig = _new_figure(6.4, 4.8)
     ax = fig.add_subplot()
     styles = [(OKABE_ITO[1], "^", "-"), (OKABE_ITO[0], "o", "--")]
@@ -680,7 +570,7 @@ def _figure_draft(d: DraftData, title: str):
     return fig
 
 
-def _figure_importance(importances: Mapping[str, Mapping[str, float]], title: str, top=12):
+def figure_importance(importances: Mapping[str, Mapping[str, float]], title: str, top=12):
     items = [(obj, sorted(imp.items(), key=lambda kv: -kv[1])[:top])
              for obj, imp in importances.items() if imp]
     n = len(items)
@@ -701,7 +591,7 @@ def _figure_importance(importances: Mapping[str, Mapping[str, float]], title: st
     return fig
 
 
-def _figure_history(curves, title: str):
+def figure_history(curves, title: str):
     fig = _new_figure(6.4, 4.4)
     ax = fig.add_subplot()
     for n, (label, h) in enumerate(curves):
@@ -719,208 +609,3 @@ def _figure_history(curves, title: str):
               title_fontsize=6)
     _suptitle(fig, "Hypervolume against trial", title)
     return fig
-
-
-# --------------------------------------------------------------------------- report
-
-def _rc():
-    import matplotlib
-    from matplotlib import cycler
-
-    return matplotlib.rc_context({
-        "axes.prop_cycle": cycler(color=OKABE_ITO), "font.size": 8, "axes.titlesize": 9,
-        "axes.labelsize": 8, "savefig.dpi": DPI, "figure.dpi": DPI})
-
-
-def _table_html(table: pd.DataFrame) -> str:
-    shown = table.rename(columns={c: axis_label(c).replace(c, short_knob(c)) for c in table.columns})
-    return shown.to_html(index=False, escape=True, na_rep="—", border=0, classes="front",
-                         float_format=lambda v: f"{v:.4g}")
-
-
-_CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;
-color:#111}h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em}figure{margin:1em 0}
-img{max-width:100%;height:auto;border:1px solid #ddd}figcaption{font-size:.9em;color:#333}
-table{border-collapse:collapse;font-size:.85em}td,th{border:1px solid #ccc;padding:2px 6px;
-text-align:right}th{background:#f2f2f2}table.meta td,table.meta th{text-align:left}
-.scroll{overflow-x:auto}"""
-
-
-def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None = None,
-                 speedup_vs_batch: pd.DataFrame | None = None,
-                 importances: dict[str, dict[str, float]] | None = None,
-                 progress: Callable[[str], None] | None = None, objectives=None,
-                 table_rows: int = 100, front: pd.DataFrame | None = None, epsilon=da.DISPLAY_EPSILON,
-                 skipped: list[tuple[str, str]] | None = None) -> dict:
-    """Write PNG figures and a self-contained ``index.html`` into ``out_dir``.
-
-    Figures: ``front.png`` (one panel per objective pair; feasible points, infeasible in
-    grey, the front as a staircase, ``known_parts`` as labelled markers),
-    ``speedup_vs_batch.png`` (if given: columns ``design``, ``batch``, ``speedup``),
-    ``draft_chip.png`` (if ``params_draft_chip_enabled`` takes both values),
-    ``importance.png`` (if ``importances`` = ``{objective: {param: importance}}``) and
-    ``hypervolume.png`` (if there is a ``trial`` column and a feasible design).
-
-    Args:
-        df: results (:func:`dse.results.analysis.load_results`); ``df.attrs["dse"]`` supplies the
-            objectives and the workload named in titles.
-        out_dir: created if missing; existing files of the same names are replaced.
-        known_parts: real devices to mark, with a ``name`` (or ``label``) column and the
-            objective columns.
-        progress: called with a short message before each figure.
-        objectives: override the study objectives (see :func:`dse.results.analysis.objectives_of`).
-        table_rows: rows of the front table shown in the HTML.
-        front: the front's rows with the table's columns (:func:`dse.results.analysis.front_of`), when
-            ``df`` holds only what the figures need of every row (a sweep); default
-            ``dse.results.analysis.front(df)``.
-        epsilon: the front table's near-ties within this (relative, per objective) collapsed
-            into one row (dse.results.analysis.front); the figures draw the exact front.
-        skipped: (figure, why) of figures the caller did not compute; with those this function
-            leaves out, they are listed in the page and returned.
-
-    Returns:
-        ``{"html": str path, "figures": [str paths], "skipped": [(figure, why)]}``.
-    """
-    objs = da.objectives_of(df, objectives)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    title = workload_title(df)
-    say = progress or (lambda msg: None)
-    made: list[tuple[Path, str, str]] = []   # (path, heading, caption)
-    skipped = list(skipped or [])            # (figure, why it is not drawn)
-
-    def save(fig, name, heading, caption):
-        path = out / name
-        fig.savefig(path, format="png", dpi=DPI)
-        made.append((path, heading, caption))
-
-    tally = da.counts(df, objs)
-    rows_noun = "grid points" if (df.attrs.get("dse") or {}).get("sampler") == "grid" else "trials"
-    with _rc():
-        if len(objs) < 2:
-            skipped.append(("Pareto front", "the study has one objective: no trade-off to draw"))
-        else:
-            say("figure: Pareto front")
-            pairs = _pairs_data(df, objs, known_parts)
-            sampled = any(p.n_feasible > MAX_SCATTER for p in pairs)
-            save(_figure_fronts(pairs, title), "front.png", "Pareto front",
-                 f"{tally['feasible']:,} feasible of {tally['designs']:,} designs ({tally['rows']:,} {rows_noun}); "
-                 f"{tally['front']:,} on the front (feasible and non-dominated over {len(objs)} objectives; a "
-                 f"design proposed twice counts once). Grey crosses are "
-                 f"infeasible designs (those that do not fit have no latency and are not drawn)."
-                 + _known_caption(known_parts, objs)
-                 + (f" Background points are a random sample of {MAX_SCATTER:,}." if sampled
-                    else ""))
-        if speedup_vs_batch is not None and len(speedup_vs_batch):
-            missing = {"design", "batch", "speedup"} - set(speedup_vs_batch.columns)
-            if missing:
-                raise DseError(f"speedup_vs_batch lacks column(s) {', '.join(sorted(missing))}; "
-                               f"expected design, batch, speedup")
-            say("figure: speedup against batch size")
-            save(_figure_speedup(speedup_vs_batch, title), "speedup_vs_batch.png",
-                 "Speedup against batch size",
-                 "Speculative-decoding speedup over plain decoding against batch size for the "
-                 "designs given (dotted line: no speedup). A line ends where the design no "
-                 "longer fits in memory (the KV cache grows with the batch).")
-        draft = _draft_data(df, objs)
-        if draft is None:
-            skipped.append(("Draft chip vs no draft chip", _why_no_draft(df, objs)))
-        else:
-            say("figure: draft chip vs no draft chip")
-            save(_figure_draft(draft, title), "draft_chip.png", "Draft chip vs no draft chip",
-                 "Fronts of the designs with and without a separate draft chip, on the first two "
-                 "objectives. Hypervolumes use all objectives and one shared reference: "
-                 + ", ".join(f"{k} = {v:.4g}" for k, v in draft.reference.items()) + ".")
-        codesign = _codesign_data(df, objs)
-        if codesign is not None:
-            say("figure: which draft wins where")
-            save(_figure_codesign(codesign, title), "drafts.png", "Which draft wins where",
-                 "Left: every feasible design coloured by its draft (faint), the front of the first two "
-                 "objectives outlined. Right: for each chip class (the target's memory, with or without a draft "
-                 f"chip) and batch, the draft of the feasible design with the lowest {axis_label(codesign.x)}, "
-                 "that value and its speedup over plain decoding on the same chips. Acceptance per draft "
-                 "from the published table or the acceptance model (acceptance_source).")
-        if importances and any(importances.values()):
-            say("figure: parameter importance")
-            save(_figure_importance(importances, title), "importance.png",
-                 "Parameter importance", "Importance of each knob per objective (as given).")
-        curves = _history_data(df, objs)
-        if not curves:
-            skipped.append(("Hypervolume against trial", _why_no_history(df, objs)))
-        else:
-            say("figure: hypervolume against trial")
-            save(_figure_history(curves, title), "hypervolume.png", "Hypervolume against trial",
-                 "Hypervolume of the feasible front after each trial, with one fixed reference "
-                 "(worst feasible value per objective pushed out by 10% of its range).")
-
-    say("writing index.html")
-    eps = da.epsilon_of(epsilon, objs)
-    table = da.front_table(df if front is None else front, objs, epsilon=eps)
-    html_path = out / "index.html"
-    html_path.write_text(_html(df, objs, title, made, table, table_rows, tally, rows_noun, eps, skipped),
-                         encoding="utf-8")
-    return {"html": str(html_path), "figures": [str(p) for p, _, _ in made], "skipped": skipped}
-
-
-def _why_no_draft(df: pd.DataFrame, objs) -> str:
-    """Why the draft-chip figure is not drawn."""
-    if len(objs) < 2:
-        return "one objective"
-    if DRAFT_COLUMN not in df.columns:
-        return "the study has no draft chip to compare (space.draft_chip.enabled is not searched)"
-    if _draft_groups(df) is None:
-        return "every design has the draft chip on, or every design has it off"
-    return "neither the designs with a draft chip nor those without have a feasible design"
-
-
-def _why_no_history(df: pd.DataFrame, objs) -> str:
-    """Why the hypervolume-against-trial figure is not drawn."""
-    if (df.attrs.get("dse") or {}).get("sampler") == "grid" or ("sampler" in df.columns and df["sampler"].eq("grid").all()):
-        return "a sweep's grid points have no trial order (dse sweep evaluates the grid, it does not search)"
-    if "trial" not in df.columns:
-        return "the results have no trial column"
-    return "no feasible design"
-
-
-def _html(df, objs, title, made, table, table_rows, tally, rows_noun, epsilon, skipped) -> str:
-    meta = df.attrs.get("dse") or {}
-    esc = html.escape
-    lines = title.split("\n")
-    info = [("workload", lines[0]), *([("speculative", lines[1])] if len(lines) > 1 else []),
-            ("objectives", ", ".join(f"{m} ({d})" for m, d in objs)),
-            ("constraints", ", ".join(
-                f"{c.get('metric')}" + (f" ≤ {c['max']}" if c.get("max") is not None else "")
-                + (f" ≥ {c['min']}" if c.get("min") is not None else "")
-                for c in meta.get("constraints") or [] if isinstance(c, Mapping)) or "none"),
-            ("designs", f"{tally['designs']:,} in {tally['rows']:,} {rows_noun} ({tally['feasible']:,} feasible, "
-                        f"{tally['front']:,} on the front; a design proposed twice counts once)"),
-            ("dse version", str(meta.get("dse_version", "?"))),
-            ("tech fingerprint", str(meta.get("tech_fingerprint", "?")))]
-    name = (meta.get("study") or {}).get("name", "") if isinstance(meta.get("study"), Mapping) \
-        else ""
-    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-             f"<title>dse report{esc(': ' + name) if name else ''}</title>",
-             f"<style>{_CSS}</style></head><body>",
-             f"<h1>dse report{esc(': ' + name) if name else ''}</h1>",
-             '<table class="meta">']
-    parts += [f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in info]
-    parts.append("</table>")
-    for path, heading, caption in made:
-        data = base64.b64encode(path.read_bytes()).decode("ascii")
-        parts += [f"<h2>{esc(heading)}</h2>", "<figure>",
-                  f'<img src="data:image/png;base64,{data}" alt="{esc(heading)}">',
-                  f"<figcaption>{esc(caption)}</figcaption></figure>"]
-    if skipped:
-        parts += ["<h2>Figures not drawn</h2>", "<ul>"]
-        parts += [f"<li>{esc(name)}: {esc(why)}.</li>" for name, why in skipped]
-        parts.append("</ul>")
-    shown = table.head(table_rows)
-    note = (f"first {len(shown)} of {len(table)} designs, " if len(table) > len(shown) else "")
-    eps = [float(e) for e in epsilon]
-    near = (f"{len(table):,} of the front's {tally['front']:,} designs: near-ties within "
-            f"{'/'.join(f'{e * 100:g}%' for e in dict.fromkeys(eps))} (relative) of a row shown in every "
-            f"objective are left out (the figures and the results hold the exact front); " if any(eps) else "")
-    parts += ["<h2>Front designs</h2>",
-              f"<p>{esc(near)}{esc(note)}best first by {esc(objs[0][0])}.</p>",
-              f'<div class="scroll">{_table_html(shown)}</div>', "</body></html>"]
-    return "\n".join(parts)
