@@ -26,7 +26,7 @@ from dse.catalog.database import load_database
 from dse.cli.commands import main
 from dse.errors import DseError, SpecError
 from dse.model import DesignBatch, evaluate
-from dse.model.evaluate import acceptance_terms
+from dse.model.tau import acceptance_terms
 from dse.workload.spec import Workload, make_acceptance, mixture, parse_drafter, parse_task
 
 DB = Path(__file__).resolve().parent.parent / "hardware_db"
@@ -400,7 +400,7 @@ def test_eagle3_and_hydra_weights_by_hand():
     fc(3d -> d) 3*4096^2 = 50,331,648 and its own LM head over 32,000 draft tokens 131,072,000;
     Hydra (4 heads, costed as issue 17's hydra kind: Medusa's heads, each d^2 + dV):
     4 * (4096^2 + 4096*128256) = 4 * 542,113,792 = 2,168,455,168; x 2 bytes."""
-    from dse.model.evaluate import draft_weight_bytes
+    from dse.model.capacity import draft_weight_bytes
     db = load_database()
     t = db.model("llama-3.1-8b")
 

@@ -52,7 +52,7 @@ from ..catalog.acceptance import MIX_TASKS, MODELLED_KINDS, TASKS, AcceptanceRow
 from ..catalog.database import Database, load_database
 from ..catalog.specs import ModelSpec
 from ..model import specdec
-from ..model.evaluate import acceptance_terms
+from ..model.tau import acceptance_terms
 from ..model.transformer import total_params
 from ..workload.spec import (
     AcceptanceSpec,
@@ -106,7 +106,7 @@ def tau_of_alpha(method: str, alpha, k: int | None = None, nodes: int | None = N
     """tau of i.i.d. alpha (array) on a chain of k, or on the best tree of ``nodes`` nodes and
     depth <= ``depth`` under the method's rank profile (the drafter kind's measured one,
     hardware_db/acceptance/rank_profiles.yaml, as dse eval and studies use by default): the
-    evaluation's own terms (dse.model.evaluate.acceptance_terms)."""
+    evaluation's own terms (dse.model.tau.acceptance_terms)."""
     a = np.asarray(alpha, dtype=np.float64)
     if not nodes:
         return specdec.tau_iid(a, k)

@@ -175,7 +175,7 @@ def energy_line(r: dict) -> str:
     draw = e * r["tokens_per_s"]
     cap = ""
     if r.get("power_w") is not None and not r.get("draft_hw"):
-        # a chip draws at most its provisioned power (model/evaluate.energy_metrics): say when it is there
+        # a chip draws at most its provisioned power (model/latency.energy_metrics): say when it is there
         limit = " (at its power limit: a real chip would lower its clocks)" if draw >= r["power_w"] * (1 - 1e-9) else ""
         cap = f" of {fmt(r['power_w'])} W provisioned{limit}"
     return f"energy       {e:#.3g} J/token  {r['tokens_per_j']:#.3g} tokens/J{base}; draws {fmt(draw)} W{cap}"

@@ -20,7 +20,8 @@ from ..catalog.links import SCALE_OUT_CLASS, SYNTHESISED_LINK_CLASS
 from ..catalog.specs import DeviceSpec, RuntimeSpec
 from ..catalog.technology import TechConstants
 from ..model.arrays import DesignBatch, HardwareArrays
-from ..model.evaluate import MIN_ROWS_DEDUPE, Metrics, distinct_rows, evaluate, join_metrics
+from ..model.dedupe import distinct_rows
+from ..model.evaluate import MIN_ROWS_DEDUPE, Metrics, evaluate, join_metrics
 from ..model.technology import (
     energy_constants,
     known_part_energy,

@@ -280,7 +280,7 @@ def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     Energy (MODEL.md section 5), the whole group's at the mean expert rank (what all ranks move
     together): ``energy_j`` = every chip's bytes from memory x hw.mem_j_per_byte + the bytes its
     collectives send x hw.link_j_per_byte; its FLOPs apart, ``group_flops_lin`` and
-    ``group_flops_att`` (evaluate.energy_metrics prices them per design, at the design's J/FLOP,
+    ``group_flops_att`` (latency.energy_metrics prices them per design, at the design's J/FLOP,
     and adds busy power for the iteration's time, capped at the power limit). NaN where ``hw`` has
     no energy constants; not computed without ``energy``.
 

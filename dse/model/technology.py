@@ -268,7 +268,7 @@ def power_w(tech: TechConstants, *, peak_bf16_flop_s, j_per_flop, mem_bw_bytes_s
 
     It is the sustained package power with compute at ``tdp_compute_utilization`` of peak and
     memory and links saturated at once: a sizing figure comparable to a vendor TDP, not a
-    measured draw. Energy per token is computed from each step's traffic instead (model/evaluate.py)
+    measured draw. Energy per token is computed from each step's traffic instead (model/latency.py)
     and is capped at it: no chip draws more than its provisioned power. Memory is charged at the
     bandwidth the compute can take in, not an SRAM's full aggregate: a 500 MB SRAM-only chip of 100
     TFLOP/s at n5 was 762 W (175 TB/s x 8 x 0.5 pJ/bit), now 142 W; Cerebras WSE-3 111 kW, now 21.8

@@ -32,7 +32,7 @@ K_RANGE = Range(integer=True, lo=1, hi=K_LIMIT)
 TREE_NODES_MAX = 1024
 _FROZEN = dict(frozen=True, slots=True, kw_only=True)
 
-#: how a drafter costs (MODEL.md section 3): what dse.model.evaluate computes per kind
+#: how a drafter costs (MODEL.md section 3): what dse.model.latency computes per kind
 DRAFTER_KINDS = ("none", "model", "ngram", "early-exit", "eagle", "medusa", "hydra")
 #: the published method behind each --draft spelling (its acceptance in dse.acceptance.fit, its
 #: default shape in DEFAULT_SHAPES) -> the kind it costs as. EAGLE-2 drafts with EAGLE-1's head
@@ -154,7 +154,7 @@ def mixture(components, weights, labels=()) -> AcceptanceSpec:
     """A token-weighted mix of acceptances (one per task); a single component is itself.
 
     The model times a token of the mix as the weighted mean of each task's time per token, so
-    tau_mix = 1 / sum_i(w_i / tau_i) at the design's k (dse.model.evaluate): not the tau at the
+    tau_mix = 1 / sum_i(w_i / tau_i) at the design's k (dse.model.tau): not the tau at the
     mean alpha."""
     comps, ws = tuple(components), tuple(float(w) for w in weights)
     if len(comps) == 1:

@@ -98,7 +98,7 @@ def test_an_overloaded_prefill_queue_is_bounded_by_the_clients():
     at most B-1 prompts ahead, so the wait is (B-1) x one prefill, not infinite."""
     import numpy as np
 
-    from dse.model.evaluate import prefill_queue_s
+    from dse.model.latency import prefill_queue_s
     w = prefill_queue_s(np.array([0.1, 0.1, 0.1]), np.array([1, 11, 11]), np.array([100, 100, 10]),
                         np.array([0.01, 0.01, 0.01]))
     # B 1: 0; rho = 10 x 0.1 / (100 x 0.01) = 1.0 -> bounded by 10 x 0.1 = 1.0; rho 10 -> 1.0

@@ -18,7 +18,7 @@ import pytest
 
 from dse.api import evaluate_design, hardware_arrays
 from dse.evaluation.designs import evaluate_study, metric_table
-from dse.model.evaluate import eagle_head
+from dse.model.drafters import eagle_head
 from dse.model.roofline import step_cost
 from dse.model.transformer import step_kwargs
 from dse.study import parse_study

@@ -8,9 +8,14 @@ import pytest
 
 from dse.api import hardware_arrays
 from dse.model import DesignBatch, evaluate
+from dse.model.dedupe import NOT_LATENCY_INPUTS, distinct_latency_rows
 from dse.workload.spec import Workload, make_acceptance, parse_drafter
 
 E = sys.modules["dse.model.evaluate"]
+#: where k = auto is chosen: it reads MIN_ROWS_K_LOOP and K_FIRST and calls k_auto.auto_k
+L = sys.modules["dse.model.latency"]
+KA = sys.modules["dse.model.k_auto"]
+DD = sys.modules["dse.model.dedupe"]
 
 
 def _same(a, b) -> bool:
@@ -78,7 +83,7 @@ def test_rows_differing_only_in_capacity_share_their_latency_row(db):
                            "target": type(batch.target)(**{**{f: getattr(batch.target, f)
                                                               for f in batch.target.__slots__},
                                                            "capacity_bytes": cap})})
-    first, inverse = E._distinct_rows(batch)
+    first, inverse = distinct_latency_rows(batch)
     assert first.size == 60 and inverse.size == 3000
     w = _workload(db, overlap=True)
     fast, plain = evaluate(batch, w), evaluate(batch, w, dedupe=False)
@@ -93,7 +98,7 @@ def test_rows_differing_only_in_capacity_share_their_latency_row(db):
                            "attention_j_per_flop": rng.uniform(2e-13, 9e-13, batch.n)})
     batch = DesignBatch(**{**{f: getattr(batch, f) for f in batch.__slots__}, "target": energy_varied(batch.target),
                            "draft": energy_varied(batch.draft)})
-    assert E._distinct_rows(batch)[0].size == 60
+    assert distinct_latency_rows(batch)[0].size == 60
     fast, plain = evaluate(batch, w), evaluate(batch, w, dedupe=False)
     _assert_same(fast, plain)
     assert np.unique(fast.energy_j_per_token[fast.fits]).size > 60
@@ -123,7 +128,7 @@ def test_a_large_batch_in_blocks_gives_the_bits_of_one_pass(db):
 def test_dedupe_is_skipped_when_it_does_not_pay(db):
     """Random continuous designs are all distinct: no dedupe (None), the plain path."""
     batch = _designs(db, 2000, np.random.default_rng(4))
-    assert E._distinct_rows(batch) is None
+    assert distinct_latency_rows(batch) is None
 
 
 def test_a_hash_collision_means_no_dedupe_never_a_wrong_row(db, monkeypatch):
@@ -133,8 +138,8 @@ def test_a_hash_collision_means_no_dedupe_never_a_wrong_row(db, monkeypatch):
     batch = _designs(db, 40, rng).take(rng.integers(0, 40, 1500))
     w = _workload(db)
     plain = evaluate(batch, w, dedupe=False)
-    monkeypatch.setattr(E, "_MIX", np.uint64(0))
-    assert E._distinct_rows(batch) is None
+    monkeypatch.setattr(DD, "_MIX", np.uint64(0))
+    assert distinct_latency_rows(batch) is None
     _assert_same(evaluate(batch, w), plain)
 
 
@@ -143,16 +148,16 @@ def test_a_hash_collision_means_no_dedupe_never_a_wrong_row(db, monkeypatch):
 @pytest.fixture
 def k_loop(monkeypatch):
     """The k-by-k loop from 256 rows (in production from MIN_ROWS_K_LOOP), counting k evaluations."""
-    monkeypatch.setattr(E, "MIN_ROWS_K_LOOP", 256)
+    monkeypatch.setattr(L, "MIN_ROWS_K_LOOP", 256)
     seen = []
-    real = E._auto_k
+    real = L.auto_k
 
     def spy(terms, K, bound, *rest):
         calls = []
         out = real(lambda kc: calls.append(int(kc[0, 0])) or terms(kc), K, bound, *rest)
         seen.append(calls)
         return out
-    monkeypatch.setattr(E, "_auto_k", spy)
+    monkeypatch.setattr(L, "auto_k", spy)
     return seen
 
 
@@ -187,9 +192,9 @@ def test_bounded_k_auto_equals_every_k(db, k_loop, monkeypatch, case):
     bounded = evaluate(batch, w, dedupe=False)
     every = evaluate(batch, w, dedupe=False, k_bound=False)
     K = k_loop[1][0]          # k_max (16), or fewer (Medusa: its 5 heads; 8 per-position rates)
-    assert k_loop[0][0] == min(K, E.K_FIRST) and k_loop[1] == list(range(K, 0, -1))
+    assert k_loop[0][0] == min(K, L.K_FIRST) and k_loop[1] == list(range(K, 0, -1))
     _assert_same(bounded, every)
-    monkeypatch.setattr(E, "MIN_ROWS_K_LOOP", 10 ** 9)
+    monkeypatch.setattr(L, "MIN_ROWS_K_LOOP", 10 ** 9)
     _assert_same(bounded, evaluate(batch, w, dedupe=False))
     assert (~np.isfinite(every.iter_s) & every.fits).any()      # the tied rows are there
 
@@ -219,7 +224,8 @@ def test_a_bound_that_lies_is_caught(db, k_loop, monkeypatch):
     batch = _designs(db, 3000, rng)
     w = _workload(db, target="llama-3.1-70b")
     every = evaluate(batch, w, dedupe=False, k_bound=False)
-    monkeypatch.setattr(E, "_BOUND_MARGIN", -9.0)        # lb x (1 - (-9)) = 10 x lb
+    for module in (KA, L):          # the k-by-k bound (k_auto) and the bound on the larger k (latency)
+        monkeypatch.setattr(module, "BOUND_MARGIN", -9.0)        # lb x (1 - (-9)) = 10 x lb
     wrong = evaluate(batch, w, dedupe=False)
     assert (wrong.k != every.k).any()
 
@@ -227,7 +233,7 @@ def test_a_bound_that_lies_is_caught(db, k_loop, monkeypatch):
 def test_every_latency_input_is_in_the_key_and_capacity_is_not(db):
     """Two halves of a batch that differ in one field: two distinct latency rows for every
     field the latency terms read, one for the capacity, the memory reserve and the energy
-    constants evaluate.energy_metrics applies per row after the gather (static power, J/FLOP)."""
+    constants latency.energy_metrics applies per row after the gather (static power, J/FLOP)."""
     base = _designs(db, 1, np.random.default_rng(9), draft_chip=True).take(np.zeros(2048, dtype=np.int64))
     half = np.arange(2048) >= 1024
 
@@ -244,8 +250,8 @@ def test_every_latency_input_is_in_the_key_and_capacity_is_not(db):
                 continue
             new = type(hw)(**{**{f: getattr(hw, f) for f in hw.__slots__}, name: changed(hw, name)})
             batch = DesignBatch(**{**{f: getattr(base, f) for f in base.__slots__}, group: new}) if group else new
-            got = E._distinct_rows(batch)
-            expect = 1 if name in E.NOT_LATENCY_INPUTS else 2
+            got = distinct_latency_rows(batch)
+            expect = 1 if name in NOT_LATENCY_INPUTS else 2
             assert got is not None and got[0].size == expect, (group, name)
 
 

@@ -16,7 +16,7 @@ from dse.catalog.database import load_database
 from dse.cli.commands import main
 from dse.errors import SpecError
 from dse.model import transformer as tf
-from dse.model.evaluate import weights_per_chip
+from dse.model.capacity import weights_per_chip
 from dse.model.roofline import alltoall_time_s, communication_time_s, step_cost
 from dse.study import parse_study
 

@@ -6,7 +6,7 @@ import pytest
 
 from dse.api import evaluate_design
 from dse.model import transformer as tf
-from dse.model.evaluate import memory_per_chip
+from dse.model.capacity import memory_per_chip
 from dse.model.roofline import allreduce_time_s, smooth_roofline, step_cost
 
 GIB = 2 ** 30
@@ -226,7 +226,7 @@ def test_g128_int4_with_16_bit_head_streams_the_bytes_by_hand(db):
     plain = step_cost(m, _unit_hw(), batch=1.0, q=1.0, context=0.0, **tf.step_kwargs("int4", "bf16"))
     assert plain.bytes[0] == pytest.approx((6_476_005_376 + 131_072_000) * 0.515625 + 524_288, rel=1e-12)
     # stored: embedding and LM head both 16-bit (untied): 3,364,487,168 + 2 * 262,144,000
-    from dse.model.evaluate import weights_per_chip
+    from dse.model.capacity import weights_per_chip
     assert weights_per_chip(m, 1, "int4-g128") == pytest.approx(3_888_775_168, rel=1e-12)
 
 

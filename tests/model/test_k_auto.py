@@ -40,7 +40,7 @@ def test_fixed_k_past_8_beside_auto_rows(db, monkeypatch, loop):
     small k: no k past 8 can win there): the first pass covers k = 1..12, the largest fixed k, and
     each row gets what it gets alone, in the broadcast pass and in the k-by-k loop."""
     if loop:
-        monkeypatch.setattr(sys.modules["dse.model.evaluate"], "MIN_ROWS_K_LOOP", 1)
+        monkeypatch.setattr(sys.modules["dse.model.latency"], "MIN_ROWS_K_LOOP", 1)
     tgt = db.model("llama-3.1-70b")
     w = Workload(target=tgt, drafter=parse_drafter("llama-3.2-1b", tgt, db), acceptance=make_acceptance(0.9),
                  dtype="fp8", kv_dtype="bf16")
@@ -61,7 +61,7 @@ def test_an_auto_row_keeps_its_k_max_whatever_k_another_row_fixes(db, monkeypatc
     it would go on to 13), also when another row of the batch fixes k = 12 or 20 (the batch's
     candidates then reach that k; they are not the auto row's). Rows are independent."""
     if loop:
-        monkeypatch.setattr(sys.modules["dse.model.evaluate"], "MIN_ROWS_K_LOOP", 1)
+        monkeypatch.setattr(sys.modules["dse.model.latency"], "MIN_ROWS_K_LOOP", 1)
     tgt = db.model("llama-3.1-70b")
     w = Workload(target=tgt, drafter=parse_drafter("llama-3.2-1b", tgt, db), acceptance=make_acceptance(0.9),
                  dtype="fp8", kv_dtype="bf16", k_max=8)

@@ -310,7 +310,7 @@ def test_tree_draft_steps_take_each_depths_own_width(db, ideal):
     # and 15, so sum_i max(compute(n_i), memory) is not 3 x max(compute(26/3), memory): the
     # uniform-width model is >= 5% off, and the model must equal the per-depth sum.
     from dse.api import apply_overrides, hardware_arrays
-    from dse.model.evaluate import eagle_head
+    from dse.model.drafters import eagle_head
     from dse.model.roofline import step_cost
     fields = {**ideal, "peak_tflops_bf16": 21.0}
     r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="eagle", alpha=0.3, tree_nodes=26, k=3,
