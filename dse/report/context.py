@@ -407,9 +407,17 @@ def _say(enabled: bool):
 def default_out(path) -> Path:
     """``results/q.parquet`` -> ``results/q-report``; a dataset directory ``d`` -> ``d-dataset-report``
     (array tasks write ``results/q/`` beside ``results/q.parquet``: their reports must not share a
-    folder); any other file ``f`` -> ``f-report``."""
+    folder); any other file ``f`` -> ``f-report``. A directory named ``.`` or ``..`` is named by its
+    absolute path (``dse report .`` in ``/x/q`` writes ``/x/q-dataset-report``).
+
+    >>> str(default_out("results/q.parquet")), str(default_out("notes.txt"))
+    ('results/q-report', 'notes.txt-report')
+    """
     p = Path(path)
     if p.is_dir():
+        p = p if p.name not in ("", ".", "..") else p.resolve()
+        if not p.name:                              # the file system's root
+            raise DseError(f"{path}: give --out DIR for a report of the root folder")
         return p.with_name(p.name + "-dataset-report")
     base = p.with_suffix("") if p.suffix == ".parquet" else p
     return base.with_name(base.name + "-report")
