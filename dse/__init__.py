@@ -22,7 +22,7 @@ _LAZY = {
     "SpecError": "dse.errors",
     "load_study": "dse.study",
     "parse_study": "dse.study",
-    "load_results": "dse.results.store",
+    "load_results": "dse.results.load",
     "Workload": "dse.workload.spec",
     "run_study": "dse.search.runner",
     "sweep": "dse.campaign.grid",

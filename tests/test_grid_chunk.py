@@ -116,13 +116,15 @@ def test_take_reads_the_row_groups_that_hold_the_rows(tmp_path, monkeypatch):
 
     import dse.results.store as store
     from dse.campaign.grid import sweep
+    from dse.results.dataset import open_results
+    from dse.results.load import load_results
     real = store.write_options
     monkeypatch.setattr(store, "write_options", lambda schema: {**real(schema), "row_group_size": 64})
     out = tmp_path / "sw"
     sweep(load_study(STUDIES / "quickstart.yaml"), points=3, out=out, chunk_size=500, progress=False)
-    ds = store.open_results(out)
+    ds = open_results(out)
     assert pq.ParquetFile(ds.files[0]).metadata.num_row_groups > 1
-    full = store.load_results(out, columns=["trial", "cost_usd", "params_target_chip_memory"])
+    full = load_results(out, columns=["trial", "cost_usd", "params_target_chip_memory"])
     rows = np.array([0, 1, 63, 64, 65, 200, 499, 500, 777, len(full) - 1])
     got = ds.take(rows, ["trial", "cost_usd", "params_target_chip_memory"])
     assert np.concatenate([m for m, _ in got]).tolist() == rows.tolist()

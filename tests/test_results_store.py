@@ -1,4 +1,5 @@
-"""dse.results.store: Parquet written atomically with the dse metadata, and read back the same."""
+"""dse.results.store: Parquet written atomically with the dse metadata, and read back the same
+(dse.results.load)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from dse.errors import DseError, RuntimeFailure
 from dse.results import store
+from dse.results.load import load_results
 from dse.results.store import SCHEMA_VERSION
 
 
@@ -34,14 +36,14 @@ def test_roundtrip_keeps_values_nulls_and_metadata(tmp_path):
     schema = pq.read_schema(path)
     assert str(schema.field("study").type) == "string"          # not large_string: readable everywhere
     assert json.loads(schema.metadata[store.META_KEY]) == META
-    df = store.load_results(path)
+    df = load_results(path)
     assert df["trial"].tolist() == [0, 1, 2]
     assert df["spec_ms_per_token"].iloc[0] == 1.5 and np.isnan(df["spec_ms_per_token"].iloc[1])
     assert str(df["is_pareto"].dtype) == "boolean" and df["is_pareto"].isna().tolist() == [False, True, False]
     assert str(df["pareto_rank"].dtype) == "Int64" and df["pareto_rank"].iloc[2] == 1
     assert df.attrs["dse"] == META
     assert store.read_metadata(path) == META
-    only = store.load_results(path, columns=["trial"])
+    only = load_results(path, columns=["trial"])
     assert list(only.columns) == ["trial"]
 
 
@@ -74,7 +76,7 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temp(tmp_path, monkeypa
 def test_newer_schema_is_refused_with_the_version(tmp_path):
     path = store.write_parquet(frame(), tmp_path / "r.parquet", {**META, "schema_version": SCHEMA_VERSION + 1})
     with pytest.raises(DseError) as e:
-        store.load_results(path)
+        load_results(path)
     assert str(e.value) == (f"{path}: results schema_version = {SCHEMA_VERSION + 1}: this dse reads "
                             f"schema_version <= {SCHEMA_VERSION}; upgrade dse")
 
@@ -84,7 +86,7 @@ def test_parts_of_different_studies_are_refused(tmp_path):
     store.write_parquet(frame(), tmp_path / "d" / "part-1.parquet", {**META, "study": {"name": "t"}})
     store.write_parquet(frame(), tmp_path / "d" / ".part-2.parquet.tmp", META)     # skipped: a temp file
     with pytest.raises(DseError, match="different studies"):
-        store.load_results(tmp_path / "d")
+        load_results(tmp_path / "d")
 
 
 def test_dataset_directory_concatenates_parts_in_order(tmp_path):
@@ -92,7 +94,7 @@ def test_dataset_directory_concatenates_parts_in_order(tmp_path):
     store.write_parquet(frame().assign(trial=[3, 4, 5]), tmp_path / "d" / "part-1.parquet", META)
     (tmp_path / "d" / "_tmp").mkdir()
     store.write_parquet(frame(), tmp_path / "d" / "_tmp" / "x.parquet", META)        # skipped: _ folder
-    assert store.load_results(tmp_path / "d")["trial"].tolist() == [0, 1, 2, 3, 4, 5]
+    assert load_results(tmp_path / "d")["trial"].tolist() == [0, 1, 2, 3, 4, 5]
 
 
 def test_database_fingerprint_follows_every_yaml_byte(tmp_path):

@@ -17,7 +17,7 @@ from dse.evaluation.designs import evaluate_study
 from dse.results.frame import results_frame
 from dse.results.front import dataset_front
 from dse.results.pareto import front_flags
-from dse.results.store import FRONT_FILE, PARETO_FILE
+from dse.results.side_files import FRONT_FILE, PARETO_FILE
 from dse.study import load_study, open_study
 
 QUICK = Path(__file__).parent.parent / "studies" / "quickstart.yaml"

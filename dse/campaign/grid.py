@@ -37,21 +37,12 @@ from ..process.interrupt import stop_on_signals
 from ..process.progress import Progress
 from ..process.slurm import shard_from_env
 from ..results.arrow import num_array, usable_rows
+from ..results.dataset import open_dataset
 from ..results.guard import check_writable
+from ..results.manifest import check_manifest, dataset_conflict, dataset_manifest, write_manifest
 from ..results.pareto import pareto_mask
-from ..results.store import (
-    check_manifest,
-    dataset_conflict,
-    dataset_manifest,
-    open_dataset,
-    read_metadata,
-    side_files_current,
-    study_metadata,
-    write_front_file,
-    write_manifest,
-    write_pareto_file,
-    write_table,
-)
+from ..results.side_files import side_files_current, write_front_file, write_pareto_file
+from ..results.store import read_metadata, study_metadata, write_table
 from ..results.table import results_table
 from ..study import Knob, StudySpec, open_study
 from ..study.parse import GRID_POINTS
@@ -343,7 +334,7 @@ class Usable:
 
 def _write_side_files(out_dir: Path, names: list[str], usable: dict[str, Usable], objs, fp: str) -> None:
     """Once every part of the grid is on disk (the last shard to finish does it), write the global
-    Pareto flags (dse.results.store.PARETO_FILE) and the front's full rows (FRONT_FILE), from what
+    Pareto flags (dse.results.side_files.PARETO_FILE) and the front's full rows (FRONT_FILE), from what
     this run kept of its parts and, for the parts other shards wrote, their objective and feasible
     columns (read one part at a time) and their front rows. The parts' own is_pareto and
     pareto_rank stay null."""

@@ -37,7 +37,7 @@ BASE_CONSTRAINTS = ("memory_fit_gb", "buildable")
 #: columns every results row has besides params_* (in file order)
 ID_COLUMNS = ("study", "trial", "state", "sampler", "seed")
 #: (is_pareto / pareto_rank: null in a sweep's part files, whose global flags are in the dataset's
-#: _pareto.parquet, dse.results.store.PARETO_FILE, joined by load_results)
+#: _pareto.parquet, dse.results.side_files.PARETO_FILE, joined by load_results)
 TAIL_COLUMNS = ("feasible", "constraint_violation", "is_pareto", "pareto_rank", "duplicate_of", "datetime_start",
                 "datetime_complete")
 

@@ -433,7 +433,7 @@ REPORT_COLUMNS = ["study", "trial", "state", "sampler", "seed", "params_*", "chi
 
 def _report_columns(ds) -> list[str]:
     """:data:`REPORT_COLUMNS` and the stored objective and constraint metrics, those the results
-    (a dse.results.store.Dataset) have."""
+    (a dse.results.dataset.Dataset) have."""
     import fnmatch
     extra = [o.get("metric") for o in list(ds.meta.get("objectives") or []) + list(ds.meta.get("constraints") or [])
              if isinstance(o, dict)]
@@ -458,7 +458,7 @@ def build_report(path, out=None, progress: bool = True, force: bool = False) -> 
     from .page import write_report
     say = _say(progress)
     say(f"loading {path}")
-    from ..results.store import open_results
+    from ..results.dataset import open_results
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")      # load_results warns about missing parts, once
         ds = open_results(path)

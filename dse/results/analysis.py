@@ -32,8 +32,9 @@ import pyarrow as pa
 
 from ..errors import DseError
 from . import pareto
+from .dataset import open_results
 from .front import epsilon_of, resolve_objectives, stored_objectives, table_columns
-from .store import load_results, open_results, restore_nullable
+from .load import load_results, restore_nullable
 
 __all__ = ["load_results", "front_of", "objectives_of", "feasible_mask", "front", "ranks", "hypervolume",
            "hypervolume_reference", "compare_fronts", "hypervolume_history", "usable_values", "directions", "front_table",

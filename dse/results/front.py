@@ -18,7 +18,7 @@ import pyarrow as pa
 from ..errors import DseError
 from . import pareto
 from .arrow import num_array, to_numpy, usable_rows
-from .store import open_results
+from .dataset import open_results
 
 
 def epsilon_of(epsilon, objs) -> np.ndarray:

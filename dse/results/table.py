@@ -26,7 +26,7 @@ def results_table(study, designs: Designs, metrics: Metrics, params: dict[str, n
                   metadata: dict | None = None) -> tuple[pa.Table, np.ndarray, dict]:
     """The rows of :func:`results_frame` as an Arrow table of ``schema`` (built from numpy, no
     pandas, no Python objects per row), for a sweep whose rows are distinct designs: duplicate_of,
-    is_pareto and pareto_rank null (a sweep's flags live in ``_pareto.parquet``, dse.results.store),
+    is_pareto and pareto_rank null (a sweep's flags live in ``_pareto.parquet``, dse.results.side_files),
     state COMPLETE, one timestamp ``now`` (UTC) for every row. ``codes`` maps a categorical knob to
     (indices, values) so its strings are gathered, not converted one by one. ``schema`` None: the
     schema of these arrays, with the ``pandas`` metadata results_frame's columns would carry

@@ -35,7 +35,8 @@ from ..process.progress import Progress, note
 from ..results.frame import results_frame
 from ..results.guard import check_replace, check_writable
 from ..results.identity import describe, identity_of
-from ..results.store import check_manifest, dataset_manifest, study_metadata, write_manifest, write_parquet
+from ..results.manifest import check_manifest, dataset_manifest, write_manifest
+from ..results.store import study_metadata, write_parquet
 from ..storage.backends import redact_url, resolve_storage
 from ..study import SAMPLERS, StudySpec, open_study
 from ..study.space import CONTROL_KEYS, active_masks, is_conditional, sampling_order

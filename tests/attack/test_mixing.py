@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 import dse.results.analysis as da
 from dse.campaign.grid import grid_axes, grid_chunk
 from dse.results.front import dataset_front
-from dse.results.store import FRONT_FILE, MANIFEST, PARETO_FILE
+from dse.results.manifest import MANIFEST
+from dse.results.side_files import FRONT_FILE, PARETO_FILE
 from dse.study import load_study
 
 
