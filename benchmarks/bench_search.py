@@ -7,7 +7,7 @@ Run:  python benchmarks/bench_search.py [--trials 10000] [--shared-trials 2000] 
 (a) run_study(quickstart, sampler nsga2, population and batch 64), whole call: --trials (10,000) in
     memory, then --shared-trials (2,000) on a journal file and, when DSE_TEST_PG_URL names a
     PostgreSQL database (.ci/postgres.sh starts one), on PostgreSQL (a fresh study name each run).
-    Per row: wall time, the model's share (time inside dse.search.runner.evaluate_study, i.e.
+    Per row: wall time, the model's share (time inside dse.search.{asktell,trials}.evaluate_study, i.e.
     build_designs + evaluate, wrapped with a timer; it includes the final re-evaluation of every
     trial for the Parquet file) and the bookkeeping per trial, (wall - model) / trials. One more
     in-memory row with the default sampler, auto (a numpy pre-search, then dse.search.breeder), for reference.
@@ -203,11 +203,14 @@ def bench_run(n_trials: int, n_shared: int) -> list[tuple]:
     import optuna  # noqa: F401  (imported before timing; its import time is printed)
     import yaml
 
+    import dse.search.asktell
     import dse.search.runner as ds
+    import dse.search.trials
     from dse.study import load_study, parse_study
     study = load_study(STUDY)
     tm = Timers()
-    tm.wrap(ds, "evaluate_study", "eval")
+    tm.wrap(dse.search.asktell, "evaluate_study", "eval")      # the batches
+    tm.wrap(dse.search.trials, "evaluate_study", "eval")       # the final re-evaluation for the Parquet file
     runs = [("in-memory", "nsga2", n_trials, ":memory:"), ("in-memory", "auto", n_trials, ":memory:")]
     pg = os.environ.get("DSE_TEST_PG_URL")
     with tempfile.TemporaryDirectory() as tmp:
@@ -254,7 +257,8 @@ def search_part(args, results: list) -> None:
         if label == "in-memory" and sampler == "nsga2":
             results.append((f"dse run, {n:,} in-memory NSGA-II trials", f"{wall:.2f} s",
                             f"<= {SEARCH_LIMIT_S:g} s", n >= SEARCH_TRIALS and wall <= SEARCH_LIMIT_S))
-    print("    model = dse.search.runner.evaluate_study (build_designs + evaluate), incl. the final re-evaluation;")
+    print("    model = dse.search.{asktell,trials}.evaluate_study (build_designs + evaluate), "
+          "incl. the final re-evaluation;")
     print("    bookkeeping = (wall - model) / trials: Optuna, its storage, dse's loop and the Parquet file;")
     print("    CPU s = this process's CPU time (wall on a loaded machine includes waiting for a core)")
 

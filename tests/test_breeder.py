@@ -10,7 +10,8 @@ import yaml
 from dse.campaign.grid import distinct_points, grid_axes
 from dse.results.pareto import hypervolume
 from dse.search.breeder import design_ids
-from dse.search.runner import run_study, seed_count
+from dse.search.runner import run_study
+from dse.search.seeds import seed_count
 from dse.study import load_study, parse_study
 
 QUICK = Path(__file__).parent.parent / "studies" / "quickstart.yaml"

@@ -18,7 +18,8 @@ from dse.search.presearch import (
     presearch_budget,
     sample_knob,
 )
-from dse.search.runner import find_seeds, run_study, seed_count
+from dse.search.runner import run_study
+from dse.search.seeds import find_seeds, seed_count
 from dse.study import Knob, load_study, open_study
 
 QUICK = Path(__file__).parent.parent / "studies" / "quickstart.yaml"

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 import dse.search.runner as ds
+import dse.search.sampler_setup as sampler_setup
 from dse.search.samplers import MemoNSGAIIISampler, MemoNSGAIISampler
 from dse.study import load_study
 
@@ -96,7 +97,7 @@ def test_dse_run_rows_are_those_of_optuna_nsga2(tmp_path, monkeypatch, sampler):
     def stock(name, seed, population):
         assert name in ("nsga2", "auto")
         return optuna.samplers.NSGAIISampler(population_size=population, seed=seed)
-    monkeypatch.setattr(ds, "_sampler", stock)
+    monkeypatch.setattr(sampler_setup, "_sampler", stock)
     ref = ds.run_study(small_study(tmp_path / "stock"), sampler=sampler, storage=":memory:", progress=False).frame
     cols = [c for c in ref.columns if not c.startswith("datetime")]
     assert len(memo) == 300

@@ -18,7 +18,8 @@ import dse.results.analysis as da
 from dse.campaign.grid import sweep
 from dse.cli.commands import main
 from dse.process.progress import Progress, eta_text
-from dse.search.runner import derive_seed, fail_stale_trials, parse_task, run_study, run_tasks
+from dse.search.runner import derive_seed, parse_task, run_study, run_tasks
+from dse.search.workers import fail_stale_trials
 from dse.storage.backends import redact_url
 from dse.study import load_study
 

@@ -75,7 +75,7 @@ def test_resume_continues_without_loss_or_duplicates(tmp_path):
 
 
 def test_interrupted_batch_keeps_finished_trials(tmp_path, monkeypatch):
-    import dse.search.runner as search
+    import dse.search.asktell as search
     s = small_study(tmp_path)
     journal = str(tmp_path / "q.journal")
     calls = {"n": 0}
@@ -252,7 +252,7 @@ def test_dse_run_counts_designs_and_sorts_the_front(tmp_path):
 
 
 def test_number_ranges_and_worker_index(monkeypatch):
-    from dse.search.runner import number_ranges, worker_index
+    from dse.search.workers import number_ranges, worker_index
     assert number_ranges([5, 0, 2, 1, 2]) == [[0, 2], [5, 5]]
     assert number_ranges([]) == []
     for name in ("DSE_WORKER", "SLURM_ARRAY_TASK_ID", "SLURM_NTASKS", "SLURM_PROCID"):

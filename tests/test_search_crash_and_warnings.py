@@ -10,7 +10,8 @@ import yaml
 from click.testing import CliRunner
 
 from dse.cli.commands import main
-from dse.search.runner import _ConditionalSpaceFilter, run_study
+from dse.search.runner import run_study
+from dse.search.sampler_setup import _ConditionalSpaceFilter
 from dse.study import parse_study
 from dse.study.space import active_masks
 

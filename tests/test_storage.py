@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
-import dse.search.runner
+import dse.search.asktell
 from dse.search.runner import run_study
 from dse.study import load_study
 
@@ -59,7 +59,9 @@ def _one_worker(study_path, url, barrier, results):
     """What `dse run` does first, in a forked process: open the storage, create or load the
     study (dse's own path, with its retries), then ask and tell one trial."""
     try:
-        from dse.search.runner import _create_study, ask_design, distributions, make_sampler
+        from dse.search.asktell import ask_design
+        from dse.search.runner import _create_study
+        from dse.search.sampler_setup import distributions, make_sampler
         from dse.storage.backends import resolve_storage
         study = load_study(study_path)
         directions = [o.direction for o in study.objectives]
@@ -105,14 +107,14 @@ def test_64_workers_starting_together_create_one_study(tmp_path, shared_url):
 def _interrupt_after(monkeypatch, batches: int):
     """SIGTERM this process during the ``batches``-th evaluation: dse's handler sets its stop flag,
     the batch in flight is finished and told, and run_study returns interrupted (as under SLURM)."""
-    real, calls = dse.search.runner.evaluate_study, [0]
+    real, calls = dse.search.asktell.evaluate_study, [0]
 
     def evaluate(*args, **kwargs):
         calls[0] += 1
         if calls[0] == batches:
             os.kill(os.getpid(), signal.SIGTERM)
         return real(*args, **kwargs)
-    monkeypatch.setattr(dse.search.runner, "evaluate_study", evaluate)
+    monkeypatch.setattr(dse.search.asktell, "evaluate_study", evaluate)
 
 
 def _rows(df):

@@ -15,7 +15,8 @@ from ..errors import DseError, SpecError
 from ..report.context import study_from_mapping, study_mapping
 from ..results.guard import check_replace, check_writable
 from ..results.store import study_metadata, write_parquet
-from ..search.runner import RunResult, study_frame
+from ..search.runner import RunResult
+from ..search.trials import study_frame
 from ..storage.backends import redact_url, resolve_storage
 from ..study import open_study
 

@@ -338,7 +338,7 @@ def _optuna_study(df: pd.DataFrame, study: StudySpec):
     """An in-memory Optuna study holding ``df``'s rows as COMPLETE trials."""
     import optuna
 
-    from ..search.runner import distributions
+    from ..search.sampler_setup import distributions
     dists = distributions(study)
     metrics = [o.metric for o in study.objectives]
     s = optuna.create_study(directions=[o.direction for o in study.objectives])

@@ -131,7 +131,7 @@ class BreederSampler(BaseSampler):
 
     def prepare(self, study, n: int) -> int:
         """Breed if the study changed since the last batch; how many new designs are queued (at
-        most ``batch``; 0 when no design the study does not hold could be found). dse.search.runner asks
+        most ``batch``; 0 when no design the study does not hold could be found). dse.search.asktell asks
         no more trials than this plus the enqueued ones."""
         if self._stale or (len(self._queue) < n and not self._dry):
             self._refill(study)

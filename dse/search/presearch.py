@@ -24,9 +24,9 @@ of knobs (a continuous range or 16+ levels counts 1, a knob of L levels log2(L)/
 of objectives, the trial budget and how much of the space is feasible; and it stops after
 ``seconds`` (``search.presearch_s``) in any case, between two parts: reference CPU seconds counted
 from the model's work (:class:`WorkClock`), not read from the machine's clock, so a seed gives
-the same seeds on any machine and under any load, cap or no cap (dse.search.runner says when it binds).
+the same seeds on any machine and under any load, cap or no cap (dse.search.seeds says when it binds).
 
-numpy and moocore only (no Optuna): ``dse.search.runner`` enqueues the seeds as Optuna trials, so
+numpy and moocore only (no Optuna): ``dse.search.seeds`` enqueues the seeds as Optuna trials, so
 every seed is a trial of the study and a row of its results; ``dse.search.breeder`` keeps breeding
 from the archive after them.
 """

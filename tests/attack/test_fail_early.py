@@ -23,7 +23,8 @@ from attackkit import QUICK, cli, error_lines, one_line, write_study
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import dse.search.runner
+import dse.search.asktell
+import dse.search.trials
 from dse.results import store
 
 DSE = str(Path(sys.executable).with_name("dse"))
@@ -33,8 +34,9 @@ DSE = str(Path(sys.executable).with_name("dse"))
 def no_evaluation(monkeypatch):
     """Counts evaluations: a refusal before the search makes none."""
     calls = []
-    real = dse.search.runner.evaluate_study
-    monkeypatch.setattr(dse.search.runner, "evaluate_study", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = dse.search.asktell.evaluate_study
+    for module in (dse.search.asktell, dse.search.trials):      # the batches and the final re-evaluation
+        monkeypatch.setattr(module, "evaluate_study", lambda *a, **k: calls.append(1) or real(*a, **k))
     return calls
 
 
@@ -70,7 +72,7 @@ def test_a_trial_failed_elsewhere_is_done_and_the_parquet_is_written(tmp_path, s
     store = resolve_storage(None, str(journal), Path("x"))[0]
     other = optuna.create_study(study_name="quickstart", storage=store, directions=["minimize", "minimize"])
     other.ask(), other.ask()                                      # another worker's trials 0 and 1, RUNNING
-    real, asked, failed = dse.search.runner.ask_design, [], []
+    real, asked, failed = dse.search.asktell.ask_design, [], []
 
     def ask(*args, **kwargs):
         trial = real(*args, **kwargs)
@@ -82,7 +84,7 @@ def test_a_trial_failed_elsewhere_is_done_and_the_parquet_is_written(tmp_path, s
             other.tell(asked[-2], state=TrialState.FAIL)          # and one of them is failed as stale elsewhere
             failed.append(asked[-2])
         return trial
-    monkeypatch.setattr(dse.search.runner, "ask_design", ask)
+    monkeypatch.setattr(dse.search.asktell, "ask_design", ask)
     code, out, err, exc = cli("run", study, "--storage", journal, "--heartbeat-timeout", 1, "--quiet")
     assert code == 0, (err, exc)
     df = pq.read_table(tmp_path / "results" / "q.parquet").to_pandas()

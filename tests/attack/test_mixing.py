@@ -158,13 +158,15 @@ def test_a_chunk_with_no_distinct_design_is_an_empty_part(tmp_path):
 
 def test_a_throw_away_run_does_not_replace_more_finished_trials(tmp_path, monkeypatch):
     """Issue 21: `dse run bad.yaml --n-trials 10 --storage :memory:` replaced a 1,000-trial file."""
-    import dse.search.runner
+    import dse.search.asktell
+    import dse.search.trials
     study = write_study(tmp_path)
     out = tmp_path / "results" / "q.parquet"
     assert cli("run", study, "--storage", ":memory:", "--quiet")[0] == 0
     before = out.read_bytes()
     calls = []
-    monkeypatch.setattr(dse.search.runner, "evaluate_study", lambda *a, **k: calls.append(1))
+    for module in (dse.search.asktell, dse.search.trials):      # the batches and the final re-evaluation
+        monkeypatch.setattr(module, "evaluate_study", lambda *a, **k: calls.append(1))
     line = one_line(*cli("run", study, "--n-trials", 10, "--storage", ":memory:", "--quiet"), want=2)
     assert line == (f"error: {out}: holds 24 finished trials of this study and this run writes 10; give another "
                     "--out, or --force to replace it (a smaller --n-trials or --storage :memory: starts a new study)")
@@ -176,14 +178,16 @@ def test_a_throw_away_run_does_not_replace_more_finished_trials(tmp_path, monkey
 
 def test_another_study_does_not_overwrite_the_results_file(tmp_path, monkeypatch):
     """Issue 21: a study copied from the quickstart kept its output and overwrote its results."""
-    import dse.search.runner
+    import dse.search.asktell
+    import dse.search.trials
     a = write_study(tmp_path, file="a.yaml")
     b = write_study(tmp_path, file="b.yaml", **{"name": "other", "workload.batch": 4})
     out = tmp_path / "results" / "q.parquet"
     assert cli("run", a, "--storage", ":memory:", "--quiet")[0] == 0
     before = out.read_bytes()
     calls = []
-    monkeypatch.setattr(dse.search.runner, "evaluate_study", lambda *a, **k: calls.append(1))
+    for module in (dse.search.asktell, dse.search.trials):      # the batches and the final re-evaluation
+        monkeypatch.setattr(module, "evaluate_study", lambda *a, **k: calls.append(1))
     line = one_line(*cli("run", b, "--storage", ":memory:", "--quiet"), want=2)
     assert line == (f'error: {out}: holds results of another study (study "quickstart" -> "other"; '
                     'workload.batch 1 -> 4); give another --out, or --force to replace it')

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from attackkit import password_of, server_url, write_study
 
-from dse.search.runner import dead_workers_trials, process_exited, worker_process
+from dse.search.workers import dead_workers_trials, process_exited, worker_process
 from dse.storage.backends import SLOTS_HINT, driver_message, slots_full
 from dse.study import load_study
 
