@@ -23,7 +23,7 @@ def sweep_dir(tmp_path_factory):
     assert r.exit_code == 0, r.output
     # 3 values on each of 8 knobs, 2 x 3 x 3 x 3 x 3 x 3 x 4 x 3 = 5,832 points; the link of a lone chip
     # does not act, so the 3 x 2 x ... chips=1 rows take it once: 4,860 designs, in one part file
-    assert r.output == (f"{out}: 4860 designs from 5832 grid points (a knob that does not act on a design is "
+    assert r.output == (f"{out}: 4,860 designs from 5,832 grid points (a knob that does not act on a design is "
                         "taken at one value) written in 1 part file (shard 0/1)\n")
     return out
 
@@ -78,3 +78,15 @@ def test_pareto_table_csv_where_top(sweep_dir):
 def test_pareto_bad_objective_exit_2(sweep_dir):
     r = CliRunner().invoke(main, ["pareto", str(sweep_dir), "--objective", "latency:min"])
     assert r.exit_code == 2 and "latency" in r.output
+
+
+def test_a_shard_counts_its_own_points(tmp_path):
+    """A shard said "N designs from 5832 grid points" for its share of the grid: it names both counts."""
+    out = tmp_path / "sh"
+    r = CliRunner().invoke(main, ["sweep", str(QUICK), "--points", "3", "--shard", "2/3", "--chunk-size", "500",
+                                  "--out", str(out), "--quiet"])
+    assert r.exit_code == 0, r.output
+    designs = len(pd.read_parquet(out))
+    # chunks 2, 5, 8 and 11 of 12: 3 x 500 + 332 = 1,832 of the grid's 5,832 points
+    assert r.output == (f"{out}: {designs:,} designs from 1,832 grid points of the grid's 5,832 (a knob that does not "
+                        "act on a design is taken at one value) written in 4 part files (shard 2/3)\n")

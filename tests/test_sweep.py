@@ -32,9 +32,12 @@ def study(tmp_path):
 def test_shards_partition_the_grid_and_rerun_replaces(tmp_path, study):
     out = tmp_path / "sw"
     full = sweep(study, points=3, out=tmp_path / "full", chunk_size=500, progress=False)
-    for i in range(3):
-        sweep(study, points=3, shard=(i, 3), out=out, chunk_size=500, progress=False)
-    sweep(study, points=3, shard=(1, 3), out=out, chunk_size=500, progress=False)    # re-run one shard
+    shards = [sweep(study, points=3, shard=(i, 3), out=out, chunk_size=500, progress=False) for i in range(3)]
+    # 12 chunks of 500 (the last 332): shard i takes chunks i, i+3, i+6, i+9; its counts are its own
+    assert [s.points_written for s in shards] == [2000, 2000, 1832] and {s.total_points for s in shards} == {5832}
+    assert sum(s.rows_written for s in shards) == 4860
+    again = sweep(study, points=3, shard=(1, 3), out=out, chunk_size=500, progress=False)    # re-run one shard
+    assert (again.points_written, again.rows_written, again.skipped) == (0, 0, 4)
     df = da.load_results(out)
     # 3 points: 2 nodes x 3^5 (TFLOP/s, memory, stacks, height, SRAM) = 486 chips, x 4 chip counts x 3
     # links = 5,832 grid points; at one chip the link does nothing, so only its first value is a

@@ -61,7 +61,9 @@ MAX_PARTS = 1_000_000
 @dataclass
 class SweepResult:
     out_dir: Path
+    #: points of the whole grid (every shard's)
     total_points: int
+    #: distinct designs in the parts this run wrote
     rows_written: int
     parts: list[Path]
     shard: tuple[int, int]
@@ -71,6 +73,8 @@ class SweepResult:
     interrupted: int = 0
     #: why this shard wrote nothing (more shards than chunks), else ""
     note: str = ""
+    #: grid points of the parts this run wrote (a shard's share of total_points, less parts already there)
+    points_written: int = 0
 
 
 def _stepped(k: Knob) -> int | None:
@@ -290,13 +294,15 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
         if not stop.signum and objs:
             _write_side_files(out_dir, manifest["parts"], usable, objs, meta["fingerprint"])
     rows = sum(usable[p.name].rows for p in parts if p.name in usable)     # the parts this run wrote
+    written = {p.name for p in parts if p.name in usable}
+    points = sum(min(total, (c + 1) * chunk_size) - c * chunk_size for c in todo if part_name(c, sn) in written)
     by = "shard 0" if n_chunks == 1 else f"shards 0-{n_chunks - 1}"
     note = "" if mine else (f"shard {si}/{sn} has no work: the grid has {n_chunks} chunk{'s' if n_chunks != 1 else ''} "
                             f"({total:,} points in chunks of {chunk_size:,} rows), done by {by}; "
                             f"an array of {n_chunks} element{'s' if n_chunks != 1 else ''} is enough "
                             f"(dse sweep STUDY --plan {sn} says how a grid is cut)")
     return SweepResult(out_dir=out_dir, total_points=total, rows_written=rows, parts=sorted(parts),
-                       shard=(si, sn), skipped=skipped, interrupted=stop.signum, note=note)
+                       shard=(si, sn), skipped=skipped, interrupted=stop.signum, note=note, points_written=points)
 
 
 def _chunk_table(study, axes, flat, idx, coded, masks, schema, db, tech, now, meta) -> pa.Table:

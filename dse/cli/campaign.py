@@ -174,9 +174,11 @@ def sweep_cmd(study_file, points, shard, out, chunk_size, plan_shards, dask_addr
         say(f"note: {res.note}")
         return
     kept = f", {res.skipped} already there" if res.skipped else ""
-    click.echo(f"{res.out_dir}: {res.rows_written} designs from {res.total_points} grid points (a knob that does "
-               f"not act on a design is taken at one value) written in {count_phrase(len(res.parts) - res.skipped, 'part file')}"
-               f"{kept} (shard {res.shard[0]}/{res.shard[1]})")
+    whole = res.points_written == res.total_points
+    of = "" if whole else f" of the grid's {res.total_points:,}"
+    click.echo(f"{res.out_dir}: {res.rows_written:,} designs from {res.points_written:,} grid points{of} (a knob that "
+               f"does not act on a design is taken at one value) written in "
+               f"{count_phrase(len(res.parts) - res.skipped, 'part file')}{kept} (shard {res.shard[0]}/{res.shard[1]})")
 
 
 @click.command("export", short_help="A shared study's finished trials to Parquet.")

@@ -148,7 +148,7 @@ def test_a_chunk_with_no_distinct_design_is_an_empty_part(tmp_path):
     code, text, err, exc = cli("sweep", study, "--points", 2, "--chunk-size", 32, "--out", out, "--quiet")
     assert code == 0, (err, exc)
     assert len(parts(out)) == len(sizes) and sum(pq.read_metadata(p).num_rows for p in parts(out)) == sum(sizes)
-    assert text.startswith(f"{out}: {sum(sizes)} designs from {total} grid points")
+    assert text.startswith(f"{out}: {sum(sizes):,} designs from {total:,} grid points (")
     assert cli("pareto", out)[0] == 0
     code, text, _, _ = cli("sweep", study, "--points", 2, "--chunk-size", 32, "--out", out, "--quiet")
     assert code == 0 and f"{len(sizes)} already there" in text
