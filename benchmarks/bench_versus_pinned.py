@@ -10,7 +10,7 @@ The pinned commit is 5832b82, the last commit before the fidelity round (issues 
 commit, 46940af, starts issue 17), whose speed was the reference of that round; the same-run
 ratios of docs/benchmarks.md are against it too. Its tree is written into a temporary folder with
 `git archive` (the repository's list of worktrees is left alone: other checkouts share it) and
-removed at the end. Each measurement is one child process `python -c DRIVER` with
+removed at the end; both trees are byte-compiled first. Each measurement is one child process `python -c DRIVER` with
 PYTHONPATH=<that side's tree>, so `import dse` loads that side's code and its hardware_db/; the
 driver uses only the public names of dse/__init__.py, which both sides have (dse.sweep,
 dse.run_study, dse.evaluate_design), and checks that dse came from the intended tree. The study is
@@ -221,6 +221,10 @@ def main(argv=None) -> int:
         study = Path(tmp) / "study.yaml"
         study.write_bytes(STUDY.read_bytes())
         roots = {"pinned": pinned_root, "now": ROOT}
+        # bytecode for both trees first: the fresh pinned tree would otherwise compile the modules the
+        # workloads import lazily inside its first timed measurement (0.1 s of a 0.3 s --quick sweep)
+        subprocess.run([sys.executable, "-m", "compileall", "-q", *(str(r / "dse") for r in roots.values())],
+                       stdout=subprocess.DEVNULL, check=False)
         print(f"pinned tree: git archive {full} into a temporary folder; study: a copy of {STUDY.relative_to(ROOT)}")
         print()
         print(f"{'round':<7}{'workload':<10}{'side':<8}{'CPU s':>9}{'wall s':>9}{'process CPU s':>15}")
