@@ -6,7 +6,7 @@
     python docs/generate.py --check      # write nothing; list the blocks whose text differs, exit 1 if any
     python docs/generate.py --measured --only docs/peers.md   # one file (here: re-run the peers benchmark)
 
-Idempotent: a second run changes nothing. README.md, docs/*.md and studies/*.yaml hold markers
+Idempotent: a second run changes nothing. README.md, every docs/**/*.md page and studies/*.yaml hold markers
 (HTML comments, invisible once rendered) around what the code prints:
 
     <!-- gen:sh dse eval --hw h200 ... -->        a fenced block: `$ COMMAND` and its output
@@ -40,8 +40,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-#: the files whose markers are regenerated
-TARGETS = ("README.md", "docs/*.md", "studies/*.yaml")
+#: the files whose markers are regenerated: the README, every page under docs/ (in any folder) and the
+#: studies' comments. Files are processed in this order, in one scratch folder: a page that reads what a
+#: command made (results/quickstart.parquet, a sweep) runs that command in a gen:setup marker of its own,
+#: so that it regenerates alone too (--only).
+TARGETS = ("README.md", "docs/**/*.md", "studies/*.yaml")
 #: the whole files written from the code
 KNOBS_PAGE = ROOT / "docs" / "knobs.md"
 

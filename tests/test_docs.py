@@ -90,10 +90,25 @@ def test_every_generated_block_is_known_to_the_generator():
         assert opened == closed, f"{path}: {opened} markers opened, {closed} closed"
 
 
-def test_readme_whole_contract_study_runs(tmp_path):
-    """The README's 'whole contract' study, saved as a file, runs as given (a smaller budget)."""
-    text = (ROOT / "README.md").read_text()
-    raw = yaml.safe_load(re.search(r"<!-- check: study -->\n```yaml\n(.*?)```", text, re.S).group(1))
+def _doc_pages() -> list[Path]:
+    """README.md and every page under docs/ (the files a reader lands on)."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def _documented(pattern: str) -> tuple[Path, re.Match]:
+    """The first page (README.md, then docs/) where ``pattern`` matches: a snippet the tests run
+    is found wherever the text has moved."""
+    for page in _doc_pages():
+        m = re.search(pattern, page.read_text(), re.S)
+        if m:
+            return page, m
+    raise AssertionError(f"no page holds {pattern!r}")
+
+
+def test_whole_contract_study_runs(tmp_path):
+    """The documented 'whole contract' study, saved as a file, runs as given (a smaller budget)."""
+    _, m = _documented(r"<!-- check: study -->\n```yaml\n(.*?)```")
+    raw = yaml.safe_load(m.group(1))
     assert raw["name"] and raw["output"] != "results/quickstart.parquet"     # never the quickstart's results
     raw["search"].update(n_trials=16, batch_size=8)
     raw["output"] = str(tmp_path / "contract.parquet")
@@ -151,8 +166,8 @@ def test_knobs_page_lists_every_knob_with_its_range():
     assert ", ".join(f"`{s}`" for s in spec.SAMPLERS) in page
 
 
-def test_readme_polars_and_duckdb_snippet_gives_the_front_dse_pareto_prints(tmp_path):
-    """The README's polars / DuckDB snippet, run on a small sweep: both give the exact front, in
+def test_polars_and_duckdb_snippet_gives_the_front_dse_pareto_prints(tmp_path):
+    """The documented polars / DuckDB snippet, run on a small sweep: both give the exact front, in
     dse pareto's order (the first rows of `dse pareto DIR --epsilon 0 --csv`)."""
     import contextlib
     import io
@@ -165,12 +180,11 @@ def test_readme_polars_and_duckdb_snippet_gives_the_front_dse_pareto_prints(tmp_
     from dse.cli.commands import main
     out = tmp_path / "sweep"
     sweep(ROOT / "studies" / "quickstart.yaml", points=2, out=out, progress=False)
-    code = next(c for c in re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-                if "import polars" in c)
-    code = code.replace('d = "results/quickstart-sweep"', f"d = {str(out)!r}")
+    page, m = _documented(r"```python\n((?:(?!```).)*?import polars.*?)```")
+    code = m.group(1).replace('d = "results/quickstart-sweep"', f"d = {str(out)!r}")
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        exec(compile(code, "README.md", "exec"), {})
+        exec(compile(code, str(page.relative_to(ROOT)), "exec"), {})
     r = CliRunner().invoke(main, ["pareto", str(out), "--epsilon", "0", "--csv"])
     want = pd.read_csv(io.StringIO(r.output))["trial"].head(3).tolist()
     text = buf.getvalue()
