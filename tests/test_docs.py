@@ -284,3 +284,21 @@ def test_readme_is_a_first_hour():
         assert f"```sh\n{cmd}\n```" in text, cmd
     assert "specdec-dse" in text and "(docs/index.md)" in text
 
+
+
+def test_pages_cite_no_internal_issue_numbers():
+    """The pages speak to users: what a thing is, not the tracker number it was built under. Another
+    project's issue is a source and stays: `Optuna issue #6084`, `NVIDIA/nccl issue 1530`, an
+    address github.com/.../issues/N."""
+    projects = {"optuna", "lmdeploy", "nccl", "nccl-tests"}
+
+    def internal(line: str) -> bool:
+        for m in re.finditer(r"(?<![\w/#])[Ii]ssues? \d+", line):
+            before = line[:m.start()].split()
+            word = before[-1].strip("(").lower() if before else ""
+            if not ("/" in word or word in projects):       # not NVIDIA/nccl issue 1530
+                return True
+        return bool(re.search(r"\bthe issue('s| measured| read)\b", line))
+    hits = [f"{p.relative_to(ROOT)}:{n}: {line.strip()[:100]}" for p in _doc_pages()
+            for n, line in enumerate(p.read_text().splitlines(), 1) if internal(line)]
+    assert not hits, "\n".join(hits)
