@@ -19,7 +19,9 @@ Idempotent: a second run changes nothing. README.md, every docs/**/*.md page and
     <!-- gen:figure SRC DST -->                   copy a figure made above (e.g. by dse report) into the docs
     <!-- gen:measured CMD -->                     a benchmark's output, run in the checkout: --measured only
 
-and docs/knobs.md is written whole from the knob tables (dse/study/spec.py). Commands run in a
+and docs/knobs.md is written whole from the knob tables (dse/study/spec.py); docs/calibration.md's
+`dse validate` table and docs/acceptance.md's `dse acceptance fit` block (and its figure) sit between
+markers of their own, written by dse.validation.calibration and dse.acceptance.fit. Commands run in a
 scratch folder holding a copy of studies/, with the `dse` of this Python, COLUMNS=120. Blocks that
 run a search, a sweep, a report or `dse validate` are "expensive" (seconds each): `--cheap` leaves
 them as they are, and tests/test_docs.py compares them only with DSE_SLOW_TESTS=1 (or in CI).
@@ -567,6 +569,18 @@ def run(cheap: bool = False, measured: bool = False, write: bool = True, texts: 
                 changed.append("docs/calibration.md: the dse validate block")
                 if write:
                     calibration.update_doc(doc, want)
+        # docs/acceptance.md quotes `dse acceptance fit` (python -m dse.acceptance.fit PAGE FIGURE); the stored
+        # fit makes it cheap
+        from dse.acceptance import fit as acceptance_fit
+        doc, img = ROOT / "docs" / "acceptance.md", ROOT / "docs" / "img" / "acceptance-fit.png"
+        text = doc.read_text()
+        have = text[text.index(acceptance_fit._BEGIN) + len(acceptance_fit._BEGIN):text.index(acceptance_fit._END)]
+        want = "\n```text\n" + acceptance_fit.format_report(acceptance_fit.report(acceptance_fit.stored_fit())) + "\n```\n"
+        if have != want:
+            changed.append(f"docs/acceptance.md: the dse acceptance fit block\n--- documented\n{have.strip()}\n"
+                           f"+++ the code prints\n{want.strip()}")
+            if write:
+                acceptance_fit.update_doc(doc, img)
         page = knobs_page()
         old = KNOBS_PAGE.read_text() if KNOBS_PAGE.is_file() else ""
         if old != page:
