@@ -90,3 +90,48 @@ def test_a_shard_counts_its_own_points(tmp_path):
     # chunks 2, 5, 8 and 11 of 12: 3 x 500 + 332 = 1,832 of the grid's 5,832 points
     assert r.output == (f"{out}: {designs:,} designs from 1,832 grid points of the grid's 5,832 (a knob that does not "
                         "act on a design is taken at one value) written in 4 part files (shard 2/3)\n")
+
+
+@pytest.fixture(scope="module")
+def batch_knob(tmp_path_factory):
+    """A newcomer's study: batch a knob, latency against throughput: every batch's design is on the one front
+    (a larger batch is slower per token and serves more tokens per second)."""
+    import yaml
+    raw = yaml.safe_load((QUICK.parent / "batch-crossover.yaml").read_text())
+    raw["objectives"] = [{"metric": "spec_ms_per_token", "direction": "minimize"},
+                         {"metric": "tokens_per_s", "direction": "maximize"}]
+    raw["space"]["target_chip"]["device"] = ["b200"]
+    raw["space"]["k"] = [2, 4]
+    raw["search"] = {"sampler": "random", "n_trials": 96, "batch_size": 96, "seed": 0}
+    d = tmp_path_factory.mktemp("bk")
+    raw["output"] = str(d / "bk.parquet")
+    (d / "bk.yaml").write_text(yaml.safe_dump(raw))
+    r = CliRunner().invoke(main, ["run", str(d / "bk.yaml"), "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert "compare designs at each batch with --per batch" in r.stderr
+    return d / "bk.parquet"
+
+
+def test_a_crowded_front_over_batch_says_to_compare_per_batch(batch_knob):
+    r = CliRunner().invoke(main, ["pareto", str(batch_knob)])
+    c = da.counts(da.load_results(batch_knob))
+    assert r.exit_code == 0 and c["front"] > c["feasible"] / 2
+    assert r.stderr == (f"note: {c['front']:,} of {c['feasible']:,} feasible designs are on the front because batch is "
+                        "a knob (a larger batch trades latency per token for throughput); compare designs at each batch "
+                        "with --per batch\n")
+
+
+def test_fronts_per_batch_are_the_front_at_each_batch(batch_knob):
+    df = da.load_results(batch_knob)
+    r = CliRunner().invoke(main, ["pareto", str(batch_knob), "--per", "batch", "--json"])
+    assert r.exit_code == 0, r.output
+    got = pd.DataFrame(json.loads(r.output))
+    assert list(got.columns[:1]) == ["params_batch"]
+    for b, rows in got.groupby("params_batch"):
+        want = da.front(df[df["params_batch"] == b], [("spec_ms_per_token", "minimize"), ("tokens_per_s", "maximize")])
+        assert sorted(rows["trial"]) == sorted(want["trial"]), b
+    feasible = df[da.feasible_mask(df)]                  # batch 2048 fits on no chip: no front there
+    assert sorted(got["params_batch"].unique()) == sorted(feasible["params_batch"].unique()) != sorted(
+        df["params_batch"].unique())
+    bad = CliRunner().invoke(main, ["pareto", str(batch_knob), "--per", "nosuch"])
+    assert bad.exit_code == 2 and bad.stderr.startswith("error: --per nosuch: no such knob or column in these results")

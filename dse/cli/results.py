@@ -24,14 +24,20 @@ from .commands import count_phrase, say
               help="Leave out designs within E (relative) of a row shown in every objective, one E or one per "
                    "objective [default: 0.01 for the table, 0 (the exact front) for --json and --csv].")
 @click.option("--wide", is_flag=True, help="Every column (default: objectives and the knobs that vary).")
+@click.option("--per", default=None, metavar="KNOB",
+              help="One front within each value of KNOB (e.g. batch: a larger batch trades latency for throughput, "
+                   "so one front holds nearly every design) [default: one front].")
 @click.option("--json", "as_json", is_flag=True, help="Print the front as JSON records.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print the front as CSV.")
-def pareto_cmd(path, objectives, where, top, epsilon, wide, as_json, as_csv):
+def pareto_cmd(path, objectives, where, top, epsilon, wide, per, as_json, as_csv):
     """The non-dominated front of a results file or sweep directory."""
     from .text import front_block
     objectives = list(objectives) or None
     script = as_json or as_csv
     eps = _parse_epsilon(epsilon, 0.0 if script else None)
+    if per:
+        _print_fronts_per(path, per, objectives, where, top, eps, wide, as_json, as_csv)
+        return
     if not (where or script):    # no pandas: a sweep's front is read from its side file
         from ..results.front import dataset_front
         with _warnings_to_stderr():
@@ -39,8 +45,9 @@ def pareto_cmd(path, objectives, where, top, epsilon, wide, as_json, as_csv):
         _print_front_header(fr.points, fr.n_feasible, fr.n_designs, fr.n_rows, fr.objectives, fr.shown, fr.epsilon,
                             len(fr.rows), _rows_noun(fr.meta))
         if fr.points:
-            click.echo(front_block({c: fr.table[c].to_pylist() for c in fr.table.column_names},
-                                   [m for m, _ in fr.objectives], _width(), wide))
+            columns = {c: fr.table[c].to_pylist() for c in fr.table.column_names}
+            click.echo(front_block(columns, [m for m, _ in fr.objectives], _width(), wide))
+            _print_per_batch_hint(fr.points, fr.n_feasible, columns.get("params_batch"))
         return
     from ..results.analysis import epsilon_of, front_of, front_table, objectives_of
     from ..results.front import FRONT_TABLE_COLUMNS
@@ -59,7 +66,50 @@ def pareto_cmd(path, objectives, where, top, epsilon, wide, as_json, as_csv):
         _print_front_header(c["front"], c["feasible"], c["designs"], c["rows"], objs, shown, vec, len(table),
                             _rows_noun(fr.attrs["dse"]), where)
         if len(fr):
-            click.echo(front_block(_frame_columns(table), [m for m, _ in objs], _width(), wide))
+            columns = _frame_columns(table)
+            click.echo(front_block(columns, [m for m, _ in objs], _width(), wide))
+            _print_per_batch_hint(c["front"], c["feasible"], columns.get("params_batch"))
+
+
+def _print_fronts_per(path, per, objectives, where, top, eps, wide, as_json, as_csv) -> None:
+    """`dse pareto --per KNOB`: the front within each value of KNOB, one table ordered by KNOB (its
+    column first), each value's front best first; --top applies to each value's front."""
+    import pandas as pd
+
+    from ..results.analysis import epsilon_of, front_table, fronts_per, objectives_of
+    from ..results.front import FRONT_TABLE_COLUMNS
+    from .text import counts_line, front_block, wrap
+    with _warnings_to_stderr():
+        fr = fronts_per(path, per, objectives, where=where, columns=FRONT_TABLE_COLUMNS)
+    col, objs = fr.attrs["per"], objectives_of(fr, objectives)
+    vec = epsilon_of(eps, objs)
+    tables = [front_table(g, objs, top=top, epsilon=vec).assign(**{col: v}) for v, g in fr.groupby(col, sort=False)]
+    table = pd.concat(tables, ignore_index=True) if tables else front_table(fr, objs)
+    table = table[[col] + [c for c in table.columns if c != col]]
+    if as_json or as_csv:
+        click.echo(table.to_json(orient="records", indent=2) if as_json else table.to_csv(index=False),
+                   nl=bool(as_json))
+        return
+    c, what = fr.attrs["counts"], ", ".join(f"{m} {d}" for m, d in objs)
+    filt = f" where {where}" if where else ""
+    click.echo(wrap(f"fronts per {col} ({fr.attrs['per_values']} values){filt}: "
+                    f"{counts_line(c['front'], c['feasible'], c['designs'], c['rows'], _rows_noun(fr.attrs['dse']))}"
+                    f"; {what}; {len(table):,} rows shown", _width()))
+    if len(table):
+        click.echo(front_block(_frame_columns(table), [col] + [m for m, _ in objs], _width(), wide))
+
+
+#: the share of the feasible designs on one front above which a batch knob gets the --per hint
+CROWDED_FRONT = 0.5
+
+
+def _print_per_batch_hint(points: int, feasible: int, batch_values) -> None:
+    """A note when batch varies along the front and the front holds most feasible designs: a larger
+    batch trades latency for throughput, so the one front says little; fronts per batch compare."""
+    if not batch_values or len(set(batch_values)) < 2 or points <= CROWDED_FRONT * feasible:
+        return
+    say(f"note: {points:,} of {feasible:,} feasible designs are on the front because batch is a knob (a larger "
+        "batch trades latency per token for throughput); compare designs at each batch with --per batch")
 
 
 def _parse_epsilon(text: str | None, default):
@@ -171,3 +221,4 @@ def print_front(df, study, header: str, rows: int = 25, epsilon: str | None = No
     click.echo(wrap(f"{counts_line(c['front'], c['feasible'], c['designs'], c['rows'])}"
                     f"{epsilon_note(len(fr), c['front'], eps)}; {acc}; sorted by {objs[0][0]}, {shown}", width))
     click.echo(front_block(_frame_columns(table), [m for m, _ in objs], width, wide))
+    _print_per_batch_hint(c["front"], c["feasible"], fr["params_batch"].tolist() if "params_batch" in fr else None)

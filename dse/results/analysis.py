@@ -203,6 +203,39 @@ def front_of(path, objectives=None, where: str | None = None, distinct: bool = T
     return out
 
 
+def per_column(df: pd.DataFrame, per: str) -> str:
+    """The column ``per`` names: itself, or the knob's ``params_<per>`` (``batch`` -> ``params_batch``)."""
+    for name in (per, f"params_{per}"):
+        if name in df.columns:
+            return name
+    knobs = sorted(c.removeprefix("params_") for c in df.columns if c.startswith("params_"))
+    raise DseError(f"--per {per}: no such knob or column in these results (knobs: {', '.join(knobs) or 'none'})")
+
+
+def fronts_per(path, per: str, objectives=None, where: str | None = None, columns=None,
+               epsilon=0.0) -> pd.DataFrame:
+    """:func:`front_of` within each value of column ``per`` (a knob such as ``batch``), concatenated in
+    the order of the values: where a knob trades one objective for another along its whole range
+    (a larger batch: more throughput per chip, more latency per token), nearly every design is on
+    the one front, and the fronts at one value each are what compares designs. ``attrs["counts"]``
+    sums the per-value counts (``front``: designs on some value's front); ``attrs["per"]`` the column."""
+    ds = open_results(path)
+    empty = restore_nullable(ds.schema.empty_table().to_pandas(), ds.schema)
+    col = per_column(empty, per)
+    values = sorted((v for v in ds.read([col]).column(col).unique().to_pylist() if v is not None),
+                    key=lambda v: (isinstance(v, str), v))
+    frames, tally = [], {"rows": 0, "designs": 0, "feasible": 0, "front": 0}
+    for v in values:
+        cond = f"`{col}` == {v!r}"
+        fr = front_of(path, objectives, where=f"({where}) and {cond}" if where else cond, columns=columns,
+                      epsilon=epsilon)
+        frames.append(fr)
+        tally = {k: tally[k] + fr.attrs["counts"][k] for k in tally}
+    out = pd.concat(frames) if frames else front_of(path, objectives, where=where, columns=columns)
+    out.attrs.update({"dse": ds.meta, "counts": tally, "per": col, "per_values": len(values)})
+    return out
+
+
 def _front_rows_where(ds, objs, key, where) -> tuple[np.ndarray, int, int, int]:
     """(front rows, rows, designs, feasible designs) of the rows that satisfy ``where`` (a
     DataFrame.query string on every column of each part): the totals count the kept rows only."""
