@@ -157,3 +157,15 @@ def test_front_panel_draws_and_counts_each_point_once():
     objs = [("spec_ms_per_token", "minimize"), ("cost_usd", "minimize")]
     (pair,) = figures.pairs_data(df, objs)
     assert pair.front.tolist() == [[1.0, 3.0], [2.0, 2.0], [3.0, 1.0]]
+
+
+def test_the_page_shows_a_knob_without_value_as_the_terminal_does(tmp_path):
+    """A knob that does not act on a design (a nullable column: Int64, string) is '-' on the page as in
+    the terminal; pandas' to_html printed '<NA>' for those dtypes whatever its na_rep."""
+    df = results()
+    df["params_draft_chip_stacks"] = pd.array(np.where(df["params_draft_chip_enabled"], 4, None), dtype="Int64")
+    df["params_draft_chip_memory"] = pd.array(np.where(df["params_draft_chip_enabled"], "hbm3e", None), dtype="string")
+    html = Path(page.write_report(df, tmp_path)["html"]).read_text()
+    front_rows = html[html.index('class="dataframe front"'):]
+    assert "&lt;NA&gt;" not in html and "<td>-</td>" in front_rows and "<td>hbm3e</td>" in front_rows
+    assert "<td>4</td>" in front_rows and "<td>4.0</td>" not in front_rows

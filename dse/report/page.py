@@ -107,10 +107,17 @@ def _known_caption(known: pd.DataFrame | None, objs) -> str:
     return text + (f" Not drawn where a value is missing: {'; '.join(missing)}." if missing else "")
 
 
+def _cell_text(v) -> str:
+    """A front-table cell as the terminal shows it: '-' where there is no value (a knob that does not act
+    on the design; pandas' nullable columns would print '<NA>'), floats at 4 significant digits."""
+    if v is None or v is pd.NA or (isinstance(v, float) and v != v):
+        return "-"
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
 def _table_html(table: pd.DataFrame) -> str:
     shown = table.rename(columns={c: axis_label(c).replace(c, short_knob(c)) for c in table.columns})
-    return shown.to_html(index=False, escape=True, na_rep="—", border=0, classes="front",
-                         float_format=lambda v: f"{v:.4g}")
+    return shown.astype(object).map(_cell_text).to_html(index=False, escape=True, border=0, classes="front")
 
 
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;
