@@ -25,7 +25,6 @@ import pyarrow.parquet as pq
 
 from .. import __version__
 from ..errors import DseError, RuntimeFailure
-from ..study.sources import study_sources
 from .identity import file_digests, fingerprint_of, identity_of
 
 if TYPE_CHECKING:
@@ -54,6 +53,7 @@ def study_metadata(study, db, tech, **extra) -> dict:
     """The ``dse`` metadata of results: the resolved study (its storage URL without a password),
     provenance, the digest of every file the rows are computed from (``files``:
     dse.study.sources) and the dataset's ``fingerprint`` (dse.results.identity)."""
+    from ..study.sources import study_sources  # here: readers (dse pareto) import no study parser
     meta = {
         "schema_version": SCHEMA_VERSION,
         "dse_version": __version__,
