@@ -119,7 +119,8 @@ def differences(old: Mapping, new: Mapping) -> list[str]:
     in :data:`COMPONENTS` order; a file as 'file F changed (sha256 A -> B)'."""
     old, new = _plain(old), _plain(new)
     if ("files" in old) != ("files" in new):      # one side written before files were recorded
-        said = ["files (none) -> (recorded)" if "files" in new else "files (recorded) -> (none)"]
+        older = "(not recorded: an older dse)"
+        said = [f"files {older} -> (recorded)" if "files" in new else f"files (recorded) -> {older}"]
         old, new = {k: v for k, v in old.items() if k != "files"}, {k: v for k, v in new.items() if k != "files"}
     else:
         said = []
