@@ -57,9 +57,12 @@ def check_trials(root: Path, files: list[Path], trials: Callable[[Path], np.ndar
         if np.isnan(v).any() if v.dtype.kind == "f" else False:
             raise DseError(f"{f}: column 'trial' has {int(np.isnan(v).sum()):,} empty values: expected a trial "
                            f"number on every row; {_AGAIN}")
-        order = np.argsort(v, kind="stable")
-        s = v[order]
-        same = np.flatnonzero(s[1:] == s[:-1])
+        if v.size < 2 or bool((v[1:] > v[:-1]).all()):      # in order, as dse writes them: no sort
+            s, same = v, np.empty(0, np.int64)
+        else:
+            order = np.argsort(v, kind="stable")
+            s = v[order]
+            same = np.flatnonzero(s[1:] == s[:-1])
         if same.size:
             t = s[same[0]]
             rows = np.sort(order[s == t])

@@ -225,6 +225,19 @@ def test_a_duplicated_trial_is_refused(searched, tmp_path):
         da.load_results(path)
 
 
+def test_parts_whose_trials_interleave_without_repeating_are_read_as_one(searched, tmp_path):
+    """No false alarm: a folder partitioned by hand (even and odd rows, trial ranges overlapping)."""
+    folder = tmp_path / "split"
+    folder.mkdir()
+    t = pq.read_table(searched)
+    for k in (0, 1):
+        pq.write_table(t.take(list(range(k, t.num_rows, 2))), folder / f"part-{k}.parquet")
+    code, text, err, _ = cli("pareto", folder)
+    assert code == 0 and err == ""
+    assert text.splitlines()[0] == cli("pareto", searched)[1].splitlines()[0]
+    assert len(da.load_results(folder)) == t.num_rows
+
+
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sw")
