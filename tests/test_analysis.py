@@ -235,7 +235,7 @@ def test_old_schema_dataset_warns_once_not_per_part(tmp_path):
     d = tmp_path / "ds"
     d.mkdir()
     for i in range(3):
-        pq.write_table(table(3, m=meta(schema_version=2)), d / f"part-{i}.parquet")
+        pq.write_table(table(3, start=3 * i, m=meta(schema_version=2)), d / f"part-{i}.parquet")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         df = da.load_results(d)

@@ -22,6 +22,7 @@ def frame():
         "study": pd.array(["s", "s", "s"], dtype="string"),
         "trial": np.array([0, 1, 2], dtype=np.int64),
         "spec_ms_per_token": [1.5, np.nan, 3.0],
+        "feasible": [True, False, True],
         "is_pareto": pd.array([True, None, False], dtype="boolean"),
         "pareto_rank": pd.array([0, None, 1], dtype="Int64"),
     })

@@ -351,6 +351,8 @@ def _write_side_files(out_dir: Path, names: list[str], usable: dict[str, Usable]
         counts = [pq.read_metadata(f).num_rows for f in files]
         if side_files_current(out_dir, files, counts, objs, fp):
             return                              # a re-run with nothing new: the side files are written
+    if not all(f.name in usable for f in files):
+        open_dataset(out_dir, files)        # other shards' parts: one dataset, every column dse writes (DseError)
     parts = [usable.get(f.name) or Usable.of(pq.ParquetFile(f).read(columns=[m for m, _ in objs] + ["feasible"]),
                                              objs, keep_rows=False) for f in files]
     counts = [u.rows for u in parts]

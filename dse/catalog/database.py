@@ -41,7 +41,7 @@ class Database:
 
     def __init__(self, root: str | os.PathLike | None = None):
         self.root = Path(root) if root else default_root()
-        self._cache: dict[tuple[str, str], object] = {}
+        self._cache: dict[tuple, object] = {}
 
     def names(self, kind: str) -> list[str]:
         folder = self.root / KINDS[kind][0]
@@ -50,9 +50,19 @@ class Database:
     def path(self, kind: str, name: str) -> Path:
         return self.root / KINDS[kind][0] / f"{name}.yaml"
 
+    def _stamp(self, kind: str, ref: str) -> tuple | None:
+        """The file an entry is read from, as (mtime_ns, size): a file edited since is read again."""
+        try:
+            p = Path(ref)
+            st = (p if p.is_file() else self.path(kind, ref.lower())).stat()
+        except (OSError, ValueError):
+            return None
+        return st.st_mtime_ns, st.st_size
+
     def get(self, kind: str, ref: str, *, where: str = ""):
-        """An entry by name or file path; UnknownEntryError with close names otherwise."""
-        key = (kind, ref)
+        """An entry by name or file path (read again once its file changed); UnknownEntryError
+        with close names otherwise."""
+        key = (kind, ref, self._stamp(kind, ref))
         if key not in self._cache:
             self._cache[key] = self._load(kind, ref, where)
         return self._cache[key]
@@ -82,7 +92,7 @@ class Database:
         """A device with its link latency and efficiency filled from its link class, and its
         scale-out network's from the scale-out class, where it gives none
         (hardware_db/technology/links.yaml)."""
-        key = ("device+link", ref)
+        key = ("device+link", ref, self._stamp("device", ref))
         if key not in self._cache:
             dev = self.get("device", ref, where=where)
             cls, out = self.link_class(dev.link_class), self.link_class(SCALE_OUT_CLASS)
@@ -109,9 +119,14 @@ class Database:
         return load_yaml(self.path(kind, name.lower()))
 
 
-@lru_cache(maxsize=4)
 def load_database(root: str | None = None) -> Database:
-    """The shared read-only database (cached per root)."""
+    """The shared read-only database of ``root`` (default: :func:`default_root`, read on every
+    call), cached per root."""
+    return _shared_database(str(Path(root) if root else default_root()))
+
+
+@lru_cache(maxsize=4)
+def _shared_database(root: str) -> Database:
     return Database(root)
 
 

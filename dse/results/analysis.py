@@ -189,6 +189,7 @@ def front_of(path, objectives=None, where: str | None = None, distinct: bool = T
     wanted = names if columns is None else [c for pat in list(columns) + key for c in fnmatch.filter(names, pat)]
     cols = [c for c in dict.fromkeys(wanted) if c not in ("is_pareto", "pareto_rank")]
     if where:
+        ds.check_trials()
         keep, n_rows, n_designs, n_feasible = _front_rows_where(ds, objs, key, where)
         parts = ds.take(keep, cols)
         table = pa.concat_tables([t for _, t in parts]) if parts else ds.schema.empty_table().select(cols)

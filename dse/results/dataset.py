@@ -18,8 +18,9 @@ import pyarrow.parquet as pq
 
 from ..errors import DseError
 from .arrow import num_array, to_numpy, usable_rows
+from .checks import check_columns, check_trials
 from .identity import describe, fingerprint, identity_of, part_digest
-from .manifest import incomplete_message, missing_parts, read_manifest
+from .manifest import MANIFEST, incomplete_message, missing_parts, read_manifest
 from .side_files import expand_flags, read_front_file, read_pareto_file
 from .store import SCHEMA_VERSION, read_footer
 
@@ -90,6 +91,9 @@ class Dataset:
         #: the dataset's fingerprint (dse.results.identity), the one every part carries
         self.fingerprint = prints[0]
         self._digests: list[str] | None = None
+        for f, schema, meta in zip(files, schemas, metas, strict=True):
+            check_columns(f, schema, meta)
+        self._trials_checked = False
         try:
             self.schema = pa.unify_schemas(list(schemas), promote_options="permissive")
         except pa.ArrowException as e:
@@ -103,6 +107,12 @@ class Dataset:
             except OSError as exc:
                 raise DseError(f"{self.root}: cannot read the results ({exc})") from None
         return self._digests
+
+    def check_trials(self) -> None:
+        """DseError when a trial is on two rows (dse.results.checks.check_trials), checked once."""
+        if not self._trials_checked:
+            check_trials(self.root, self.files, lambda f: to_numpy(self.read(["trial"], [f])["trial"]))
+            self._trials_checked = True
 
     def objectives(self) -> list[tuple[str, str]] | None:
         """The study's (metric, direction) pairs, None when the results carry none or lack a column."""
@@ -179,14 +189,14 @@ class Dataset:
 
     def front_rows(self, objs) -> tuple[np.ndarray, int, int]:
         """(global row numbers of the non-dominated feasible rows, rows, distinct designs), read
-        part by part (objective columns, ``feasible`` or else ``fits``, ``duplicate_of``; no
-        pandas): each part's front kept, then the front of their union (a row dominated within
-        its part is dominated globally). Feasibility and designs as dse.results.analysis's
-        feasible_mask and count_designs; every row when there is no duplicate_of column."""
+        part by part (objective columns, ``feasible``, ``duplicate_of``; no pandas): each part's
+        front kept, then the front of their union (a row dominated within its part is dominated
+        globally). Feasibility and designs as dse.results.analysis's feasible_mask and
+        count_designs; every row when there is no duplicate_of column."""
         from .pareto import pareto_mask
+        self.check_trials()
         names, dirs = self.schema.names, [d for _, d in objs]
-        ok_col = next((c for c in ("feasible", "fits") if c in names), None)
-        cols = list(dict.fromkeys([m for m, _ in objs] + [c for c in (ok_col, "duplicate_of") if c in names]))
+        cols = list(dict.fromkeys([m for m, _ in objs] + [c for c in ("feasible", "duplicate_of") if c in names]))
         rows, vals, designs, offset = [], [], 0, 0
         for (_, t), n in zip(self.parts(cols), self.counts, strict=True):
             v, ok = usable_rows(t, objs)
@@ -201,14 +211,13 @@ class Dataset:
         return rows[pareto_mask(vals, dirs)], offset, designs
 
     def feasible_designs(self) -> int:
-        """Distinct feasible designs (``feasible``, else ``fits``, else every row; ``duplicate_of``
-        null), as dse.results.analysis.counts: two columns read part by part."""
-        names = self.schema.names
-        ok_col = next((c for c in ("feasible", "fits") if c in names), None)
-        cols = [c for c in (ok_col, "duplicate_of") if c in names]
+        """Distinct feasible designs (``feasible``; ``duplicate_of`` null), as
+        dse.results.analysis.counts: two columns read part by part."""
+        self.check_trials()
+        cols = [c for c in ("feasible", "duplicate_of") if c in self.schema.names]
         total = 0
         for (_, t), n in zip(self.parts(cols), self.counts, strict=True):
-            ok = to_numpy(t[ok_col]).astype(bool) if ok_col else np.ones(n, bool)     # null: False
+            ok = to_numpy(t["feasible"]).astype(bool)     # null: False
             new = to_numpy(t["duplicate_of"].is_null()) if "duplicate_of" in cols else np.ones(n, bool)
             total += int((ok & new).sum())
         return total
@@ -219,7 +228,8 @@ class Dataset:
         was written for exactly these parts and objectives, else :meth:`front_rows` and
         :meth:`take`. ``columns`` must hold the objectives (and feasible, trial) the caller needs."""
         got = read_front_file(self.root, self.files, self.counts, objs, columns, self.fingerprint, self.digests())
-        if got is not None:
+        if got is not None:         # the parts are the sweep's own (their footer digests): one row per trial
+            self._trials_checked = True
             rows, table, designs = got
             return rows, self._as_unified(table), sum(self.counts), designs
         rows, n_rows, designs = self.front_rows(objs)
@@ -240,22 +250,61 @@ class Dataset:
         side = read_pareto_file(self.root, self.files, self.counts, objs, self.fingerprint, self.digests())
         if side is not None:
             return side
+        self.check_trials()
         rows, vals = self.usable(objs)
         return expand_flags(sum(self.counts), rows, vals, [d for _, d in objs])
 
 
 def open_results(path) -> Dataset:
-    """The :class:`Dataset` of a results file or directory, warning (with the missing parts named)
-    when a dataset directory is incomplete."""
+    """The :class:`Dataset` of a results file or directory: a directory with a manifest is the
+    parts it lists (a warning names the missing ones, and the files it does not list, which are
+    not read); a directory without one is its ``*.parquet`` files, refused when a folder in it
+    holds a dataset of its own (two datasets are never read as one)."""
     root = Path(path)
     if not root.exists():
         raise DseError(f"{root}: results path does not exist")
-    if root.is_dir():
-        manifest = read_manifest(root)
-        missing = missing_parts(root, manifest)
-        if missing:
-            warnings.warn(incomplete_message(root, missing, manifest), stacklevel=3)
-    return open_dataset(root)
+    if not root.is_dir():
+        return open_dataset(root)
+    manifest = read_manifest(root)
+    if manifest is None or not isinstance(manifest.get("parts"), list):
+        return open_dataset(root, _loose_files(root))
+    missing = missing_parts(root, manifest)
+    if missing:
+        warnings.warn(incomplete_message(root, missing, manifest), stacklevel=3)
+    listed = {root / p for p in manifest["parts"]}
+    extra = [f for f in _part_files(root) if f not in listed]
+    if extra:
+        shown = _names([f.relative_to(root).as_posix() for f in extra], 3)
+        warnings.warn(f"{root}: {len(extra)} file{'s' if len(extra) != 1 else ''} its {MANIFEST} does not list "
+                      f"{'are' if len(extra) != 1 else 'is'} not read ({shown}): copies or another dataset's "
+                      "files; move them out of the folder", stacklevel=3)
+    files = sorted(f for f in listed if f.is_file())
+    if not files:
+        raise DseError(f"{root}: none of the {len(listed)} parts its {MANIFEST} lists is on disk")
+    return open_dataset(root, files)
+
+
+def _loose_files(root: Path) -> list[Path]:
+    """The ``*.parquet`` files under ``root`` (no manifest there); DseError when a folder in it is a
+    dataset of its own (has a manifest): each dataset is read on its own."""
+    datasets, files = [], []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(("_", ".")))
+        if Path(dirpath) != root and MANIFEST in filenames:
+            datasets.append(Path(dirpath).relative_to(root).as_posix())
+            dirnames[:] = []
+            continue
+        files += [Path(dirpath, f) for f in sorted(filenames) if f.endswith(".parquet") and not f.startswith(("_", "."))]
+    if datasets:
+        loose = [f.relative_to(root).as_posix() for f in files]
+        also = (f" and {len(loose)} results file{'s' if len(loose) != 1 else ''} ({_names(loose)})" if loose else "")
+        raise DseError(f"{root}: holds {len(datasets)} dataset{'s' if len(datasets) != 1 else ''} "
+                       f"({_names(datasets)}){also}, each read on its own: give one of them")
+    return files
+
+
+def _names(names: list[str], limit: int = 4) -> str:
+    return ", ".join(names[:limit]) + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
 
 
 def open_dataset(root, files: list[Path] | None = None) -> Dataset:

@@ -110,8 +110,9 @@ def check_replace(path: str | os.PathLike, meta: dict, rows: int | None, *, forc
 
 def _study_part(identity: dict) -> dict:
     """The study's own part of an identity: a file rewritten whole from the storage by a newer
-    model (another database or dse version) is the same study; its rows are all recomputed."""
-    return {k: v for k, v in identity.items() if k != "model"} | {
+    model (another database or dse version, other file contents) is the same study; its rows are
+    all recomputed."""
+    return {k: v for k, v in identity.items() if k not in ("model", "files")} | {
         "technology": {"overrides": (identity.get("technology") or {}).get("overrides")}}
 
 

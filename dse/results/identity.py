@@ -3,8 +3,9 @@ fingerprints (named key by key), and the digest that ties a side file to the par
 
 The fingerprint hashes what makes rows comparable (:func:`identity_of`): the study's name, its
 workload, its space (the knobs), its objectives and constraints, its technology (overrides and
-the resolved constants) and the model (the results schema_version, dse's version and the
-database's fingerprint). It leaves out what only says how rows are found: the search budget,
+the resolved constants), the content of every file its rows are computed from (``files``: device
+and model files, the database entries and tables it reads; dse.study.sources) and the model (the
+results schema_version, dse's version and the database's fingerprint). It leaves out what only says how rows are found: the search budget,
 sampler and seed, grid points and chunking (the manifest checks those), the output path, the
 storage URL and the description. Everything it covers is in a results file's ``dse`` metadata
 already, so a file written before the fingerprint existed gets one computed from its metadata.
@@ -23,8 +24,10 @@ import os
 import struct
 from collections.abc import Mapping
 
+from ..errors import RuntimeFailure
+
 #: the components of a fingerprint, in the order differences are named
-COMPONENTS = ("study", "workload", "space", "objectives", "constraints", "technology", "model")
+COMPONENTS = ("study", "workload", "space", "objectives", "constraints", "technology", "files", "model")
 #: differences a message names before it says how many more there are
 SHOWN = 4
 
@@ -56,6 +59,7 @@ def identity_of(meta: Mapping) -> dict:
     study = meta.get("study") if isinstance(meta.get("study"), Mapping) else {}
     knob_workload, space = _split_knobs(study.get("knobs"))
     workload = study.get("workload")
+    files = {"files": meta["files"]} if "files" in meta else {}     # (results written before it: none)
     return _plain({
         "study": study.get("name"),
         "workload": {**workload, **knob_workload} if isinstance(workload, Mapping) else workload,
@@ -63,9 +67,24 @@ def identity_of(meta: Mapping) -> dict:
         "objectives": study.get("objectives"),
         "constraints": study.get("constraints") or [],
         "technology": {"overrides": study.get("technology") or {}, "constants": meta.get("tech_fingerprint")},
+        **files,
         "model": {"schema_version": meta.get("schema_version"), "dse_version": meta.get("dse_version"),
                   "database": meta.get("database_fingerprint")},
     })
+
+
+def file_digests(sources: Mapping[str, str | os.PathLike]) -> dict[str, str]:
+    """label -> sha256 (16 hex digits) of each file's content; RuntimeFailure naming a file that
+    cannot be read."""
+    out = {}
+    for label, path in sources.items():
+        try:
+            with open(path, "rb") as f:
+                out[str(label)] = hashlib.file_digest(f, "sha256").hexdigest()[:16]
+        except OSError as exc:
+            raise RuntimeFailure(f"{path}: cannot read it ({exc.strerror or exc}); the results record the "
+                                 "content of every file they are computed from") from None
+    return out
 
 
 def fingerprint_of(identity: Mapping) -> str:
@@ -97,12 +116,30 @@ def _shown(value) -> str:
 
 def differences(old: Mapping, new: Mapping) -> list[str]:
     """'workload.acceptance.alpha 0.8 -> 0.95' for every leaf key of the identities that differs,
-    in :data:`COMPONENTS` order."""
-    a, b = _leaves(_plain(old)), _leaves(_plain(new))
+    in :data:`COMPONENTS` order; a file as 'file F changed (sha256 A -> B)'."""
+    old, new = _plain(old), _plain(new)
+    if ("files" in old) != ("files" in new):      # one side written before files were recorded
+        older = "(not recorded: an older dse)"
+        said = [f"files {older} -> (recorded)" if "files" in new else f"files (recorded) -> {older}"]
+        old, new = {k: v for k, v in old.items() if k != "files"}, {k: v for k, v in new.items() if k != "files"}
+    else:
+        said = []
+    a, b = _leaves(old), _leaves(new)
     order = {c: i for i, c in enumerate(COMPONENTS)}
     keys = sorted({k for k in set(a) | set(b) if a.get(k) != b.get(k)},
                   key=lambda k: (order.get(k.split(".")[0], len(order)), k))
-    return [f"{k} {_shown(a.get(k))} -> {_shown(b.get(k))}" for k in keys]
+    out = [_file_change(k[len("files."):], a.get(k), b.get(k)) if k.startswith("files.") else
+           f"{k} {_shown(a.get(k))} -> {_shown(b.get(k))}" for k in keys]
+    return said + out if said else out
+
+
+def _file_change(label: str, old, new) -> str:
+    """'file F changed (sha256 A -> B)', or that F is new, or no longer read."""
+    if old is None:
+        return f"file {label} not read before (sha256 {new})"
+    if new is None:
+        return f"file {label} no longer read (was sha256 {old})"
+    return f"file {label} changed (sha256 {old} -> {new})"
 
 
 def describe(old: Mapping, new: Mapping) -> str:

@@ -36,8 +36,10 @@ def load_results(path, columns: Sequence[str] | None = None) -> pd.DataFrame:
     """Read dse results (one Parquet file or a dataset directory) into a DataFrame.
 
     Args:
-        path: a ``.parquet`` file, or a directory searched recursively for ``*.parquet``
-            part files; names starting with ``_`` or ``.`` (temp files) are skipped.
+        path: a ``.parquet`` file, or a dataset directory: the parts its ``_manifest.json``
+            lists (other files are not read, with a warning), or without a manifest its
+            ``*.parquet`` files, searched recursively (names starting with ``_`` or ``.``,
+            temp files, are skipped).
         columns: read only these columns (default: all), names or fnmatch patterns such as
             ``"params_*"`` (a pattern may match nothing); only they are decoded, so
             ``columns=["spec_ms_per_token", "cost_usd", "feasible"]`` of a 2M-row sweep takes
@@ -52,12 +54,14 @@ def load_results(path, columns: Sequence[str] | None = None) -> pd.DataFrame:
         metadata of the first file (in sorted path order).
 
     Raises:
-        DseError: the path does not exist, holds no part files, a file is not Parquet or lacks
-            the ``b"dse"`` metadata, part files belong to different studies, or a requested
-            column does not exist.
+        DseError: the path does not exist, holds no part files or several datasets, a file is
+            not Parquet or lacks the ``b"dse"`` metadata or a column dse writes (or holds it
+            as another type), part files belong to different studies or datasets, a trial is on
+            two rows, or a requested column does not exist.
     """
     import pandas as pd  # here, not at import: `dse sweep` writes without pandas
     dataset = open_results(path)
+    dataset.check_trials()
     root = dataset.root
     schema, meta = dataset.schema, dataset.meta
     flags = root.is_dir() and {"is_pareto", "pareto_rank"} <= set(schema.names) and dataset.objectives() is not None

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from .. import __version__
 from ..errors import DseError, RuntimeFailure
-from .identity import fingerprint_of, identity_of
+from .identity import file_digests, fingerprint_of, identity_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -51,7 +51,9 @@ def database_fingerprint(db, tech) -> str:
 
 def study_metadata(study, db, tech, **extra) -> dict:
     """The ``dse`` metadata of results: the resolved study (its storage URL without a password),
-    provenance, and the dataset's ``fingerprint`` (dse.results.identity)."""
+    provenance, the digest of every file the rows are computed from (``files``:
+    dse.study.sources) and the dataset's ``fingerprint`` (dse.results.identity)."""
+    from ..study.sources import study_sources  # here: readers (dse pareto) import no study parser
     meta = {
         "schema_version": SCHEMA_VERSION,
         "dse_version": __version__,
@@ -60,6 +62,7 @@ def study_metadata(study, db, tech, **extra) -> dict:
         "constraints": [{k: v for k, v in vars(c).items() if v is not None} for c in study.constraints],
         "tech_fingerprint": tech.fingerprint(),
         "database_fingerprint": database_fingerprint(db, tech),
+        "files": file_digests(study_sources(study, db)),
         **extra,
     }
     meta["fingerprint"] = fingerprint_of(identity_of(meta))

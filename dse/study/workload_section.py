@@ -29,7 +29,7 @@ from .knob_values import StudyErrors, knob_bounds, parse_knob
 from .spec import TREE_NODES_KNOB, WORKLOAD_KEYS, WORKLOAD_KNOBS, Knob, KnobDef
 
 
-def _model_ref(ref: Any, base_dir: Path) -> str:
+def model_ref(ref: Any, base_dir: Path) -> str:
     """A model name, or a model file relative to the study file."""
     cand = base_dir / str(ref)
     if ("/" in str(ref) or str(ref).endswith((".yaml", ".yml", ".json"))) and cand.exists():
@@ -54,7 +54,7 @@ def parse_workload(wl: Any, db: Database, err: StudyErrors) -> tuple[dict, list[
         err.add("workload.target", MISSING, "expected a model name, model file, or HF config.json path")
     else:
         try:
-            target = db.model(_model_ref(wl["target"], base_dir))
+            target = db.model(model_ref(wl["target"], base_dir))
             if target.kind != "decoder":
                 err.add("workload.target", wl["target"], "expected a decoder model, not a draft head")
             else:
@@ -187,7 +187,7 @@ def _drafts(raw: Any, target, db: Database, base_dir: Path, err: StudyErrors):
             err.add(where, item, "expected a drafter: a model name or file, " + ", ".join(DRAFT_SPELLINGS))
             continue
         try:
-            d = parse_drafter(_model_ref(item, base_dir), target, db, where=where, path=err.path)
+            d = parse_drafter(model_ref(item, base_dir), target, db, where=where, path=err.path)
             choices.append((d.label, d))
         except UnknownEntryError as exc:
             err.add(where, item, exc.detail)
