@@ -213,12 +213,12 @@ def test_hypervolume_history(dataset_dir):
 
 
 @pytest.mark.parametrize("version, says", [
-    (1, "schema_version 1: written before issue 9"),             # street price in cost_usd, decimal DRAM
+    (1, "schema_version 1: written by a dse whose cost_usd of known parts was their street price"),
     (2, "schema_version 2: written before power_w of known parts"),   # the vendor TDP in power_w
-    (3, "schema_version 3: written before issue 17"),     # no overhead_ms_per_token, free TP past a domain
+    (3, "schema_version 3: written by an older model \\(no overhead_ms_per_token"),   # free TP past a domain
     (3, "trees from alpha at the geometric rank profile"),   # and no rank_profile column (issue 17, trees)
     (3, "memory_required_gb then included the runtime reserve"),   # and no energy (issue 17, energy)
-    (3, "and issue 19 \\(no acceptance band and its source"),     # no tau_low, ..., acceptance_source
+    (3, "; no acceptance band and its source: tau_low"),     # no tau_low, ..., acceptance_source
 ])
 def test_old_schema_version_read_with_a_warning(tmp_path, version, says):
     """Results of an older schema still load, with a message that says what changed since."""

@@ -49,20 +49,20 @@ def _warn_old_schema(root: Path, metas) -> None:
     v = min(old)
     where = f"{root} ({len(old)} of {len(metas)} part files)" if len(metas) > 1 else f"{root}"
     if v < 2:
-        why = ("written before issue 9 (cost_usd of known parts was their street price, DRAM capacity decimal, "
-               "KV cache at the weight dtype); re-run the study to compare with current results")
+        why = ("written by a dse whose cost_usd of known parts was their street price, DRAM capacity decimal and "
+               "KV cache at the weight dtype; re-run the study to compare with current results")
     elif v < 3:
         why = ("written before power_w of known parts came from the energy model synthesised chips get (it "
                "held the vendor TDP) and before expert parallel (ep); re-run the study to compare power with "
                "current results")
     else:
-        why = ("written before issue 17 (no overhead_ms_per_token; synthesised chips' links at class 'other' "
+        why = ("written by an older model (no overhead_ms_per_token; synthesised chips' links at class 'other' "
                "with 2 us, tensor parallel free past a scale-up domain, one kernel count for every layer, fp8 on "
                "parts without fp8 units slower than bf16; trees from alpha at the geometric rank profile, no "
                "rank_profile column, no tree costs beyond positions, k = auto capped at 8, no draft prefill "
                "under continuous batching; memory_required_gb then included the runtime reserve, now "
                "memory_reserve_gb; no energy per token, per-chip memory or busiest expert rank; SRAM power at its "
-               "full aggregate bandwidth) and issue 19 (no acceptance band and its source: tau_low, tau_high, "
+               "full aggregate bandwidth; no acceptance band and its source: tau_low, tau_high, "
                "speedup_low, speedup_high, spec_ms_per_token_low/_high, acceptance_source); "
                "re-run the study to compare with current results")
     warnings.warn(f"{where}: results schema_version {v}: {why}", stacklevel=5)
