@@ -34,7 +34,7 @@ from ..study import StudySpec, open_study
 from .asktell import ask_tell_loop
 from .sampler_setup import make_sampler
 from .seeds import enqueue_seeds
-from .trials import study_frame
+from .trials import RUN_KEY, study_frame, study_runs
 from .workers import WORKER_KEY, number_ranges, worker_index
 
 
@@ -193,17 +193,15 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
                                n_trials=n_trials, progress=progress, label=label)
     store, storage_url = resolve_storage(study, storage, out)
     ostudy = _create_study(study, store, storage_url, directions, opt_sampler, force=force)
-    runs = list(ostudy.user_attrs.get("dse_runs", []))
     first = len(ostudy.get_trials(deepcopy=False))
     if task is None and write:  # the file will hold every COMPLETE trial: at least n_trials, or what the storage has
         from optuna.trial import TrialState
         done = sum(t.state == TrialState.COMPLETE for t in ostudy.get_trials(deepcopy=False))
         check_replace(out, base_meta, max(n_trials, done), force=force)
-    if not runs or runs[-1]["sampler"] != sampler_name or runs[-1]["seed"] != seed:
-        runs.append({"sampler": sampler_name, "seed": seed, "first_trial": first})
-        ostudy.set_user_attr("dse_runs", runs)
     run_id = uuid.uuid4().hex[:16]
-    run_key = f"dse_run:{run_id}"      # this worker's own record: no read-modify-write race
+    run_key = f"{RUN_KEY}{run_id}"      # this run's own record: no read-modify-write race (dse.search.trials)
+    record = {"sampler": sampler_name, "seed": seed, "first_trial": first, "started": time.time()}
+    ostudy.set_user_attr(run_key, record)
     if sampler_name == "auto" and first == 0:
         enqueue_seeds(ostudy, study, n_trials, seed, db, tech, sampler=opt_sampler, progress=progress, label=label)
     tally, signum = {"told": 0}, 0
@@ -216,11 +214,11 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
         signum = signum or stop.signum
     told = tally["told"]
     if storage_url != ":memory:" and tally.get("numbers"):
-        ostudy.set_user_attr(run_key, {"sampler": sampler_name, "seed": seed,
-                                       "trials": number_ranges(tally["numbers"])})
+        ostudy.set_user_attr(run_key, {**record, "trials": number_ranges(tally["numbers"])})
     if (task is not None and signum) or not write:
         # a task's part holds all of its trials or is not written (a re-run replaces it)
         return RunResult(frame=pd.DataFrame(), path=out, n_new=told, storage=storage_url, interrupted=signum)
+    runs = study_runs(ostudy.user_attrs)
     df = study_frame(study, ostudy, db, tech, runs)
     if offset:
         df["trial"] = df["trial"] + offset

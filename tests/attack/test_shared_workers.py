@@ -86,3 +86,23 @@ def test_the_no_parquet_hint_is_the_export_that_writes_the_study(tmp_path, shm):
         assert code == 0, err
         assert len(pq.read_table(tmp_path / "results" / "q.parquet")) == 24
         (tmp_path / "results" / "q.parquet").unlink()
+
+
+# --------------------------------------------------------------------------- runs of a shared study
+
+def test_runs_are_one_record_per_worker_merged_on_read_and_the_old_list_still_reads():
+    from dse.search.trials import study_runs
+    old = [{"sampler": "nsga2", "seed": 0, "first_trial": 0}, {"sampler": "tpe", "seed": 0, "first_trial": 50}]
+    attrs = {"dse_runs": old,
+             "dse_run:b": {"sampler": "random", "seed": 5, "first_trial": 80, "started": 2.0},
+             "dse_run:a": {"sampler": "random", "seed": 4, "first_trial": 80, "started": 1.0},
+             "dse_run:c": {"sampler": "random", "seed": 4, "first_trial": 90, "started": 3.0},  # a resume of a
+             "dse_run:d": {"sampler": "tpe", "seed": 0, "trials": [[0, 3]]},       # older dse: trials only
+             "dse_worker:x": {"pid": 1}, "dse_space": "f00"}
+    assert study_runs(attrs) == old + [{"sampler": "random", "seed": 4, "first_trial": 80},
+                                       {"sampler": "random", "seed": 5, "first_trial": 80},
+                                       {"sampler": "random", "seed": 4, "first_trial": 90}]
+    assert study_runs({"dse_runs": old}) == old
+    assert study_runs({"dse_run:a": {"sampler": "auto", "seed": 0, "first_trial": 0},
+                       "dse_run:b": {"sampler": "auto", "seed": 0, "first_trial": 40}}) == \
+        [{"sampler": "auto", "seed": 0, "first_trial": 0}]                    # a resume continues its run
