@@ -202,11 +202,14 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
     run_key = f"{RUN_KEY}{run_id}"      # this run's own record: no read-modify-write race (dse.search.trials)
     record = {"sampler": sampler_name, "seed": seed, "first_trial": first, "started": time.time()}
     ostudy.set_user_attr(run_key, record)
-    if sampler_name == "auto" and first == 0:
-        enqueue_seeds(ostudy, study, n_trials, seed, db, tech, sampler=opt_sampler, progress=progress, label=label)
     tally, signum = {"told": 0}, 0
     with stop_on_signals() as stop:
+        if hasattr(opt_sampler, "on_part"):
+            opt_sampler.on_part = stop.check        # its own pre-search stops on SIGTERM/SIGINT as the trials do
         try:
+            if sampler_name == "auto" and first == 0:   # the pre-search stops between parts on SIGTERM/SIGINT
+                enqueue_seeds(ostudy, study, n_trials, seed, db, tech, sampler=opt_sampler, progress=progress,
+                              label=label, on_part=stop.check)
             ask_tell_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heartbeat_timeout_s, tally,
                           shared=storage_url != ":memory:", worker_key=f"{WORKER_KEY}{run_id}")
         except KeyboardInterrupt:

@@ -25,6 +25,12 @@ def study_frame(study: StudySpec, ostudy, db, tech, runs) -> pd.DataFrame:
         raise DseError(f"study {study.name!r}: COMPLETE trial {bad[0]} has no value of {bad[1]}, a knob every design "
                        "has: the storage does not hold the trials dse wrote (a damaged journal or database?)")
     n = len(trials)
+    if not n:       # none finished yet (stopped during the pre-search): the results' columns, no row
+        from .presearch import fill_neutral
+        params = fill_neutral(study, [{}])
+        designs, metrics = evaluate_study(study, params, 1, db, tech)
+        return results_frame(study, designs, metrics, params, trial=np.zeros(1), sampler="", seed=None,
+                             datetime_start=[None], datetime_complete=[None]).iloc[:0].reset_index(drop=True)
     params = {k.name: param_column([t.params.get(k.name) for t in trials]) for k in study.searched}
     designs, metrics = evaluate_study(study, params, n, db, tech)
     numbers = np.array([t.number for t in trials], dtype=np.int64)

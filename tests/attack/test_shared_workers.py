@@ -9,14 +9,22 @@ four workers starting together on an empty study each ran the pre-search and enq
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from attackkit import cli, one_line, write_study
 
 from dse.results.load import load_results
+
+DSE = str(Path(sys.executable).with_name("dse"))
 
 
 def _command(text: str) -> list[str]:
@@ -106,3 +114,48 @@ def test_runs_are_one_record_per_worker_merged_on_read_and_the_old_list_still_re
     assert study_runs({"dse_run:a": {"sampler": "auto", "seed": 0, "first_trial": 0},
                        "dse_run:b": {"sampler": "auto", "seed": 0, "first_trial": 40}}) == \
         [{"sampler": "auto", "seed": 0, "first_trial": 0}]                    # a resume continues its run
+
+
+# --------------------------------------------------------------------------- signals during the pre-search
+
+#: `dse ARGS` with the pre-search slowed to 0.3 s a part and a file written when it starts
+_SLOW = """
+import sys, time
+from pathlib import Path
+import dse.search.presearch as ps
+real, mark = ps.score_with_violation, Path(sys.argv[1])
+def slow(*a, **k):
+    mark.touch()
+    time.sleep(0.3)
+    return real(*a, **k)
+ps.score_with_violation = slow
+from dse.cli import main
+sys.argv = ["dse", *sys.argv[2:]]
+main()
+"""
+
+
+@pytest.mark.parametrize("how,sig", [((), signal.SIGTERM), (("--task", "0/2"), signal.SIGTERM),
+                                     (("--no-parquet",), signal.SIGINT)])
+def test_a_signal_during_the_presearch_prints_the_line_and_the_same_command_finishes(tmp_path, shm, how, sig):
+    study = write_study(tmp_path, **{"search.sampler": "auto"})
+    mark = tmp_path / "presearch-started"
+    store = () if how and how[0] == "--task" else ("--storage", str(shm / "q.journal"))
+    args = ["run", str(study), *store, *how, "--out", str(tmp_path / ("tasks" if how else "q.parquet")), "--quiet"]
+    env = {**os.environ, "COLUMNS": "400"}
+    proc = subprocess.Popen([sys.executable, "-c", _SLOW, str(mark), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while not mark.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + sig, (out, err)
+    assert "Traceback" not in err
+    name = "SIGTERM" if sig == signal.SIGTERM else "SIGINT"
+    lines = [x for x in err.splitlines() if x.startswith("interrupted")]
+    assert len(lines) == 1 and lines[0].startswith(f"interrupted by {name}: ") and "run the same command again" in \
+        lines[0], err
+    r = subprocess.run([DSE, *args], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
