@@ -168,6 +168,11 @@ class BreederSampler(BaseSampler):
         self._rng = np.random.default_rng()
         self._fallback.reseed_rng()
 
+    def warm_up(self) -> None:
+        """Run its own pre-search now if it has no archive (a worker waiting for another to seed)."""
+        if self._pool is None:
+            self._start()
+
     def adopt(self, pool: Pool, budget: Budget) -> None:
         """Breed from the pre-search's pool (the archive the seeds were thinned from, and its niches)."""
         self._pool, self._budget = pool, budget

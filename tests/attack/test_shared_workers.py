@@ -9,6 +9,7 @@ four workers starting together on an empty study each ran the pre-search and enq
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import re
 import shlex
@@ -16,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -23,6 +25,10 @@ import pytest
 from attackkit import cli, one_line, write_study
 
 from dse.results.load import load_results
+from dse.search.runner import derive_seed
+from dse.search.seeds import seed_count
+from dse.search.workers import worker_process
+from dse.study import load_study
 
 DSE = str(Path(sys.executable).with_name("dse"))
 
@@ -96,7 +102,75 @@ def test_the_no_parquet_hint_is_the_export_that_writes_the_study(tmp_path, shm):
         (tmp_path / "results" / "q.parquet").unlink()
 
 
-# --------------------------------------------------------------------------- runs of a shared study
+# --------------------------------------------------------------------------- workers that start together
+
+SERVERS = {"postgres": ("DSE_TEST_PG_URL", "PostgreSQL"), "mysql": ("DSE_TEST_MYSQL_URL", "MySQL/MariaDB")}
+
+
+@pytest.fixture(params=["journal", pytest.param("postgres", marks=pytest.mark.servers),
+                        pytest.param("mysql", marks=pytest.mark.servers)])
+def storage(request, shm):
+    if request.param == "journal":
+        return f"journal:{shm / 'shared.journal'}"
+    var, server = SERVERS[request.param]
+    url = os.environ.get(var)
+    if not url:
+        msg = f"no {server} server: set {var} (.ci/run does)"
+        if os.environ.get("DSE_REQUIRE_SERVERS") == "1":
+            pytest.fail(msg + "; DSE_REQUIRE_SERVERS=1 makes this a failure")
+        pytest.skip(msg)
+    return url
+
+
+def _worker(spec, url, i, barrier, results):
+    """Worker i (DSE_WORKER=i) in a forked process, started in the same instant as the others."""
+    try:
+        os.environ["DSE_WORKER"] = str(i)
+        from dse.search.runner import run_study
+        barrier.wait(timeout=120)
+        res = run_study(spec, storage=url, progress=False, write=False)       # as --no-parquet
+        results.put(("ok", i, res.n_new))
+    except BaseException as exc:    # noqa: BLE001 - reported to the parent
+        results.put(("error", i, f"{type(exc).__name__}: {exc}"))
+
+
+def test_four_workers_on_an_empty_study_seed_it_once_and_end_with_exactly_the_total(tmp_path, storage):
+    """Sampler auto: one worker seeds (seed_count designs), the others wait; the study ends with 400
+    COMPLETE trials and nothing else, and the export's runs name all four workers."""
+    import optuna
+
+    from dse.storage.backends import resolve_storage
+    name = f"together-{uuid.uuid4().hex[:8]}"
+    study = write_study(tmp_path, **{"name": name, "search.n_trials": 400, "search.batch_size": 25,
+                                     "search.sampler": "auto"})
+    spec = load_study(study)
+    warm = resolve_storage(None, storage, tmp_path / "x")[0]      # drivers imported before the fork
+    getattr(getattr(warm, "engine", None), "dispose", lambda: None)()
+    ctx = multiprocessing.get_context("fork")
+    barrier, results = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(spec, storage, i, barrier, results)) for i in range(4)]
+    for p in procs:
+        p.start()
+    got = [results.get(timeout=900) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    assert [g[0] for g in got] == ["ok"] * 4, got
+    store = resolve_storage(None, storage, tmp_path / "x")[0]
+    ostudy = optuna.load_study(study_name=name, storage=store)
+    states = [t.state.name for t in ostudy.get_trials(deepcopy=False)]
+    assert states.count("COMPLETE") == 400 and len(states) == 400, {s: states.count(s) for s in set(states)}
+    assert sum(g[2] for g in got) == 400
+    assert ostudy.user_attrs["dse_seeds"]["designs"] == seed_count(400, 25)
+    out = tmp_path / "export.parquet"
+    code, _, err, _ = cli("export", "--storage", storage, "--study", name, "--out", out)
+    assert code == 0, err
+    import json
+    runs = json.loads(pq.read_schema(out).metadata[b"dse"])["runs"]
+    seeds = {0} | {derive_seed(0, i) for i in (1, 2, 3)}
+    assert {r["seed"] for r in runs} == seeds and len(runs) == 4, runs
+    df = pq.read_table(out).to_pandas()
+    assert len(df) == 400 and set(df["seed"]) <= seeds
+
 
 def test_runs_are_one_record_per_worker_merged_on_read_and_the_old_list_still_reads():
     from dse.search.trials import study_runs
@@ -114,6 +188,57 @@ def test_runs_are_one_record_per_worker_merged_on_read_and_the_old_list_still_re
     assert study_runs({"dse_run:a": {"sampler": "auto", "seed": 0, "first_trial": 0},
                        "dse_run:b": {"sampler": "auto", "seed": 0, "first_trial": 40}}) == \
         [{"sampler": "auto", "seed": 0, "first_trial": 0}]                    # a resume continues its run
+
+
+class _Study:
+    """The user attributes of a study, as Optuna's Study gives and sets them."""
+
+    def __init__(self, attrs=None):
+        self.user_attrs = dict(attrs or {})
+
+    def set_user_attr(self, key, value):
+        self.user_attrs[key] = value
+
+
+class _Stop:
+    requested = False
+
+    def check(self):
+        pass
+
+
+def test_a_live_seeding_claim_makes_the_others_wait_and_a_dead_one_does_not():
+    from dse.search.claims import SEED_KEY, SEEDS_ATTR, others_asking, seed_once, seeding_claims
+    me = worker_process() or {}
+    now = time.time()
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    gone = {**me, "pid": child.pid, "start": 0} if me else {}
+    live = {f"{SEED_KEY}a": {**me, "beat": now}}
+    assert seeding_claims(live, f"{SEED_KEY}me", now, 60) == [f"{SEED_KEY}a"]
+    assert seeding_claims({f"{SEED_KEY}a": {**me, "beat": now - 61}}, None, now, 60) == []      # silent
+    assert seeding_claims({f"{SEED_KEY}a": {**me, "beat": None}}, None, now, 60) == []          # withdrawn
+    if me:
+        assert seeding_claims({f"{SEED_KEY}a": {**gone, "beat": now}}, None, now, 60) == []     # exited
+    # a live claim: this worker waits until the seeds are in, and seeds nothing itself
+    study = _Study(live)
+    calls = []
+
+    def meanwhile():
+        calls.append("own pre-search")
+        study.user_attrs[SEEDS_ATTR] = {"designs": 12}           # the other worker finished
+    assert not seed_once(study, f"{SEED_KEY}me", me, lambda beat: calls.append("seeded"), timeout_s=60,
+                         stop=_Stop(), meanwhile=meanwhile)
+    assert calls == ["own pre-search"]
+    # none live: it seeds, and withdraws its claim after
+    study = _Study({f"{SEED_KEY}a": {**me, "beat": now - 600}})
+    assert seed_once(study, f"{SEED_KEY}me", me, lambda beat: beat() or True, timeout_s=60, stop=_Stop())
+    assert study.user_attrs[f"{SEED_KEY}me"]["beat"] is None
+    # what others announced they may ask is taken from the budget while their announcement is live
+    attrs = {"dse_worker:a": {**me, "asking": 25, "asked_at": now, "trials": []},
+             "dse_worker:b": {**me, "asking": 7, "asked_at": now - 120, "trials": []},
+             "dse_worker:c": {**me, "trials": [[0, 3]]}, "dse_worker:me": {**me, "asking": 9, "asked_at": now}}
+    assert others_asking(attrs, "dse_worker:me", now, 60) == 25
 
 
 # --------------------------------------------------------------------------- signals during the pre-search
