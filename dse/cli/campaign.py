@@ -100,7 +100,8 @@ def run_cmd(study_file, n_trials, sampler, seed, storage, storage_file, task, ou
             _stopped(r.interrupted, f"task {r.path.name} was not finished and is not written; run the same "
                      "command again to do it")
         if not res:
-            click.echo("every task's part is on disk already (re-run one with --task I/N to replace it)")
+            click.echo(f"every task's part is on disk already (this command with --task I/{n} instead of "
+                       f"--task all/{n} re-runs task I and replaces its part)")
         return
     if no_parquet and (parsed is not None or (storage if storage is not None else study.storage) == ":memory:"):
         raise SpecError(None, "--no-parquet", True, "is for workers of a shared study (a journal file, a database or "

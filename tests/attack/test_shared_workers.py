@@ -70,6 +70,8 @@ def test_the_missing_task_hint_followed_as_printed_completes_the_job(tasks_with_
         warnings.simplefilter("error")
         df = load_results(out)
     assert len(df) == 600
+    code, out, _, _ = cli(*[a.replace("1/3", "all/3") for a in argv[1:]], "--quiet")
+    assert code == 0 and "this command with --task I/3 instead of --task all/3 re-runs task I" in out, out
     again = df[df["trial"].between(200, 399)].sort_values("trial").reset_index(drop=True)
     cols = ["trial", "seed", "sampler", "spec_ms_per_token"]
     assert again[cols].astype(str).equals(before.sort_values("trial").reset_index(drop=True)[cols].astype(str))
@@ -85,6 +87,17 @@ def test_the_refusal_names_the_flags_that_finish_and_never_deletes_silently(task
     code, _, err, _ = cli("run", study, "--task", "1/3", *flags.split(), "--out", out, "--quiet")
     assert code == 0, err
     assert len(load_results(out)) == 600
+
+
+def test_the_idle_shard_hint_is_the_plan_of_this_grid(tmp_path):
+    study = write_study(tmp_path)
+    code, _, err, _ = cli("sweep", study, "--points", 2, "--chunk-size", 100000, "--shard", "5/64",
+                          "--out", tmp_path / "s", "--quiet")
+    assert code == 0 and "shard 5/64 has no work" in err, err
+    argv = _command(err)
+    assert argv == ["dse", "sweep", str(study), "--plan", "64", "--points", "2", "--chunk-size", "100000"], err
+    code, out, err, _ = cli(*argv[1:])
+    assert code == 0 and out.strip() == "1", (out, err)
 
 
 def test_the_no_parquet_hint_is_the_export_that_writes_the_study(tmp_path, shm):
