@@ -113,7 +113,8 @@ def ask_tell_loop(study, ostudy, n_trials, db, tech, stop, progress, label, hear
                 # create more than the total (dse.search.claims)
                 taken = others_asking(ostudy.user_attrs, worker_key, time.time(), heartbeat_timeout_s)
                 every = ostudy.get_trials(deepcopy=False)
-                b = min(b, _slots(every, study.batch_size, n_trials, taken)[3])
+                complete, live, _, fresh = _slots(every, study.batch_size, n_trials, taken)
+                b = min(b, fresh) if complete < n_trials else 0
                 if b <= 0:
                     ostudy.set_user_attr(worker_key, {**me, "trials": []})
                     holding = False
