@@ -138,9 +138,9 @@ def test_storage_writes_per_trial(tmp_path, monkeypatch, url):
                               Trial.set_constraint takes one key)
       set_trial_state_values  1  (tell: state and values together)
       set_trial_user_attr     0  (heartbeats only when a batch outlasts 10 s on a shared storage)
-    Once per run: the study (1), its user attrs dse_space, dse_study, dse_runs (3; on a shared storage
-    also the worker's dse_run:<id> record of its trials, and its dse_worker:<id> record of the trials it
-    holds, written before and after it asks each batch and once at the end: 2 x 2 + 1), and the parent
+    Once per run: the study (1), its user attrs dse_space, dse_study and the run's dse_run:<id> record (3;
+    on a shared storage that record again with the trials it told, and its dse_worker:<id> record of the
+    trials it holds, written before and after it asks each batch and once at the end: 2 x 2 + 1), and the parent
     population of generation 1 (1 study system attr): trials 0-31 are generation 0, 32-63 generation 1.
     Reads: no trial is read back for its constraints (Trial.set_constraint would read its attrs
     once per key: dse writes each key once, under Optuna's name)."""

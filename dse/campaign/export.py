@@ -16,7 +16,7 @@ from ..report.context import study_from_mapping, study_mapping
 from ..results.guard import check_replace, check_writable
 from ..results.store import study_metadata, write_parquet
 from ..search.runner import RunResult
-from ..search.trials import study_frame
+from ..search.trials import study_frame, study_runs
 from ..storage.backends import redact_url, resolve_storage
 from ..study import open_study
 
@@ -42,7 +42,7 @@ def export_study(storage: str, study_name: str, out: str | Path, force: bool = F
         raise DseError(f"{shown}: study {study_name!r} was not created by dse run (no dse_study attribute)")
     study = study_from_mapping(study_mapping(resolved), source=f"{shown} study {study_name}")
     study, db, tech = open_study(study)
-    runs = list(ostudy.user_attrs.get("dse_runs", [])) or [{"sampler": "", "seed": None, "first_trial": 0}]
+    runs = study_runs(ostudy.user_attrs) or [{"sampler": "", "seed": None, "first_trial": 0}]
     complete = len(ostudy.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
     check_replace(out, study_metadata(study, db, tech), complete, force=force)
     df = study_frame(study, ostudy, db, tech, runs)

@@ -228,6 +228,14 @@ def plan_sweep(study: StudySpec, db, tech, *, points: int | None, shard: tuple[i
     return SweepPlan(out_dir, axes, shape, total, n_chunks, chunk_size, meta, manifest)
 
 
+def plan_command(study: StudySpec, shards: int, points: int | None, chunk_size: int | None) -> str:
+    """The `dse sweep --plan` that shows how this grid is cut for ``shards`` (the flags given, quoted)."""
+    import shlex
+    flags = (f" --points {points}" if points is not None else "") + \
+        (f" --chunk-size {chunk_size}" if chunk_size is not None else "")
+    return f"dse sweep {shlex.quote(str(study.path or 'STUDY'))} --plan {shards}{flags}"
+
+
 def prepare_sweep(study: StudySpec | str | Path, *, points: int | None = None, shards: int = 1, out=None,
                   chunk_size: int | None = None, force: bool = False, db: Database | None = None) -> Path:
     """What every shard of a sweep checks first, done once (dse.campaign.on_dask before it submits the
@@ -251,6 +259,7 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
     plan = plan_sweep(study, db, tech, points=points, shard=shard, out=out, chunk_size=chunk_size, force=force)
     out_dir, axes, shape, total, meta, manifest = plan.out_dir, plan.axes, plan.shape, plan.total, plan.meta, \
         plan.manifest
+    chunk_given = chunk_size is not None
     chunk_size, n_chunks = plan.chunk_size, plan.n_chunks
     mine = list(range(si, n_chunks, sn))
     todo = [c for c in mine if not (out_dir / part_name(c, sn)).is_file()]
@@ -300,7 +309,8 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
     note = "" if mine else (f"shard {si}/{sn} has no work: the grid has {n_chunks} chunk{'s' if n_chunks != 1 else ''} "
                             f"({total:,} points in chunks of {chunk_size:,} rows), done by {by}; "
                             f"an array of {n_chunks} element{'s' if n_chunks != 1 else ''} is enough "
-                            f"(dse sweep STUDY --plan {sn} says how a grid is cut)")
+                            f"(`{plan_command(study, sn, points, chunk_size if chunk_given else None)}` says how "
+                            "the grid is cut)")
     return SweepResult(out_dir=out_dir, total_points=total, rows_written=rows, parts=sorted(parts),
                        shard=(si, sn), skipped=skipped, interrupted=stop.signum, note=note, points_written=points)
 

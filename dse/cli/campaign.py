@@ -100,7 +100,8 @@ def run_cmd(study_file, n_trials, sampler, seed, storage, storage_file, task, ou
             _stopped(r.interrupted, f"task {r.path.name} was not finished and is not written; run the same "
                      "command again to do it")
         if not res:
-            click.echo("every task's part is on disk already (re-run one with --task I/N to replace it)")
+            click.echo(f"every task's part is on disk already (this command with --task I/{n} instead of "
+                       f"--task all/{n} re-runs task I and replaces its part)")
         return
     if no_parquet and (parsed is not None or (storage if storage is not None else study.storage) == ":memory:"):
         raise SpecError(None, "--no-parquet", True, "is for workers of a shared study (a journal file, a database or "
@@ -109,7 +110,7 @@ def run_cmd(study_file, n_trials, sampler, seed, storage, storage_file, task, ou
                     progress=not quiet, heartbeat_timeout_s=heartbeat_timeout, write=not no_parquet, force=force)
     if no_parquet:
         click.echo(f"{res.n_new} trials told to study {study.name!r} (storage {redact_url(res.storage)}); no Parquet "
-                   f"written: `dse export --storage URL --study {study.name} --out PATH` writes the study once")
+                   f"written: `{export_command(study.name, res.storage, source, res.path)}` writes the study once")
         if res.interrupted:
             _stopped(res.interrupted, "the finished trials are in the storage; run the same command again to resume")
         return
@@ -118,6 +119,18 @@ def run_cmd(study_file, n_trials, sampler, seed, storage, storage_file, task, ou
                  f"{redact_url(res.storage)}); run the same command again to resume")
     print_front(res.frame, study, f"{res.path} ({len(res.frame)} trials, {res.n_new} new; storage "
                  f"{redact_url(res.storage)})", epsilon=epsilon, wide=wide)
+
+
+def export_command(name: str, storage: str, source: str, out) -> str:
+    """The `dse export` that writes a shared study to ``out``, its storage named as the user gave it:
+    --storage-file FILE, nothing for DSE_STORAGE (export reads it too), else the URL, redacted."""
+    import shlex
+
+    from ..storage.backends import redact_url
+    from ..storage.credentials import ENV_VAR
+    where = ("" if source == ENV_VAR else f" --storage-file {shlex.quote(source.split(' ', 1)[1])}"
+             if source.startswith("--storage-file ") else f" --storage {shlex.quote(redact_url(storage))}")
+    return f"dse export{where} --study {shlex.quote(name)} --out {shlex.quote(str(out))}"
 
 
 def _stopped(signum: int, what: str):

@@ -2,7 +2,8 @@
 
 SLURM pre-empts and ends jobs with SIGTERM; a terminal sends SIGINT. The first signal only
 sets a flag that `dse run` and `dse sweep` check between batches (a batch takes milliseconds
-to seconds), so no write is cut in half; a second signal raises KeyboardInterrupt at once.
+to seconds) and the pre-search between its parts, so no write is cut in half; a second signal
+raises KeyboardInterrupt at once.
 Handlers are installed only in the main thread (Dask workers run tasks in other threads).
 """
 
@@ -33,6 +34,11 @@ class StopFlag:
     @property
     def exit_code(self) -> int:
         return 128 + self.signum
+
+    def check(self) -> None:
+        """Raise KeyboardInterrupt once a signal came: a long step (the pre-search) stops between parts."""
+        if self.signum:
+            raise KeyboardInterrupt
 
     def handler(self, signum, frame):
         if self.signum:                 # the second signal: stop now

@@ -154,16 +154,47 @@ def check_manifest(root: str | os.PathLike, manifest: dict, force: bool = False,
                    why: str | None = None) -> None:
     """Refuse a directory that holds another dataset (study fingerprint, grid, task count, budget:
     its parts would be mixed with these), naming what differs (``why``, else
-    :func:`dataset_conflict`); with ``force``, remove that dataset's files first
-    (:func:`replace_dataset` with ``keep``)."""
+    :func:`dataset_conflict`) and, when only flags differ, the flags that finish it; with ``force``,
+    remove that dataset's files first (:func:`replace_dataset` with ``keep``)."""
     why = why or dataset_conflict(root, manifest)
     if why is None:
         return
     if force:
         replace_dataset(root, manifest, keep=keep)
         return
-    raise DseError(f"{root}: holds another dataset ({why}); give another --out, or --force to start a new dataset "
-                   "there (its parts are removed)")
+    flags = resume_flags(root, manifest)
+    if flags is None:
+        raise DseError(f"{root}: holds another dataset ({why}); give another --out, or --force to start a new dataset "
+                       "there (its parts are removed)")
+    n = len(_dataset_parts(Path(root)))
+    raise DseError(f"{root}: holds another dataset ({why}); to finish it, give the flags it was started with: "
+                   f"{flags}; or give another --out, or --force to start a new dataset there (its {n} finished "
+                   f"part{'' if n == 1 else 's'} are deleted)")
+
+
+#: the flag that sets each layout key of a manifest, per kind (a dataset is finished with the flags it
+#: was started with); a sweep's total follows from its points
+LAYOUT_FLAGS = {"tasks": {"tasks": "--task I/{}", "trials_per_task": "--n-trials {}", "sampler": "--sampler {}",
+                          "seed": "--seed {}"},
+                "sweep": {"shards": "--shard I/{}", "points": "--points {}", "chunk_size": "--chunk-size {}"}}
+
+
+def resume_flags(root: str | os.PathLike, manifest: dict) -> str | None:
+    """The flags that continue the dataset in ``root`` when it differs from ``manifest`` only in
+    what flags set ('--n-trials 200 --seed 3'), else None (another study, or no manifest)."""
+    try:
+        old = read_manifest(root)
+    except DseError:
+        return None
+    kind = manifest.get("kind")
+    if not old or old.get("kind") != kind or old.get("fingerprint") != manifest.get("fingerprint"):
+        return None
+    table = LAYOUT_FLAGS.get(kind, {})
+    differ = [k for k in set(old) | set(manifest) if k not in ("parts", "fingerprint", "identity", "total")
+              and old.get(k) != manifest.get(k)]
+    if not differ or any(k not in table or old.get(k) is None for k in differ):
+        return None
+    return " ".join(table[k].format(old[k]) for k in table if k in differ)
 
 
 def missing_parts(root: str | os.PathLike, manifest: dict | None = None) -> list[str]:
@@ -176,15 +207,22 @@ def missing_parts(root: str | os.PathLike, manifest: dict | None = None) -> list
 
 
 def incomplete_message(root: str | os.PathLike, missing: list[str], manifest: dict) -> str:
-    """'DIR: incomplete: 6 of 12 parts missing (a, b, ...); <how to finish>'."""
+    """'DIR: incomplete: 6 of 12 parts missing (a, b, ...); <how to finish>': the command named is
+    the one that completes the dataset, with the flags it was made with."""
+    import shlex
     shown = ", ".join(missing[:6]) + (f", ... ({len(missing) - 6} more)" if len(missing) > 6 else "")
     n = len(manifest.get("parts", []))
-    study = _study_file(root, manifest) or "STUDY"
+    study, out = shlex.quote(_study_file(root, manifest) or "STUDY"), shlex.quote(str(root))
     if manifest.get("kind") == "tasks":
         tasks = [int(p.split("-")[1]) if p.count("-") >= 3 and p.split("-")[1].isdigit() else p for p in missing]
         total = manifest.get("tasks")
-        how = (f"missing tasks {_numbers(tasks)} of {total}: run `dse run {study} --task I/{total} --out {root}` "
-               f"for each (or --task all/{total} to do every missing one)")
+        flags = "".join(f" {LAYOUT_FLAGS['tasks'][k].format(manifest[k])}" for k in ("trials_per_task", "sampler", "seed")
+                        if manifest.get(k) is not None)        # as they were run: another budget is refused
+
+        def cmd(i):
+            return f"dse run {study} --task {i}/{total}{flags} --out {out}"
+        how = (f"missing tasks {_numbers(tasks)} of {total}: run `{cmd('I')}` for each (e.g. `{cmd(tasks[0])}`; "
+               f"--task all/{total} does every missing one)")
     else:       # part-SSSSS-of-NNNNN-CCCCCC.parquet: shard S of N did chunk C
         shards = sorted({int(p.split("-")[1]) for p in missing})
         n_sh = int(manifest.get("shards") or 1)
@@ -192,10 +230,12 @@ def incomplete_message(root: str | os.PathLike, missing: list[str], manifest: di
         auto = min(131_072, -(-int(manifest.get("total") or 0) // n_sh))      # dse.campaign.grid.auto_chunk_size
         flags = f" --points {manifest['points']}" if manifest.get("points") else ""
         flags += f" --chunk-size {size}" if size and size != auto else ""
-        cmd = f"dse sweep {study} --shard I/{n_sh}{flags} --out {root}"
-        how = (f"missing shard{'s' if len(shards) != 1 else ''} {_numbers(shards)} of {n_sh}: run `{cmd}` for "
-               f"{'each' if len(shards) != 1 else 'it'} (e.g. `{cmd.replace('I/', f'{shards[0]}/', 1)}`; a re-run "
-               f"does only the missing parts)")
+
+        def cmd(i):
+            return f"dse sweep {study} --shard {i}/{n_sh}{flags} --out {out}"
+        how = (f"missing shard{'s' if len(shards) != 1 else ''} {_numbers(shards)} of {n_sh}: run `{cmd('I')}` for "
+               f"{'each' if len(shards) != 1 else 'it'} (e.g. `{cmd(shards[0])}`; a re-run does only the missing "
+               "parts)")
     return f"{root}: incomplete dataset: {len(missing)} of {n} parts missing ({shown}); {how}"
 
 

@@ -7,6 +7,7 @@ finite objective values even when the design does not fit (Optuna 5 turns NaN in
 
 from __future__ import annotations
 
+import random
 import time
 from collections import Counter
 
@@ -18,6 +19,7 @@ from ..model.columns import BASE_CONSTRAINTS
 from ..process.progress import Progress, note
 from ..study import StudySpec
 from ..study.space import CONTROL_KEYS, active_masks, is_conditional, sampling_order
+from .claims import others_asking
 from .sampler_setup import distributions
 from .trials import param_column
 from .workers import fail_stale_trials, number_ranges, worker_process, write_heartbeat
@@ -84,19 +86,17 @@ def ask_tell_loop(study, ostudy, n_trials, db, tech, stop, progress, label, hear
     done0 = sum(t.state == TrialState.COMPLETE for t in ostudy.get_trials(deepcopy=False))
     bar = Progress(n_trials, done0, unit="trials", label=label, enabled=progress)
     said_waiting, idle = False, 0
-    me = worker_process() if shared and worker_key else None
+    me = (worker_process() or {}) if shared and worker_key else None
+    holding = False                 # this worker's record names trials it holds or may create
+    jitter = random.Random()        # only the timing of the retries: no result depends on it
     try:
         while not stop.requested:
             every = ostudy.get_trials(deepcopy=False)
             if shared and fail_stale_trials(ostudy, heartbeat_timeout_s, every, label=label, own_key=worker_key):
                 every = ostudy.get_trials(deepcopy=False)
-            states = Counter(t.state for t in every)
-            complete = states[TrialState.COMPLETE]
+            complete, live, waiting, b = _slots(every, study.batch_size, n_trials)
             if complete >= n_trials:
                 break
-            live = states[TrialState.RUNNING] + states[TrialState.WAITING]
-            waiting = states[TrialState.WAITING]
-            b = min(study.batch_size, max(n_trials - complete - live, 0) + waiting)
             prepare = getattr(ostudy.sampler, "prepare", None)       # dse.search.breeder: new designs only
             if b > waiting and prepare is not None:
                 b = min(b, waiting + prepare(ostudy, b - waiting))
@@ -105,21 +105,32 @@ def ask_tell_loop(study, ostudy, n_trials, db, tech, stop, progress, label, hear
                         note(f"[{label}] no design the study does not hold is left to propose: stopping "
                              f"at {complete} trials")
                     break
+            if b > 0 and me is not None:    # about to ask: trials numbered from here on may be this worker's
+                ostudy.set_user_attr(worker_key, {**me, "trials": [], "asking": b, "asked_at": time.time(),
+                                                  "asking_from": max((t.number for t in every), default=-1) + 1})
+                holding = True
+                # what the others announced counts as taken: workers racing for the last trials never
+                # create more than the total (dse.search.claims)
+                taken = others_asking(ostudy.user_attrs, worker_key, time.time(), heartbeat_timeout_s)
+                every = ostudy.get_trials(deepcopy=False)
+                complete, live, _, fresh = _slots(every, study.batch_size, n_trials, taken)
+                b = min(b, fresh) if complete < n_trials else 0
+                if b <= 0:
+                    ostudy.set_user_attr(worker_key, {**me, "trials": []})
+                    holding = False
             if b <= 0:             # the rest is in other workers' hands: wait for them (or their timeout)
-                if not said_waiting:        # said under --quiet too: a wait of a minute is not progress
+                if not said_waiting and live:   # said under --quiet too: a wait of a minute is not progress
                     note(f"[{label}] waiting for {live} trials RUNNING in other workers (failed as stale after "
                          f"{heartbeat_timeout_s:g} s without a heartbeat, or at once when their worker on this "
                          "machine has exited)")
                     said_waiting = True
-                time.sleep(min(WAIT_POLL_MAX_S, 0.2 * 1.5 ** idle))  # each look reads every trial: back off
+                # each look reads every trial: back off (jittered: workers that stepped back together part)
+                time.sleep(min(WAIT_POLL_MAX_S, 0.2 * 1.5 ** idle) * jitter.uniform(0.75, 1.25))
                 idle += 1
                 continue
             idle = 0
             trials = []
             beat_every = min(10.0, heartbeat_timeout_s / 3) if shared else float("inf")
-            if me is not None:              # about to ask: trials numbered from here on may be this worker's
-                ostudy.set_user_attr(worker_key, {**me, "trials": [],
-                                                  "asking_from": max((t.number for t in every), default=-1) + 1})
             try:
                 last_beat = time.monotonic()
                 for _ in range(b):
@@ -132,8 +143,9 @@ def ask_tell_loop(study, ostudy, n_trials, db, tech, stop, progress, label, hear
                         last_beat = time.monotonic()
                 if shared:
                     trials = _within_budget(ostudy, trials, n_trials)
-                if me is not None and trials:       # which process holds them: stale at once if it dies
+                if me is not None:       # which process holds them: stale at once if it dies
                     ostudy.set_user_attr(worker_key, {**me, "trials": number_ranges(t.number for t in trials)})
+                    holding = bool(trials)
                 if not trials:
                     continue
                 b = len(trials)
@@ -153,11 +165,21 @@ def ask_tell_loop(study, ostudy, n_trials, db, tech, stop, progress, label, hear
             bar.update(b)
     finally:
         bar.close()
-        if me is not None and tally.get("numbers"):
+        if me is not None and (tally.get("numbers") or holding):
             try:
                 ostudy.set_user_attr(worker_key, {**me, "trials": []})
             except Exception:   # noqa: BLE001 - a record of nothing held; the storage may be gone
                 pass
+
+
+def _slots(trials, batch: int, n_trials: int, taken: int = 0) -> tuple[int, int, int, int]:
+    """(COMPLETE, RUNNING + WAITING, WAITING, trials to ask now): at most ``batch``, and no more than
+    the total leaves once the COMPLETE and RUNNING trials and ``taken`` (announced by other workers)
+    are counted; the WAITING ones all, when they exceed that (enqueued before: asked, not created)."""
+    from optuna.trial import TrialState
+    states = Counter(t.state for t in trials)
+    complete, running, waiting = states[TrialState.COMPLETE], states[TrialState.RUNNING], states[TrialState.WAITING]
+    return complete, running + waiting, waiting, min(batch, max(max(n_trials - complete - running, waiting) - taken, 0))
 
 
 def _within_budget(ostudy, trials: list, n_trials: int) -> list:

@@ -121,6 +121,8 @@ class BreederSampler(BaseSampler):
         self._stale = True
         self._dry = False                             # the last generation found no new design
         self._stats = {"generations": 0, "screened": 0, "proposed": 0, "answered_from_record": 0}
+        #: called after each part of its own pre-search (dse.search.runner: a check for SIGTERM/SIGINT)
+        self.on_part = None
 
     # ---- Optuna's sampler interface
     def infer_relative_search_space(self, study, trial) -> dict:
@@ -165,6 +167,11 @@ class BreederSampler(BaseSampler):
     def reseed_rng(self) -> None:
         self._rng = np.random.default_rng()
         self._fallback.reseed_rng()
+
+    def warm_up(self) -> None:
+        """Run its own pre-search now if it has no archive (a worker waiting for another to seed)."""
+        if self._pool is None:
+            self._start()
 
     def adopt(self, pool: Pool, budget: Budget) -> None:
         """Breed from the pre-search's pool (the archive the seeds were thinned from, and its niches)."""
@@ -221,7 +228,7 @@ class BreederSampler(BaseSampler):
                        enabled=self._progress)
         try:
             seeds = presearch(self._spec, self._db, self._tech, seed=self._seed, keep=1, budget=self._budget,
-                              progress=bar)
+                              progress=bar, on_part=self.on_part)
         finally:
             bar.close()
         self._pool, self._budget = seeds.pool, seeds.breeding_budget()

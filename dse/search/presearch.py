@@ -397,11 +397,12 @@ class WorkClock:
 
 def presearch(study: StudySpec, db, tech, *, seed: int, keep: int, budget: Budget | None = None,
               n_trials: int = 1000, progress: Progress | None = None, clock=time.process_time,
-              work=None) -> Seeds:
+              work=None, on_part=None) -> Seeds:
     """The seeds: a space-filling batch, rounds of refinement, the archive thinned to ``keep``
     designs (see the module docstring). Deterministic for a seed (``budget.seconds`` is read on
     a :class:`WorkClock`, or on ``work``(designs evaluated) when given); ``clock`` only times it for
-    the report; ``progress`` (a dse.process.progress.Progress in designs) is updated after every part."""
+    the report; ``progress`` (a dse.process.progress.Progress in designs) is updated and ``on_part()``
+    called after every part (it may raise to stop: SIGTERM, dse.process.interrupt.StopFlag.check)."""
     budget = budget or presearch_budget(study, n_trials, keep)
     rng = np.random.default_rng(seed)
     dirs = [o.direction for o in study.objectives]
@@ -416,6 +417,8 @@ def presearch(study: StudySpec, db, tech, *, seed: int, keep: int, budget: Budge
         if progress is not None:
             progress.total = max(progress.total, progress.done + n + left)     # the batch grew
             progress.update(n)
+        if on_part is not None:
+            on_part()
 
     # 1. the space-filling batch, in parts, grown while too few designs are feasible
     while evaluated < budget.initial or (feasible_seen < budget.feasible_wanted and evaluated < budget.initial_max):

@@ -32,10 +32,11 @@ from ..results.store import study_metadata, write_parquet
 from ..storage.backends import redact_url, resolve_storage
 from ..study import StudySpec, open_study
 from .asktell import ask_tell_loop
+from .claims import SEED_KEY, SEEDS_ATTR, seed_once, seeding_claims
 from .sampler_setup import make_sampler
 from .seeds import enqueue_seeds
-from .trials import study_frame
-from .workers import WORKER_KEY, number_ranges, worker_index
+from .trials import RUN_KEY, study_frame, study_runs
+from .workers import WORKER_KEY, number_ranges, worker_index, worker_process
 
 
 @dataclass
@@ -174,7 +175,8 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
         out_dir, manifest = _task_dataset(study, base_meta, tn, out, n_trials, sampler_name, seed, force)
         seed = derive_seed(seed, ti)
         storage, out, offset = ":memory:", out_dir / task_part_name(ti, tn), ti * n_trials
-    else:
+    seeds_seed = seed              # a shared study's seeds are worker 0's, whichever worker finds them
+    if task is None:
         worker = worker_index()
         if worker and (storage if storage is not None else study.storage) != ":memory:":
             seed = derive_seed(seed, worker)       # workers of one shared study must not propose alike
@@ -193,34 +195,36 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
                                n_trials=n_trials, progress=progress, label=label)
     store, storage_url = resolve_storage(study, storage, out)
     ostudy = _create_study(study, store, storage_url, directions, opt_sampler, force=force)
-    runs = list(ostudy.user_attrs.get("dse_runs", []))
     first = len(ostudy.get_trials(deepcopy=False))
     if task is None and write:  # the file will hold every COMPLETE trial: at least n_trials, or what the storage has
         from optuna.trial import TrialState
         done = sum(t.state == TrialState.COMPLETE for t in ostudy.get_trials(deepcopy=False))
         check_replace(out, base_meta, max(n_trials, done), force=force)
-    if not runs or runs[-1]["sampler"] != sampler_name or runs[-1]["seed"] != seed:
-        runs.append({"sampler": sampler_name, "seed": seed, "first_trial": first})
-        ostudy.set_user_attr("dse_runs", runs)
     run_id = uuid.uuid4().hex[:16]
-    run_key = f"dse_run:{run_id}"      # this worker's own record: no read-modify-write race
-    if sampler_name == "auto" and first == 0:
-        enqueue_seeds(ostudy, study, n_trials, seed, db, tech, sampler=opt_sampler, progress=progress, label=label)
+    run_key = f"{RUN_KEY}{run_id}"      # this run's own record: no read-modify-write race (dse.search.trials)
+    record = {"sampler": sampler_name, "seed": seed, "first_trial": first, "started": time.time()}
+    ostudy.set_user_attr(run_key, record)
+    shared = storage_url != ":memory:"
     tally, signum = {"told": 0}, 0
     with stop_on_signals() as stop:
+        if hasattr(opt_sampler, "on_part"):
+            opt_sampler.on_part = stop.check        # its own pre-search stops on SIGTERM/SIGINT as the trials do
         try:
+            if sampler_name == "auto":
+                _seed(ostudy, study, n_trials, seeds_seed, db, tech, opt_sampler, first=first, shared=shared,
+                      key=f"{SEED_KEY}{run_id}", stop=stop, progress=progress, label=label, timeout_s=heartbeat_timeout_s)
             ask_tell_loop(study, ostudy, n_trials, db, tech, stop, progress, label, heartbeat_timeout_s, tally,
-                          shared=storage_url != ":memory:", worker_key=f"{WORKER_KEY}{run_id}")
+                          shared=shared, worker_key=f"{WORKER_KEY}{run_id}")
         except KeyboardInterrupt:
             signum = stop.signum or signal.SIGINT
         signum = signum or stop.signum
     told = tally["told"]
     if storage_url != ":memory:" and tally.get("numbers"):
-        ostudy.set_user_attr(run_key, {"sampler": sampler_name, "seed": seed,
-                                       "trials": number_ranges(tally["numbers"])})
+        ostudy.set_user_attr(run_key, {**record, "trials": number_ranges(tally["numbers"])})
     if (task is not None and signum) or not write:
         # a task's part holds all of its trials or is not written (a re-run replaces it)
         return RunResult(frame=pd.DataFrame(), path=out, n_new=told, storage=storage_url, interrupted=signum)
+    runs = study_runs(ostudy.user_attrs)
     df = study_frame(study, ostudy, db, tech, runs)
     if offset:
         df["trial"] = df["trial"] + offset
@@ -231,6 +235,28 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
         write_manifest(out.parent, manifest)
     write_parquet(df, out, meta)
     return RunResult(frame=df, path=out, n_new=told, storage=storage_url, interrupted=signum)
+
+
+def _seed(ostudy, study: StudySpec, n_trials: int, seed: int, db, tech, sampler, *, first: int, shared: bool, key: str,
+          stop, progress: bool, label: str, timeout_s: float) -> None:
+    """Sampler auto: enqueue the seeds (dse.search.seeds) of a study that holds no trial yet; the workers of
+    a shared study claim the seeding (dse.search.claims.seed_once), so it is seeded once, and one that
+    joins while another seeds waits for the seeds. Stops between parts on SIGTERM/SIGINT."""
+    def seed_now(on_part) -> bool:
+        enqueue_seeds(ostudy, study, n_trials, seed, db, tech, sampler=sampler, progress=progress, label=label,
+                      on_part=on_part)
+        return True
+    attrs = ostudy.user_attrs
+    if SEEDS_ATTR in attrs:
+        return
+    if not shared:
+        if first == 0:
+            seed_now(stop.check)
+        return
+    if first and not seeding_claims(attrs, key, time.time(), timeout_s):
+        return                      # trials without seeds: a study run with another sampler first
+    seed_once(ostudy, key, worker_process() or {}, seed_now, timeout_s=timeout_s, stop=stop, label=label,
+              progress=progress, meanwhile=getattr(sampler, "warm_up", None))
 
 
 def _create_study(study: StudySpec, store, storage_url: str, directions: list[str], opt_sampler,

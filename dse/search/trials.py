@@ -25,6 +25,12 @@ def study_frame(study: StudySpec, ostudy, db, tech, runs) -> pd.DataFrame:
         raise DseError(f"study {study.name!r}: COMPLETE trial {bad[0]} has no value of {bad[1]}, a knob every design "
                        "has: the storage does not hold the trials dse wrote (a damaged journal or database?)")
     n = len(trials)
+    if not n:       # none finished yet (stopped during the pre-search): the results' columns, no row
+        from .presearch import fill_neutral
+        params = fill_neutral(study, [{}])
+        designs, metrics = evaluate_study(study, params, 1, db, tech)
+        return results_frame(study, designs, metrics, params, trial=np.zeros(1), sampler="", seed=None,
+                             datetime_start=[None], datetime_complete=[None]).iloc[:0].reset_index(drop=True)
     params = {k.name: param_column([t.params.get(k.name) for t in trials]) for k in study.searched}
     designs, metrics = evaluate_study(study, params, n, db, tech)
     numbers = np.array([t.number for t in trials], dtype=np.int64)
@@ -39,7 +45,7 @@ def study_frame(study: StudySpec, ostudy, db, tech, runs) -> pd.DataFrame:
     # runs' first-trial ranges, which interleaving workers make ambiguous
     where = {int(x): i for i, x in enumerate(numbers)}
     for key, rec in ostudy.user_attrs.items():
-        if key.startswith("dse_run:") and isinstance(rec, dict):
+        if key.startswith(RUN_KEY) and isinstance(rec, dict) and "sampler" in rec and "seed" in rec:
             for lo, hi in rec.get("trials", []):
                 for x in range(int(lo), int(hi) + 1):
                     if x in where:
@@ -47,6 +53,36 @@ def study_frame(study: StudySpec, ostudy, db, tech, runs) -> pd.DataFrame:
     df["sampler"] = pd.array(sampler, dtype="string")
     df["seed"] = pd.array(seed, dtype="Int64")
     return df
+
+
+#: the study user attribute of one run (one worker's, + a random id): its sampler, seed, first trial and
+#: start, and at its end the trials it told. One key per run: no worker rewrites another's record
+#: (older dse kept one list, ``dse_runs``, which workers starting together read and rewrote, losing runs)
+RUN_KEY = "dse_run:"
+
+
+def study_runs(attrs: dict) -> list[dict]:
+    """A study's runs in order, each {"sampler", "seed", "first_trial"}: the ``dse_runs`` list of
+    older dse and the ``dse_run:<id>`` records, sorted by first trial (then start); a run with
+    the sampler and seed of the one before it continues that one (a resume), as ``dse_runs`` had it."""
+    rows = []
+    for i, rec in enumerate(attrs.get("dse_runs") or []):
+        rows.append((rec, (0, i, "")))
+    for key, rec in attrs.items():
+        if key.startswith(RUN_KEY):
+            rows.append((rec, (1, rec.get("started", 0) if isinstance(rec, dict) else 0, key)))
+    runs = []
+    for rec, order in rows:
+        try:
+            runs.append(({"sampler": rec["sampler"], "seed": rec["seed"], "first_trial": int(rec["first_trial"])},
+                         (int(rec["first_trial"]), order[0], float(order[1]), order[2])))
+        except (KeyError, TypeError, ValueError):   # a record of older dse (trials only), or not dse's
+            continue
+    out: list[dict] = []
+    for run, _ in sorted(runs, key=lambda r: r[1]):
+        if not out or (out[-1]["sampler"], out[-1]["seed"]) != (run["sampler"], run["seed"]):
+            out.append(run)
+    return out
 
 
 def param_column(values: list) -> np.ndarray:
