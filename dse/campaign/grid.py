@@ -304,7 +304,7 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
             _write_side_files(out_dir, manifest["parts"], usable, objs, meta["fingerprint"])
     rows = sum(usable[p.name].rows for p in parts if p.name in usable)     # the parts this run wrote
     written = {p.name for p in parts if p.name in usable}
-    points = sum(min(total, (c + 1) * chunk_size) - c * chunk_size for c in todo if part_name(c, sn) in written)
+    points_done = sum(min(total, (c + 1) * chunk_size) - c * chunk_size for c in todo if part_name(c, sn) in written)
     by = "shard 0" if n_chunks == 1 else f"shards 0-{n_chunks - 1}"
     note = "" if mine else (f"shard {si}/{sn} has no work: the grid has {n_chunks} chunk{'s' if n_chunks != 1 else ''} "
                             f"({total:,} points in chunks of {chunk_size:,} rows), done by {by}; "
@@ -312,7 +312,7 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
                             f"(`{plan_command(study, sn, points, chunk_size if chunk_given else None)}` says how "
                             "the grid is cut)")
     return SweepResult(out_dir=out_dir, total_points=total, rows_written=rows, parts=sorted(parts),
-                       shard=(si, sn), skipped=skipped, interrupted=stop.signum, note=note, points_written=points)
+                       shard=(si, sn), skipped=skipped, interrupted=stop.signum, note=note, points_written=points_done)
 
 
 def _chunk_table(study, axes, flat, idx, coded, masks, schema, db, tech, now, meta) -> pa.Table:
