@@ -3,6 +3,7 @@ never a traceback."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -47,3 +48,37 @@ def test_dse_run_checks_epsilon_before_the_search(tmp_path, no_evaluation, value
     line = one_line(*cli("run", write_study(tmp_path), "--epsilon", value, "--quiet"), want=2)
     assert line == f"error: --epsilon = '{value}': {words}"
     assert no_evaluation == [] and not (tmp_path / "results").exists()       # no search, no journal, no file
+
+
+@pytest.fixture
+def results(tmp_path):
+    code, *_ = cli("run", write_study(tmp_path), "--storage", ":memory:", "--quiet")
+    assert code == 0
+    return tmp_path / "results" / "q.parquet"
+
+
+@pytest.mark.parametrize("where", ["chips", "1", "params_target_chip_memory"])
+def test_dse_pareto_where_must_be_a_condition(results, where):
+    """`--where chips` selected the rows whose labels were the chip counts (DataFrame.query's .loc)."""
+    line = one_line(*cli("pareto", results, "--where", where), want=2)
+    assert line.startswith(f"error: where = {where!r}: is not a condition: it gives ")
+    assert line.endswith(", not True or False for each row; write one such as 'chips <= 2'")
+
+
+@pytest.mark.parametrize("how", [[], ["--json"], ["--csv"], ["--where", "trial > 3"]])
+def test_dse_pareto_with_trial_as_an_objective(results, how):
+    """`--objective trial:max` put the trial column in the table twice: pyarrow's KeyError, pandas' ValueError."""
+    code, out, err, exc = cli("pareto", results, "--objective", "trial:max", "--objective", "cost_usd:min", *how)
+    assert code == 0 and exc is None and "Traceback" not in out + err, (out, err)
+    if how == ["--json"]:
+        rows = json.loads(out)
+        assert rows and all(list(r)[:2] == ["trial", "cost_usd"] for r in rows)
+    elif how == ["--csv"]:
+        assert out.splitlines()[0].split(",").count("trial") == 1
+    else:
+        assert "trial maximize, cost_usd minimize" in out
+
+
+def test_dse_pareto_refuses_an_objective_given_twice(results):
+    line = one_line(*cli("pareto", results, "--objective", "cost_usd:max", "--objective", "cost_usd:min"), want=2)
+    assert line == "error: objective 'cost_usd' is given twice; give each metric once"
