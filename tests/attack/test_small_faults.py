@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -82,3 +83,18 @@ def test_dse_pareto_with_trial_as_an_objective(results, how):
 def test_dse_pareto_refuses_an_objective_given_twice(results):
     line = one_line(*cli("pareto", results, "--objective", "cost_usd:max", "--objective", "cost_usd:min"), want=2)
     assert line == "error: objective 'cost_usd' is given twice; give each metric once"
+
+
+@pytest.mark.parametrize("bandwidth", ["1e-300", "1e-150"])
+def test_dse_eval_of_a_latency_that_overflows(bandwidth):
+    """A memory bandwidth of 1e-300 TB/s made the latency overflow to inf (null in the result): the text
+    table raised TypeError formatting None; at 1e-150 it printed 150-digit numbers."""
+    code, out, err, exc = cli("eval", "--hw", "h100-sxm", "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b",
+                              "--set", f"mem_bw_tb_s={bandwidth}")
+    assert code == 0 and exc is None and "Traceback" not in out + err, (out, err)
+    assert not re.search(r"\d{20}", out)
+    if bandwidth == "1e-300":
+        assert ("latency      - (overflows: no finite latency from these hardware figures; check the --set values "
+                "and the device file)") in out
+    else:
+        assert re.search(r"^baseline     1\.\d+e\+151 ms/token", out, re.M)
