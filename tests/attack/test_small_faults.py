@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -98,3 +99,13 @@ def test_dse_eval_of_a_latency_that_overflows(bandwidth):
                 "and the device file)") in out
     else:
         assert re.search(r"^baseline     1\.\d+e\+151 ms/token", out, re.M)
+
+
+def test_dse_report_under_a_jupyter_matplotlib_backend(results, tmp_path):
+    """Jupyter's MPLBACKEND=module://matplotlib_inline.backend_inline made `import matplotlib` raise in `dse
+    report` (run in a new process: matplotlib reads the variable when it is first imported)."""
+    env = {**os.environ, "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
+    r = subprocess.run([DSE, "report", str(results), "--out", str(tmp_path / "rep"), "--quiet"], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert (tmp_path / "rep" / "index.html").is_file() and (tmp_path / "rep" / "front.png").is_file()
