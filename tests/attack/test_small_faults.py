@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -109,3 +110,30 @@ def test_dse_report_under_a_jupyter_matplotlib_backend(results, tmp_path):
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert (tmp_path / "rep" / "index.html").is_file() and (tmp_path / "rep" / "front.png").is_file()
+
+
+def _address_space_kb(env: dict, *modules: str) -> int:
+    """The peak address space (kB) of a new Python process that imports ``modules``."""
+    code = (f"import {', '.join(modules)}\n"
+            "print(next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmPeak')))")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, check=True)
+    return int(r.stdout)
+
+
+def test_running_out_of_address_space_is_one_line(tmp_path):
+    """Under `ulimit -v` the out-of-memory handler itself raised (it imported the module that prints, with
+    the memory full), and a library that could not be mapped ended in a traceback. The limit lets dse start
+    and load numpy but not what a sweep needs (pyarrow, pandas): measured, so it holds on any machine; one
+    BLAS thread, so that OpenBLAS reserves the same on any number of cores."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    numpy_kb = _address_space_kb(env, "numpy")
+    sweep_kb = _address_space_kb(env, "dse.cli", "dse.campaign.grid")
+    limit = (numpy_kb + (sweep_kb - numpy_kb) // 4) * 1024
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    r = subprocess.run([DSE, "sweep", str(write_study(tmp_path)), "--points", "20", "--out", str(tmp_path / "sw"),
+                        "--quiet"], env=env, capture_output=True, text=True, timeout=300, preexec_fn=limited)
+    assert "Traceback" not in r.stderr, r.stderr
+    assert (r.returncode, r.stderr.splitlines()) == (
+        1, ["error: out of memory (a smaller --chunk-size, --points or batch_size needs less)"])
