@@ -28,7 +28,15 @@ def default_root() -> Path:
     copy installed with the package (dse/hardware_db)."""
     env = os.environ.get("DSE_HARDWARE_DB")
     if env:
-        return Path(env)
+        root = Path(env)
+        if not root.is_dir():
+            raise SpecError(None, "DSE_HARDWARE_DB", env, f"{'is not a folder' if root.exists() else 'no such folder'}; "
+                            "expected a hardware database folder (devices/, models/, runtimes/), or unset it for the "
+                            "one shipped with dse")
+        if not (root / "devices").is_dir():
+            raise SpecError(None, "DSE_HARDWARE_DB", env, "holds no devices/ folder, so it is not a hardware database "
+                            "(devices/, models/, runtimes/); unset it for the one shipped with dse")
+        return root
     pkg = Path(__file__).resolve().parent.parent          # dse/
     for cand in (pkg.parent / "hardware_db", pkg / "hardware_db"):
         if (cand / "devices").is_dir():
@@ -109,9 +117,14 @@ class Database:
         return load_yaml(self.path(kind, name.lower()))
 
 
-@lru_cache(maxsize=4)
 def load_database(root: str | None = None) -> Database:
-    """The shared read-only database (cached per root)."""
+    """The shared read-only database (cached per root; None: :func:`default_root`, read on every call so
+    that DSE_HARDWARE_DB is checked and followed)."""
+    return _database_at(str(root) if root else str(default_root()))
+
+
+@lru_cache(maxsize=4)
+def _database_at(root: str) -> Database:
     return Database(root)
 
 

@@ -137,3 +137,17 @@ def test_running_out_of_address_space_is_one_line(tmp_path):
     assert "Traceback" not in r.stderr, r.stderr
     assert (r.returncode, r.stderr.splitlines()) == (
         1, ["error: out of memory (a smaller --chunk-size, --points or batch_size needs less)"])
+
+
+@pytest.mark.parametrize("kind", ["missing", "not a database"])
+def test_dse_hardware_db_that_is_no_database_is_refused(tmp_path, kind):
+    """DSE_HARDWARE_DB naming a missing folder listed no accelerator, exit 0."""
+    folder = tmp_path / "hw"
+    if kind != "missing":
+        folder.mkdir()
+    line = one_line(*cli("hw", "list", env={"DSE_HARDWARE_DB": str(folder)}), want=2)
+    words = ("no such folder; expected a hardware database folder (devices/, models/, runtimes/), or unset it for "
+             "the one shipped with dse" if kind == "missing" else
+             "holds no devices/ folder, so it is not a hardware database (devices/, models/, runtimes/); unset it "
+             "for the one shipped with dse")
+    assert line == f"error: DSE_HARDWARE_DB = '{folder}': {words}"
