@@ -4,6 +4,8 @@ report folder with a planted link never writes into the link's target."""
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import stat
 from pathlib import Path
@@ -160,3 +162,36 @@ def test_the_write_check_and_the_write_name_the_temporary_file_alike(tmp_path, m
     guard.check_writable(out)
     store.write_table(pa.table({"x": [1]}), out)
     assert len(made) == 2 and made[0] == made[1]
+
+
+def test_a_full_disk_leaves_no_partial_report(tmp_path, monkeypatch):
+    """`dse report` on a full disk left a truncated index.html and said '(no file): No space left on device'."""
+    code, *_ = cli("run", write_study(tmp_path), "--storage", ":memory:", "--quiet")
+    assert code == 0
+    folder = tmp_path / "rep"
+    real_open = io.open
+
+    def full_disk(file, mode="r", *args, **kwargs):       # /dev/full: half the page is written, then ENOSPC
+        f = real_open(file, mode, *args, **kwargs)
+        if "index.html" not in str(file) or "w" not in mode:
+            return f
+
+        class Full:
+            def __getattr__(self, name):
+                return getattr(f, name)
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                f.close()
+
+            def write(self, data):
+                f.write(data[: len(data) // 2])
+                f.flush()
+                raise OSError(errno.ENOSPC, "No space left on device")
+        return Full()
+    monkeypatch.setattr(io, "open", full_disk)
+    line = one_line(*cli("report", tmp_path / "results" / "q.parquet", "--out", folder, "--quiet"), want=1)
+    assert line == f"error: {folder / 'index.html'}: cannot write it (No space left on device); nothing was written there"
+    assert not [p.name for p in folder.iterdir() if "index.html" in p.name]         # no page, no temporary file
