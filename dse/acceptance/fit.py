@@ -54,6 +54,7 @@ from ..catalog.specs import ModelSpec
 from ..model import specdec
 from ..model.tau import acceptance_terms
 from ..model.transformer import total_params
+from ..process.matplotlib_env import import_matplotlib
 from ..workload.spec import (
     AcceptanceSpec,
     DrafterSpec,
@@ -632,7 +633,7 @@ _BEGIN, _END = "<!-- BEGIN dse acceptance fit -->", "<!-- END dse acceptance fit
 def plot_fit(f: Fit, path, root=None) -> None:
     """The held-out figure: each fitted row's tau predicted with its source left out, against the
     published tau, one marker per method; and the error per method."""
-    from matplotlib.figure import Figure
+    Figure = import_matplotlib("matplotlib.figure").Figure
     rows = {r.id: r for r in load_table(root)}
     colours = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000", "#9a9a9a"]
     markers = ["o", "s", "^", "D", "v", "P", "X", "*", "<"]

@@ -28,7 +28,15 @@ def default_root() -> Path:
     copy installed with the package (dse/hardware_db)."""
     env = os.environ.get("DSE_HARDWARE_DB")
     if env:
-        return Path(env)
+        root = Path(env)
+        if not root.is_dir():
+            raise SpecError(None, "DSE_HARDWARE_DB", env, f"{'is not a folder' if root.exists() else 'no such folder'}; "
+                            "expected a hardware database folder (devices/, models/, runtimes/), or unset it for the "
+                            "one shipped with dse")
+        if not (root / "devices").is_dir():
+            raise SpecError(None, "DSE_HARDWARE_DB", env, "holds no devices/ folder, so it is not a hardware database "
+                            "(devices/, models/, runtimes/); unset it for the one shipped with dse")
+        return root
     pkg = Path(__file__).resolve().parent.parent          # dse/
     for cand in (pkg.parent / "hardware_db", pkg / "hardware_db"):
         if (cand / "devices").is_dir():

@@ -12,7 +12,7 @@ import click
 
 from ..errors import MISSING, SpecError
 from .commands import count_phrase, say
-from .results import print_front
+from .results import epsilon_option, print_front
 
 #: what --storage-file and DSE_STORAGE say in every command's help
 _STORAGE_FILE_HELP = ("File whose first line is the storage URL (keeps a password out of `ps`); "
@@ -71,6 +71,7 @@ def run_cmd(study_file, n_trials, sampler, seed, storage, storage_file, task, ou
         say("note: SLURM_ARRAY_TASK_ID is set: give --task auto to run this array element as an "
              "independent task, or --storage URL to join a shared study")
     study = load_study(study_file)
+    eps = epsilon_option(epsilon, None, [(o.metric, o.direction) for o in study.objectives])   # before the search
     parsed = parse_task(task)
     if parsed is not None and storage is not None:
         if source == ENV_VAR:
@@ -118,7 +119,7 @@ def run_cmd(study_file, n_trials, sampler, seed, storage, storage_file, task, ou
         _stopped(res.interrupted, f"{len(res.frame)} finished trials written to {res.path} (storage "
                  f"{redact_url(res.storage)}); run the same command again to resume")
     print_front(res.frame, study, f"{res.path} ({len(res.frame)} trials, {res.n_new} new; storage "
-                 f"{redact_url(res.storage)})", epsilon=epsilon, wide=wide)
+                 f"{redact_url(res.storage)})", epsilon=eps, wide=wide)
 
 
 def export_command(name: str, storage: str, source: str, out) -> str:

@@ -10,23 +10,29 @@ to ``main``.
 
 from __future__ import annotations
 
+import errno
+import gc
 import json
+import mmap
 import os
 import sys
 
 import click
 
 from ..errors import DIST_NAME, DseError
+from ..process.progress import note
 
 
 class _Group(click.Group):
     """Turn DseError into `error: ...` and its exit code (2 for bad input, 1 for a runtime
-    failure), an unreadable or unwritable path into `error: ...` and exit 1, and click's own
-    usage errors (a bad flag value, a missing option) into one `error: ...` line, exit 2."""
+    failure), an unreadable or unwritable path into `error: ...` and exit 1, running out of memory
+    into one line and exit 1 (what filled it released first), and click's own usage errors (a bad
+    flag value, a missing option) into one `error: ...` line, exit 2."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        _out_of_memory_said.clear()
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.NoArgsIsHelpError as exc:
@@ -40,6 +46,12 @@ class _Group(click.Group):
         except click.Abort:
             say("interrupted")
             sys.exit(130)
+        except MemoryError as exc:  # click's own clean-up after a command ran out of memory
+            _MEMORY_RESERVE.clear()
+            _release_frames(exc)
+            code = _RAN_OUT_OF_MEMORY
+        if code is _RAN_OUT_OF_MEMORY:
+            _exit_out_of_memory()
         sys.exit(code if isinstance(code, int) else 0)
 
     def invoke(self, ctx):
@@ -57,21 +69,97 @@ class _Group(click.Group):
         except BrokenPipeError:     # the output's reader has gone (`dse pareto ... | head`): what it read is all
             _silence_dead_streams()
             sys.exit(0)
-        except MemoryError:
+        except MemoryError as exc:
+            _MEMORY_RESERVE.clear()     # first, with no call that needs memory: room to handle it
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            say("error: out of memory (a smaller --chunk-size, --points or batch_size needs less)")
-            sys.exit(1)
+            _release_frames(exc)
         except OSError as exc:      # a path that cannot be read or written: a runtime failure
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            say(f"error: {exc.filename or '(no file)'}: {exc.strerror or exc}")
-            sys.exit(1)
+            if not _out_of_memory(exc):
+                say(f"error: {exc.filename or '(no file)'}: {exc.strerror or exc}")
+                sys.exit(1)
+            _MEMORY_RESERVE.clear()
+            _release_frames(exc)
+        except Exception as exc:    # what failed while memory ran out (a clean-up, an import)
+            _MEMORY_RESERVE.clear()
+            if (ctx.obj and ctx.obj.get("debug")) or not _out_of_memory(exc):
+                _MEMORY_RESERVE.append(_reserve())
+                raise
+            _release_frames(exc)
+        _exit_out_of_memory()       # reached from the out-of-memory handlers only, their frames released
+
+
+#: the line an out-of-memory exit writes, encoded before it is needed
+_OUT_OF_MEMORY = "error: out of memory (a smaller --chunk-size, --points or batch_size needs less)"
+_OUT_OF_MEMORY_BYTES = (_OUT_OF_MEMORY + "\n").encode()
+#: what main's clean-up handler leaves in place of an exit code
+_RAN_OUT_OF_MEMORY = object()
+#: whether the line has been written (click's clean-up may run out of memory once more)
+_out_of_memory_said: list[bool] = []
+
+
+def _reserve() -> mmap.mmap:
+    """16 MiB of address space, never touched (it costs no physical memory)."""
+    return mmap.mmap(-1, 16 << 20)
+
+
+#: the address space given back first when memory runs out, so that the handler can run
+_MEMORY_RESERVE = [_reserve()]
+
+
+def _out_of_memory(exc: BaseException | None) -> bool:
+    """Whether ``exc``, or an exception it was raised while handling, is the process running out of
+    memory: a MemoryError or ENOMEM; CPython 3.11's SystemError "... without setting an exception" when
+    it cannot allocate a frame (it sets no MemoryError); an extension module that cannot be mapped."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        text = str(exc)
+        if (isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno == errno.ENOMEM)
+                or (isinstance(exc, SystemError) and text.endswith(("without exception set",
+                                                                    "without setting an exception")))
+                or (isinstance(exc, ImportError) and "failed to map segment" in text)):
+            return True
+        exc = exc.__context__ or exc.__cause__
+    return False
+
+
+def _release_frames(exc: BaseException | None) -> None:
+    """Clear the locals of every finished frame in the tracebacks of ``exc`` and the exceptions it
+    chains: they hold what filled the memory, which the out-of-memory line then has again."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        tb = exc.__traceback__
+        while tb is not None:
+            try:
+                tb.tb_frame.clear()
+            except RuntimeError:      # a frame still running (this handler's own)
+                pass
+            tb = tb.tb_next
+        exc = exc.__context__ or exc.__cause__
+
+
+def _exit_out_of_memory():
+    """The out-of-memory line on stderr (written straight to the descriptor when even that cannot be
+    allocated), once; exit 1."""
+    gc.collect()
+    if not _out_of_memory_said:
+        _out_of_memory_said.append(True)
+        try:
+            say(_OUT_OF_MEMORY)
+        except MemoryError:
+            try:
+                os.write(2, _OUT_OF_MEMORY_BYTES)
+            except OSError:
+                pass
+    sys.exit(1)
 
 
 def say(text: str) -> None:
     """One line on stderr; a closed stderr drops it (the exit code still tells)."""
-    from ..process.progress import note
     note(text)
 
 

@@ -49,12 +49,12 @@ def pareto_cmd(path, objectives, where, top, epsilon, wide, per, as_json, as_csv
             click.echo(front_block(columns, [m for m, _ in fr.objectives], _width(), wide))
             _print_per_batch_hint(fr.points, fr.n_feasible, columns.get("params_batch"))
         return
-    from ..results.analysis import epsilon_of, front_of, front_table, objectives_of
+    from ..results.analysis import front_of, front_table, objectives_of
     from ..results.front import FRONT_TABLE_COLUMNS
     with _warnings_to_stderr():       # part by part: memory bounded by a part and the front
         fr = front_of(path, objectives, where=where, columns=FRONT_TABLE_COLUMNS)
     objs = objectives_of(fr, objectives)
-    vec = epsilon_of(eps, objs)
+    vec = epsilon_option(epsilon, 0.0 if script else None, objs)
     table = front_table(fr, objs, top=top, epsilon=vec)
     if as_json:
         click.echo(table.to_json(orient="records", indent=2))
@@ -113,17 +113,36 @@ def _print_per_batch_hint(points: int, feasible: int, batch_values) -> None:
 
 
 def _parse_epsilon(text: str | None, default):
-    """--epsilon: None -> ``default`` (None: the display default); 'E' -> E; 'METRIC=E,...' -> a dict."""
+    """--epsilon: None -> ``default`` (None: the display default); 'E' -> E; 'METRIC=E,...' -> a dict;
+    every E in [0, 1), else SpecError naming the flag (before any work)."""
     from ..results.pareto import DISPLAY_EPSILON
     if text is None:
         return DISPLAY_EPSILON if default is None else default
     try:
         if "=" in text:
-            return {k.strip(): float(v) for k, _, v in (item.partition("=") for item in text.split(",") if item.strip())}
-        return float(text)
+            parsed = {k.strip(): float(v) for k, _, v in (item.partition("=") for item in text.split(",") if item.strip())}
+            values = list(parsed.values())
+        else:
+            parsed = float(text)
+            values = [parsed]
     except ValueError:
+        values = []
+    if not values or not all(0.0 <= e < 1.0 for e in values):        # NaN and inf fail the comparison
         raise SpecError(None, "--epsilon", text, "expected a relative epsilon E in [0, 1), or METRIC=E,... "
-                        "per objective") from None
+                        "per objective")
+    return parsed
+
+
+def epsilon_option(text: str | None, default, objs):
+    """--epsilon as one relative epsilon per objective of ``objs`` (:func:`_parse_epsilon`); a metric
+    that is not an objective is refused naming the flag."""
+    from ..errors import DseError
+    from ..results.front import epsilon_of
+    parsed = _parse_epsilon(text, default)
+    try:
+        return epsilon_of(parsed, objs)
+    except DseError as exc:
+        raise SpecError(None, "--epsilon", text, str(exc)) from None
 
 
 def _frame_columns(df) -> dict[str, list]:
@@ -187,16 +206,17 @@ def _warnings_to_stderr():
                 say(f"warning: {w.message}")
 
 
-def print_front(df, study, header: str, rows: int = 25, epsilon: str | None = None, wide: bool = False):
+def print_front(df, study, header: str, rows: int = 25, epsilon=None, wide: bool = False):
     """The front, one line per design (the first trial found), sorted by the first objective, with
     near-ties within the display epsilon collapsed; a front longer than ``rows`` is shown at
-    ``rows`` designs spread evenly along it. Counts as dse.results.analysis.counts (distinct designs)."""
+    ``rows`` designs spread evenly along it. Counts as dse.results.analysis.counts (distinct designs).
+    ``epsilon``: per objective (:func:`epsilon_option`, checked before the search); None: the display default."""
     import numpy as np
 
-    from ..results.analysis import counts, epsilon_of, front, front_table
+    from ..results.analysis import DISPLAY_EPSILON, counts, epsilon_of, front, front_table
     from .text import counts_line, epsilon_note, front_block, wrap
     objs = [(o.metric, o.direction) for o in study.objectives]
-    eps = epsilon_of(_parse_epsilon(epsilon, None), objs)
+    eps = epsilon_of(DISPLAY_EPSILON if epsilon is None else epsilon, objs)
     c = counts(df, objs)
     width = _width()
     click.echo(wrap(header, width))

@@ -6,6 +6,20 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+#: numbers from this size on are shown in 4 significant digits (a latency of 10^300 ms is 300 digits wide
+#: in fixed point): hardware figures far outside any real range make the model's numbers that large
+BIG = 1e15
+
+
+def num(v: Any, spec: str) -> str:
+    """``v`` in format ``spec`` ('.3f'); '-' for None or NaN; 4 significant digits from :data:`BIG` on
+    ('1.811e+152', 'inf')."""
+    if v is None or (isinstance(v, float) and v != v):
+        return "-"
+    if isinstance(v, float) and not abs(v) < BIG:
+        return f"{v:.4g}"
+    return format(v, spec)
+
 
 def fmt(v: Any) -> str:
     if v is None:
@@ -18,6 +32,8 @@ def fmt(v: Any) -> str:
         a = abs(v)
         if a == 0:
             return "0"
+        if not a < BIG:
+            return f"{v:.4g}"
         if a >= 1000:
             return f"{v:,.0f}"
         if a >= 100:
@@ -34,9 +50,10 @@ def column_decimals(values: list[Any]) -> int | None:
     nums = [v for v in values if v is not None and not (isinstance(v, float) and v != v)]
     if not nums or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in nums):
         return None
-    if all(float(v).is_integer() for v in nums):
+    finite = [v for v in nums if abs(v) < BIG]           # inf and huge values are shown by num
+    if all(float(v).is_integer() for v in finite):
         return 0
-    small = min(abs(v) for v in nums if v) if any(nums) else 1.0
+    small = min(abs(v) for v in finite if v) if any(finite) else 1.0
     return int(min(3, max(0, 2 - math.floor(math.log10(small)))))
 
 
@@ -45,7 +62,7 @@ def table(rows: list[dict], cols: list[str]) -> str:
     decimals = [column_decimals([r.get(c) for r in rows]) for c in cols]
 
     def cell(v, d):
-        if d is None or v is None or (isinstance(v, float) and v != v):
+        if d is None or v is None or (isinstance(v, float) and not abs(v) < BIG):
             return fmt(v)
         return f"{v:,.{d}f}"
     cells = [[cell(r.get(c), d) for c, d in zip(cols, decimals)] for r in rows]
@@ -80,39 +97,47 @@ def eval_table(r: dict) -> str:
     out.append("")
     out += memory_lines(r)
     if r.get("datastore_gb"):
-        out.append(f"  datastore  {r['datastore_gb']:.2f} GB in host memory (not device memory)")
+        out.append(f"  datastore  {num(r['datastore_gb'], '.2f')} GB in host memory (not device memory)")
     if not r["fits"]:
         out.append("latency      - (the design does not fit; no latency is reported)")
         return "\n".join(out)
-    out.append(f"baseline     {r['baseline_ms_per_token']:.3f} ms/token  {fmt(r['baseline_tokens_per_s'])} tok/s  "
+    if r["baseline_ms_per_token"] is None or r["spec_ms_per_token"] is None:
+        out.append("latency      - (overflows: no finite latency from these hardware figures; check the --set values "
+                   "and the device file)")
+        return "\n".join(out)
+    out.append(f"baseline     {num(r['baseline_ms_per_token'], '.3f')} ms/token  "
+               f"{fmt(r['baseline_tokens_per_s'])} tok/s  "
                f"AI {fmt(r['baseline_arithmetic_intensity'])} FLOP/B, {r['baseline_bound']}-bound")
     if r["draft"] == "none":
         out.append(_overhead_line(r, r["baseline_ms_per_token"]))
         out.append(energy_line(r))
-        out.append(f"TTFT         {r['ttft_ms']:.2f} ms   request {r['request_latency_ms']:.1f} ms")
+        out.append(f"TTFT         {num(r['ttft_ms'], '.2f')} ms   request {num(r['request_latency_ms'], '.1f')} ms")
         return "\n".join(out)
     banded = r.get("speedup_low") is not None and r["speedup_low"] != r["speedup_high"]
-    band = (f"  band {r['speedup_low']:.3f}x-{r['speedup_high']:.3f}x "
-            f"({r['spec_ms_per_token_high']:.3f}-{r['spec_ms_per_token_low']:.3f} ms/token)" if banded else "")
-    out.append(f"speculative  {r['spec_ms_per_token']:.3f} ms/token  {fmt(r['tokens_per_s'])} tok/s  "
-               f"speedup {r['speedup']:.3f}x (bound {r['speedup_bound']:.3f}x){band}")
+    band = (f"  band {num(r['speedup_low'], '.3f')}x-{num(r['speedup_high'], '.3f')}x "
+            f"({num(r['spec_ms_per_token_high'], '.3f')}-{num(r['spec_ms_per_token_low'], '.3f')} ms/token)"
+            if banded else "")
+    out.append(f"speculative  {num(r['spec_ms_per_token'], '.3f')} ms/token  {fmt(r['tokens_per_s'])} tok/s  "
+               f"speedup {num(r['speedup'], '.3f')}x (bound {num(r['speedup_bound'], '.3f')}x){band}")
     out.append(_overhead_line(r, r["spec_ms_per_token"]))
-    out.append(f"iteration    draft {r['draft_ms_per_iter']:.3f} ms (AI {fmt(r['draft_arithmetic_intensity'])}, "
-               f"{r['draft_bound']}) + verify {r['verify_ms_per_iter']:.3f} ms "
+    out.append(f"iteration    draft {num(r['draft_ms_per_iter'], '.3f')} ms "
+               f"(AI {fmt(r['draft_arithmetic_intensity'])}, "
+               f"{r['draft_bound']}) + verify {num(r['verify_ms_per_iter'], '.3f')} ms "
                f"(AI {fmt(r['verify_arithmetic_intensity'])}, {r['verify_bound']}) + link "
-               f"{r['link_ms_per_iter']:.3f} ms -> {r['iter_ms']:.3f} ms")
-    alpha = "-" if r["alpha"] is None else f"{r['alpha']:.3f}"
+               f"{num(r['link_ms_per_iter'], '.3f')} ms -> {num(r['iter_ms'], '.3f')} ms")
+    alpha = num(r["alpha"], ".3f")
     reach = "P(deepest level accepted)" if r.get("tree_nodes") else "P(all k accepted)"
-    window = f"  P(window usable) {r['p_window']:.3f}" if r.get("overlap") and r.get("p_window") is not None else ""
-    tband = f" ({r['tau_low']:.3f}-{r['tau_high']:.3f})" if banded else ""
-    out.append(f"accounting   tau {r['tau']:.3f}{tband} tokens/pass  alpha {alpha}  k {r['k']}  "
-               f"c {r['draft_cost_ratio']:.3f}  {reach} {r['p_all_accepted']:.3f}{window}")
+    window = (f"  P(window usable) {num(r['p_window'], '.3f')}" if r.get("overlap") and r.get("p_window") is not None
+              else "")
+    tband = f" ({num(r['tau_low'], '.3f')}-{num(r['tau_high'], '.3f')})" if banded else ""
+    out.append(f"accounting   tau {num(r['tau'], '.3f')}{tband} tokens/pass  alpha {alpha}  k {r['k']}  "
+               f"c {num(r['draft_cost_ratio'], '.3f')}  {reach} {num(r['p_all_accepted'], '.3f')}{window}")
     out.append(energy_line(r))
-    out.append(f"TTFT         {r['ttft_ms']:.2f} ms   request {r['request_latency_ms']:.1f} ms")
+    out.append(f"TTFT         {num(r['ttft_ms'], '.2f')} ms   request {num(r['request_latency_ms'], '.1f')} ms")
     if r.get("anchor"):
         a = r["anchor"]
-        out.append(f"anchor       baseline set to {a['baseline_ms']:.3f} ms: scaled {', '.join(a['scaled'])} "
-                   f"by {a['factor']:.3f}")
+        out.append(f"anchor       baseline set to {num(a['baseline_ms'], '.3f')} ms: scaled {', '.join(a['scaled'])} "
+                   f"by {num(a['factor'], '.3f')}")
     return "\n".join(out)
 
 
@@ -121,7 +146,8 @@ def _overhead_line(r: dict, per_token_ms: float) -> str:
     per-sequence) over the tokens of an iteration."""
     ovh = r["overhead_ms_per_token"]
     share = ovh / per_token_ms if per_token_ms else 0.0
-    return (f"overhead     {ovh:.3f} ms/token ({100 * share:.0f}%) fixed costs of the {r['runtime']} runtime "
+    return (f"overhead     {num(ovh, '.3f')} ms/token ({num(100 * share, '.0f')}%) fixed costs of the "
+            f"{r['runtime']} runtime "
             "(kernel launches, per step, per iteration)")
 
 
@@ -131,34 +157,38 @@ def memory_lines(r: dict) -> list[str]:
     counts once per chip in the group figures), and whether more chips could help."""
     t = r["chips"]
     cap_chip = r["memory_capacity_gb"] / t
-    gib = f" ({cap_chip * 1e9 / 2 ** 30:.4g} GiB)"
-    pct = f"{100 * r['memory_reserve_gb'] / r['memory_capacity_gb']:.0f}%" if r["memory_capacity_gb"] else "-"
+    gib = f" ({num(cap_chip * 1e9 / 2 ** 30, '.4g')} GiB)"
+    pct = f"{num(100 * r['memory_reserve_gb'] / r['memory_capacity_gb'], '.0f')}%" if r["memory_capacity_gb"] else "-"
     short = r["memory_shortfall_gb"]
     fit = "fits" if not short else "DOES NOT FIT"
     where = f"{gib}" if t == 1 else f" on {t} chips"
-    out = [f"memory       {r['memory_required_gb']:.2f} GB weights + KV + {r['memory_reserve_gb']:.2f} GB runtime "
-           f"reserve ({pct}) of {r['memory_capacity_gb']:.2f} GB{where}   {fit}"]
+    out = [f"memory       {num(r['memory_required_gb'], '.2f')} GB weights + KV + "
+           f"{num(r['memory_reserve_gb'], '.2f')} GB runtime "
+           f"reserve ({pct}) of {num(r['memory_capacity_gb'], '.2f')} GB{where}   {fit}"]
     if t > 1:
-        out.append(f"  per chip   {r['chip_memory_required_gb']:.2f} GB + {r['memory_reserve_gb'] / t:.2f} GB reserve of "
-                   f"{cap_chip:.2f} GB{gib}"
-                   + (f": short by {r['chip_memory_shortfall_gb']:.2f} GB a chip ({short:.2f} GB over {t} chips)"
+        out.append(f"  per chip   {num(r['chip_memory_required_gb'], '.2f')} GB + "
+                   f"{num(r['memory_reserve_gb'] / t, '.2f')} GB reserve of "
+                   f"{num(cap_chip, '.2f')} GB{gib}"
+                   + (f": short by {num(r['chip_memory_shortfall_gb'], '.2f')} GB a chip "
+                      f"({num(short, '.2f')} GB over {t} chips)"
                       if short else ""))
     elif short:
-        out[-1] += f": short by {short:.2f} GB"
+        out[-1] += f": short by {num(short, '.2f')} GB"
     floor = r.get("chip_memory_floor_gb")
     if short and floor is not None and floor + r["memory_reserve_gb"] / t > cap_chip:
-        out.append(f"  more chips cannot help: a chip holds at least {floor:.2f} GB at any chip count "
+        out.append(f"  more chips cannot help: a chip holds at least {num(floor, '.2f')} GB at any chip count "
                    "(replicated weights and KV) + its reserve")
     if r["draft"] != "none" and r["draft_memory_required_gb"]:
         what = "head weights" if str(r["draft"]).startswith(("medusa", "hydra")) else "weights + KV"
         if r.get("draft_hw"):
             short_d = r.get("draft_memory_shortfall_gb") or 0.0
-            out.append(f"  draft      {r['draft_memory_required_gb']:.2f} GB ({what}) + "
-                       f"{r['draft_memory_reserve_gb']:.2f} GB reserve on a device of "
-                       f"{r['draft_memory_capacity_gb']:.2f} GB"
-                       + (f"   DRAFT CHIP DOES NOT FIT: short by {short_d:.2f} GB" if short_d else ""))
+            out.append(f"  draft      {num(r['draft_memory_required_gb'], '.2f')} GB ({what}) + "
+                       f"{num(r['draft_memory_reserve_gb'], '.2f')} GB reserve on a device of "
+                       f"{num(r['draft_memory_capacity_gb'], '.2f')} GB"
+                       + (f"   DRAFT CHIP DOES NOT FIT: short by {num(short_d, '.2f')} GB" if short_d else ""))
         else:
-            out.append(f"  draft      {r['draft_memory_required_gb']:.2f} GB of that ({what}), on the target chips")
+            out.append(f"  draft      {num(r['draft_memory_required_gb'], '.2f')} GB of that ({what}), "
+                       "on the target chips")
     return out
 
 
@@ -170,7 +200,7 @@ def energy_line(r: dict) -> str:
     if e is None:
         return (f"energy       - (no energy model for {r['hw']}: its process node or memory type is outside "
                 "hardware_db/technology)")
-    base = (f" (baseline {r['baseline_energy_j_per_token']:#.3g} J/token)"
+    base = (f" (baseline {num(r['baseline_energy_j_per_token'], '#.3g')} J/token)"
             if r["draft"] != "none" and r.get("baseline_energy_j_per_token") is not None else "")
     draw = e * r["tokens_per_s"]
     cap = ""
@@ -178,7 +208,8 @@ def energy_line(r: dict) -> str:
         # a chip draws at most its provisioned power (model/latency.energy_metrics): say when it is there
         limit = " (at its power limit: a real chip would lower its clocks)" if draw >= r["power_w"] * (1 - 1e-9) else ""
         cap = f" of {fmt(r['power_w'])} W provisioned{limit}"
-    return f"energy       {e:#.3g} J/token  {r['tokens_per_j']:#.3g} tokens/J{base}; draws {fmt(draw)} W{cap}"
+    return (f"energy       {num(e, '#.3g')} J/token  {num(r['tokens_per_j'], '#.3g')} tokens/J{base}; "
+            f"draws {fmt(draw)} W{cap}")
 
 
 def short_name(column: str) -> str:

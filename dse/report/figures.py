@@ -6,8 +6,8 @@ curves), None when the results do not support the figure (``why_no_draft_figure`
 return a matplotlib ``Figure``. Plots use the Okabe-Ito
 colour-blind-safe palette plus a distinct marker shape per series, so they also read in greyscale.
 
-matplotlib is imported inside the drawing functions and drives the Agg canvas directly (no
-pyplot, no GUI, no global backend switch). :mod:`.page` decides which figures a report gets,
+matplotlib is imported inside the drawing functions (MPLBACKEND set aside, dse.process.matplotlib_env)
+and drives the Agg canvas directly (no pyplot, no GUI, no global backend switch). :mod:`.page` decides which figures a report gets,
 saves them and writes ``index.html``.
 """
 
@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import DseError
+from ..process.matplotlib_env import import_matplotlib
 from ..results import analysis as da
 from ..results import pareto
 from .labels import axis_label, known_part_name_column, short_knob, tick_text, unit_of, value_text
@@ -318,7 +319,7 @@ def why_no_history_figure(df: pd.DataFrame, objs) -> str:
 
 def figure_style():
     """The matplotlib settings every figure is drawn and saved with (palette, font sizes, dpi)."""
-    import matplotlib
+    matplotlib = import_matplotlib()
     from matplotlib import cycler
 
     return matplotlib.rc_context({
@@ -327,6 +328,7 @@ def figure_style():
 
 
 def _new_figure(w: float, h: float):
+    import_matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import html
+import io
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pandas as pd
 
 from ..errors import DseError
 from ..results import analysis as da
+from ..results.store import write_bytes
 from .figures import (
     DPI,
     DRAFT_KNOB,
@@ -146,7 +148,8 @@ def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None 
     Args:
         df: results (:func:`dse.results.analysis.load_results`); ``df.attrs["dse"]`` supplies the
             objectives and the workload named in titles.
-        out_dir: created if missing; existing files of the same names are replaced.
+        out_dir: created if missing; existing files of the same names are replaced, each atomically (a
+            failed write is one line naming the file, exit 1, and leaves no partial file).
         known_parts: real devices to mark, with a ``name`` (or ``label``) column and the
             objective columns.
         progress: called with a short message before each figure.
@@ -173,7 +176,9 @@ def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None 
 
     def save(fig, name, heading, caption):
         path = out / name
-        fig.savefig(path, format="png", dpi=DPI)
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=DPI)
+        write_bytes(path, png.getvalue())         # atomic: a full disk leaves the old file or none, never half
         made.append((path, heading, caption))
 
     tally = da.counts(df, objs)
@@ -239,8 +244,8 @@ def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None 
     eps = da.epsilon_of(epsilon, objs)
     table = da.front_table(df if front is None else front, objs, epsilon=eps)
     html_path = out / "index.html"
-    html_path.write_text(_html(df, objs, title, made, table, table_rows, tally, rows_noun, eps, skipped),
-                         encoding="utf-8")
+    write_bytes(html_path, _html(df, objs, title, made, table, table_rows, tally, rows_noun, eps, skipped)
+                .encode("utf-8"))
     return {"html": str(html_path), "figures": [str(p) for p, _, _ in made], "skipped": skipped}
 
 

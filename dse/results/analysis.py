@@ -133,11 +133,19 @@ def front(df: pd.DataFrame, objectives=None, where: str | None = None, distinct:
 
 
 def query(df: pd.DataFrame, where: str) -> pd.DataFrame:
-    """``df.query(where)``, any failure as one DseError naming the expression."""
+    """The rows of ``df`` for which the condition ``where`` (``DataFrame.eval``) is True (NA: False); any
+    failure, and an expression that is not a condition (``"chips"``: DataFrame.query would select rows by
+    those values as labels), as one DseError naming the expression."""
     try:
-        return df.query(where)
-    except Exception as e:  # query raises many types; report them uniformly
+        keep = df.eval(where)
+    except Exception as e:  # eval raises many types; report them uniformly
         raise DseError(f"where = {where!r}: {e}") from e
+    if not (isinstance(keep, pd.Series) and pd.api.types.is_bool_dtype(keep.dtype) and keep.index.equals(df.index)):
+        got = (f"{keep.dtype} values" if isinstance(keep, pd.Series) else "a table" if isinstance(keep, pd.DataFrame)
+               else f"the value {keep!r:.40}")
+        raise DseError(f"where = {where!r}: is not a condition: it gives {got}, not True or False for each row; "
+                       "write one such as 'chips <= 2'")
+    return df[keep.fillna(False).to_numpy(dtype=bool)]
 
 
 def counts(df: pd.DataFrame, objectives=None, where: str | None = None) -> dict[str, int]:

@@ -96,6 +96,8 @@ def resolve_objectives(objectives, meta: Mapping | None, numeric: Sequence[str],
             what = "is not numeric" if metric in columns else "is not a column"
             raise DseError(f"objective {metric!r} {what} of the results; numeric columns: "
                            f"{', '.join(numeric) or '(none)'}")
+        if metric in (m for m, _ in out):
+            raise DseError(f"objective {metric!r} is given twice; give each metric once")
         out.append((metric, pareto.DIRECTIONS[key]))
     if not out:
         raise DseError("no objectives given")
@@ -109,7 +111,7 @@ def table_columns(columns: Sequence[str], objs, tree: bool) -> list[str]:
     out += [c for c in SPEC_COLUMNS if c in columns and c not in out]
     if tree and "tree_shape" in columns:
         out.append("tree_shape")          # nodes per depth of each design's best tree
-    out += [c for c in ("trial",) if c in columns]
+    out += [c for c in ("trial",) if c in columns and c not in out]
     out += [c for c in columns if c.startswith("params_") and c not in out]
     return out
 

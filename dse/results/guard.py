@@ -1,7 +1,8 @@
 """What a write may replace, checked before the work starts.
 
-Every output path is tried for writing before a search or sweep (a temp file created and removed
-where the results will go), so an unwritable path costs seconds, not the whole run. A results
+Every output path is tried for writing before a search or sweep (the write's own temp file created
+and removed where the results will go, the names of the files beside it checked against the file
+system's limit), so an unwritable path costs seconds, not the whole run. A results
 file is replaced only when it holds the same study (its fingerprint, dse.results.identity) and no
 more finished trials than the run will write; otherwise the run refuses, naming what differs,
 unless ``--force`` (or another ``--out``). A report folder records the input it was made from and
@@ -14,12 +15,12 @@ import json
 import os
 import stat
 import sys
-import tempfile
 from pathlib import Path
 
 from ..errors import DseError, RuntimeFailure, SpecError
+from ..storage.backends import JOURNAL_LOCK_NAME_EXTRA
 from .identity import describe, fingerprint, identity_of
-from .store import read_results_footer
+from .store import name_limit, read_results_footer, temp_file_beside, write_bytes
 
 
 def check_writable(path: str | os.PathLike, what: str = "--out", directory: bool = False) -> Path:
@@ -27,6 +28,8 @@ def check_writable(path: str | os.PathLike, what: str = "--out", directory: bool
     file in it, before any work: a file where a folder is wanted (or the reverse) is bad input
     (exit 2), a folder that cannot be created or written is a runtime failure (exit 1)."""
     path = Path(path)
+    if not directory:
+        check_name_fits(path, what)
     refuse_special(path, what, directory)
     refuse_misspelt_name(path, what)
     if path.is_dir() and not directory:
@@ -39,13 +42,48 @@ def check_writable(path: str | os.PathLike, what: str = "--out", directory: bool
         raise RuntimeFailure(f"{path}: cannot write there ({blocker} is a file, not a folder); nothing was run")
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".dse-write-check-", dir=folder)
-        os.close(fd)
-        os.unlink(tmp)
+        os.unlink(temp_file_beside(folder / ".dse-write-check" if directory else path))   # the write's own temp name
     except OSError as exc:
         raise RuntimeFailure(f"{path}: cannot write there ({exc.strerror or exc}"
                              f"{': ' + str(exc.filename) if exc.filename else ''}); nothing was run") from None
     return path
+
+
+def check_name_fits(path: Path, what: str = "--out") -> None:
+    """Refuse (exit 2) a file name longer than the file system of its folder (or the nearest folder above
+    that exists) allows."""
+    size, limit = len(os.fsencode(path.name)), name_limit(nearest_folder(path.parent))
+    if size > limit:
+        raise SpecError(None, what, str(path), f"the file name is {size} bytes long; this file system allows names "
+                        f"of at most {limit} bytes: give a shorter name")
+
+
+def nearest_folder(folder: Path) -> Path:
+    """``folder``, or the nearest folder above it that exists (a new output's folder is made later)."""
+    for above in [folder, *folder.parents]:
+        try:
+            if above.is_dir():
+                return above
+        except OSError:         # a component longer than the file system allows
+            continue
+    return Path(".")
+
+
+def check_journal_name(journal: Path, what: str = "--storage", out: Path | None = None) -> None:
+    """Refuse (exit 2), before the work, a journal whose name leaves no room for Optuna's lock beside it
+    (JOURNAL.lock<36-character id>.rename, dse.storage.backends.JOURNAL_LOCK_NAME_EXTRA bytes longer), which
+    the first append would fail on. ``out``: the journal is the default one beside this output (--out)."""
+    size, limit = len(os.fsencode(journal.name)), name_limit(nearest_folder(journal.parent))
+    over = size + JOURNAL_LOCK_NAME_EXTRA - limit
+    if over <= 0:
+        return
+    longer = f"would be a {size + JOURNAL_LOCK_NAME_EXTRA}-byte name; this file system allows at most {limit} bytes"
+    if out is not None:         # the default journal, beside --out
+        raise SpecError(None, what, str(out), f"Optuna's lock beside its journal (the name with {journal.suffix}.lock"
+                        f"<36-character id>.rename) {longer}: give a file name of at most "
+                        f"{len(os.fsencode(out.name)) - over} bytes, or --storage for a journal elsewhere")
+    raise SpecError(None, what, str(journal), f"Optuna's lock beside this journal (its name + .lock<36-character id>"
+                    f".rename) {longer}: give a journal name of at most {size - over} bytes")
 
 
 #: what a path that is not a regular file or a folder is, by its stat mode
@@ -157,8 +195,4 @@ def check_report_folder(out: str | os.PathLike, mark: dict, force: bool = False)
 
 def write_report_mark(out: str | os.PathLike, mark: dict) -> None:
     """Record in folder ``out`` which input its report was made from."""
-    path = Path(out) / REPORT_MARK
-    try:
-        path.write_text(json.dumps(mark, indent=1) + "\n")
-    except OSError as exc:
-        raise RuntimeFailure(f"{path}: cannot write it ({exc.strerror or exc})") from None
+    write_bytes(Path(out) / REPORT_MARK, (json.dumps(mark, indent=1) + "\n").encode("utf-8"))   # one line on failure

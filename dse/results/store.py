@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -112,16 +113,46 @@ def write_options(schema: pa.Schema) -> dict:
     return {"compression": CODEC, "use_dictionary": dictionary, "write_statistics": stats}
 
 
-def write_table(table: pa.Table, path: str | os.PathLike) -> Path:
-    """Write an Arrow table atomically: a `.`-prefixed temp file in the destination folder, then
-    os.replace (the table's schema carries the ``dse`` metadata)."""
+#: how long a name the file system of a folder allows, where it cannot be asked (Linux's NAME_MAX)
+DEFAULT_NAME_LIMIT = 255
+#: the end of a temporary file's name: mkstemp's 8 random characters and this suffix
+TEMP_SUFFIX = ".tmp"
+_TEMP_RANDOM_CHARS = 8
+
+
+def name_limit(folder: str | os.PathLike) -> int:
+    """The longest file name, in bytes, that the file system of ``folder`` (which exists) allows."""
+    try:
+        limit = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return DEFAULT_NAME_LIMIT
+    return limit if limit > 0 else DEFAULT_NAME_LIMIT
+
+
+def temp_file_beside(path: str | os.PathLike) -> str:
+    """Create (empty) the temporary file an atomic write of ``path`` goes through and return its path:
+    ``.NAME.XXXXXXXX.tmp`` in ``path``'s folder, NAME cut so that the whole fits the file system's name
+    limit (a 255-byte final name still works). The write check (dse.results.guard) creates this same name."""
+    path = Path(path)
+    room = name_limit(path.parent) - len(f"..{'X' * _TEMP_RANDOM_CHARS}{TEMP_SUFFIX}")
+    stem = path.name
+    while stem and len(os.fsencode(stem)) > room:
+        stem = stem[:-1]
+    fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=TEMP_SUFFIX, dir=path.parent)
+    os.close(fd)
+    return tmp
+
+
+def write_atomically(path: str | os.PathLike, fill: Callable[[str], object]) -> Path:
+    """Write ``path`` atomically: ``fill(tmp)`` writes the temporary file (:func:`temp_file_beside`), which
+    is made readable as the umask allows and renamed onto ``path``. On any failure the temporary file is
+    removed; a full disk, a quota or a permission is one line naming ``path`` (RuntimeFailure, exit 1)."""
     path = Path(path)
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        pq.write_table(table, tmp, **write_options(table.schema))
+        tmp = temp_file_beside(path)
+        fill(tmp)
         os.chmod(tmp, 0o666 & ~_UMASK)        # mkstemp makes 0600; results are for sharing
         os.replace(tmp, path)
     except BaseException as exc:
@@ -131,6 +162,17 @@ def write_table(table: pa.Table, path: str | os.PathLike) -> Path:
             raise write_failure(path, exc) from None
         raise
     return path
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (:func:`write_atomically`)."""
+    return write_atomically(path, lambda tmp: Path(tmp).write_bytes(data))
+
+
+def write_table(table: pa.Table, path: str | os.PathLike) -> Path:
+    """Write an Arrow table atomically (:func:`write_atomically`; the table's schema carries the ``dse``
+    metadata)."""
+    return write_atomically(path, lambda tmp: pq.write_table(table, tmp, **write_options(table.schema)))
 
 
 def write_failure(path: str | os.PathLike, exc: BaseException) -> RuntimeFailure:

@@ -25,11 +25,11 @@ from ..catalog.fields import Range
 from ..errors import DseError, SpecError
 from ..process.interrupt import stop_on_signals
 from ..process.progress import note
-from ..results.guard import check_replace, check_writable
+from ..results.guard import check_journal_name, check_name_fits, check_replace, check_writable
 from ..results.identity import describe, identity_of
 from ..results.manifest import check_manifest, dataset_manifest, write_manifest
 from ..results.store import study_metadata, write_parquet
-from ..storage.backends import redact_url, resolve_storage
+from ..storage.backends import journal_path, redact_url, resolve_storage
 from ..study import StudySpec, open_study
 from .asktell import ask_tell_loop
 from .claims import SEED_KEY, SEEDS_ATTR, seed_once, seeding_claims
@@ -181,10 +181,15 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
         if worker and (storage if storage is not None else study.storage) != ":memory:":
             seed = derive_seed(seed, worker)       # workers of one shared study must not propose alike
     out = Path(out or study.output)
+    check_name_fits(out, "--out")
     if out.is_dir():
         raise SpecError(None, "--out", str(out), "is a directory; expected a Parquet file path (or give --task)")
     if write:
         check_writable(out, "--out")                # before the search: an unwritable path costs no work
+    url = storage if storage is not None else study.storage
+    if (journal := journal_path(url, out)) is not None:     # and Optuna's lock beside it
+        check_journal_name(journal, "--out" if url is None else "--storage" if storage is not None else "storage",
+                           out if url is None else None)
     if task is None and write:
         check_replace(out, base_meta, None, force=force)           # another study's results: refused now
     optuna.logging.set_verbosity(optuna.logging.WARNING)

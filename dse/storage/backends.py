@@ -20,7 +20,8 @@ from ..errors import RuntimeFailure, SpecError, install_hint
 from ..process.progress import note
 from .credentials import redact_text, redact_url
 
-__all__ = ["redact_url", "resolve_storage", "serve_proxy", "journal_file", "cut_torn_tail", "clear_stale_lock"]
+__all__ = ["redact_url", "resolve_storage", "serve_proxy", "journal_file", "cut_torn_tail", "clear_stale_lock",
+           "default_journal", "journal_path", "JOURNAL_LOCK_NAME_EXTRA"]
 
 
 def clear_stale_lock(journal: str | Path, wait_s: float = 2.0, out=None) -> bool:
@@ -357,6 +358,21 @@ def serve_proxy(storage: str, host: str = "localhost", port: int = 13000, grace_
     return stop.signum
 
 
+def default_journal(out: Path) -> Path:
+    """The journal of a study whose storage is not given: beside its output, ``.journal`` for the suffix."""
+    return out.with_suffix(".journal")
+
+
+def journal_path(url: str | None, out: Path) -> Path | None:
+    """The journal file a storage URL names (None: :func:`default_journal`); None for ':memory:', a
+    database or grpc:// (as :func:`resolve_storage` reads the URL)."""
+    if url is None:
+        return default_journal(out)
+    if url == ":memory:" or url.startswith("grpc://") or ("://" in url and not url.startswith("journal:")):
+        return None
+    return Path(url.removeprefix("journal:"))
+
+
 def resolve_storage(study, storage: str | None, out: Path, *, must_exist: bool = False,
                     connections: int = WORKER_CONNECTIONS):
     """None/null: a journal file beside the output; ':memory:'; a database URL; or a file path
@@ -366,7 +382,7 @@ def resolve_storage(study, storage: str | None, out: Path, *, must_exist: bool =
     import optuna
     url = storage if storage is not None else study.storage
     if url is None:
-        url = str(out.with_suffix(".journal"))
+        url = str(default_journal(out))
     if url == ":memory:":
         return None, url
     if url.startswith("journal:"):
@@ -476,6 +492,10 @@ def cut_torn_tail(path: str | Path, out=None) -> int:
          "writing it)", out)
     return end - cut
 
+
+#: bytes that the lock of journal_file (Optuna's JournalFileSymlinkLock) adds to the journal's file name:
+#: JOURNAL.lock while it is held, renamed to JOURNAL.lock<uuid4, 36 characters>.rename to release it
+JOURNAL_LOCK_NAME_EXTRA = len(".lock") + 36 + len(".rename")
 
 #: a journal file is fsynced at most this often (and at exit): each append still reaches the file
 #: (and other processes) at once; only an operating-system crash or power loss can lose the
