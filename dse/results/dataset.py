@@ -87,7 +87,8 @@ class Dataset:
         if other is not None:
             raise DseError(f"{root}: part files hold different datasets: {files[other].name} differs from "
                            f"{files[0].name} in {describe(identity_of(metas[0]), identity_of(metas[other]))}; "
-                           "load each on its own, or re-run the study with --force to start a new dataset")
+                           "load each on its own, or re-run the study with --force to start a new dataset there (that deletes "
+                           "these parts)")
         #: the dataset's fingerprint (dse.results.identity), the one every part carries
         self.fingerprint = prints[0]
         self._digests: list[str] | None = None
