@@ -24,20 +24,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dse.search.asktell
-import dse.search.trials
 from dse.results import store
 
 DSE = str(Path(sys.executable).with_name("dse"))
-
-
-@pytest.fixture
-def no_evaluation(monkeypatch):
-    """Counts evaluations: a refusal before the search makes none."""
-    calls = []
-    real = dse.search.asktell.evaluate_study
-    for module in (dse.search.asktell, dse.search.trials):      # the batches and the final re-evaluation
-        monkeypatch.setattr(module, "evaluate_study", lambda *a, **k: calls.append(1) or real(*a, **k))
-    return calls
 
 
 @pytest.mark.parametrize("extra", [("--storage", ":memory:"), ("--task", "0/2")])

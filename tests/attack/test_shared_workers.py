@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from attackkit import cli, one_line, write_study
+from attackkit import cli, one_line, server_url, write_study
 
 from dse.results.load import load_results
 from dse.search.runner import derive_seed
@@ -117,7 +117,8 @@ def test_the_no_parquet_hint_is_the_export_that_writes_the_study(tmp_path, shm):
 
 # --------------------------------------------------------------------------- workers that start together
 
-SERVERS = {"postgres": ("DSE_TEST_PG_URL", "PostgreSQL"), "mysql": ("DSE_TEST_MYSQL_URL", "MySQL/MariaDB")}
+#: the environment variable holding each server's URL (.ci/run sets them)
+SERVERS = {"postgres": "DSE_TEST_PG_URL", "mysql": "DSE_TEST_MYSQL_URL"}
 
 
 @pytest.fixture(params=["journal", pytest.param("postgres", marks=pytest.mark.servers),
@@ -125,14 +126,7 @@ SERVERS = {"postgres": ("DSE_TEST_PG_URL", "PostgreSQL"), "mysql": ("DSE_TEST_MY
 def storage(request, shm):
     if request.param == "journal":
         return f"journal:{shm / 'shared.journal'}"
-    var, server = SERVERS[request.param]
-    url = os.environ.get(var)
-    if not url:
-        msg = f"no {server} server: set {var} (.ci/run does)"
-        if os.environ.get("DSE_REQUIRE_SERVERS") == "1":
-            pytest.fail(msg + "; DSE_REQUIRE_SERVERS=1 makes this a failure")
-        pytest.skip(msg)
-    return url
+    return server_url(SERVERS[request.param])
 
 
 def _worker(spec, url, i, barrier, results):

@@ -14,20 +14,7 @@ from pathlib import Path
 import pytest
 from attackkit import cli, one_line, write_study
 
-import dse.search.asktell
-import dse.search.trials
-
 DSE = str(Path(sys.executable).with_name("dse"))
-
-
-@pytest.fixture
-def no_evaluation(monkeypatch):
-    """Counts evaluations: a refusal before the search makes none."""
-    calls = []
-    real = dse.search.asktell.evaluate_study
-    for module in (dse.search.asktell, dse.search.trials):      # the batches and the final re-evaluation
-        monkeypatch.setattr(module, "evaluate_study", lambda *a, **k: calls.append(1) or real(*a, **k))
-    return calls
 
 
 def test_dse_report_of_the_current_folder_names_its_report_by_the_folder(tmp_path, monkeypatch):
