@@ -18,7 +18,17 @@ from pathlib import Path
 from ..errors import RuntimeFailure, SpecError, install_hint
 from ..process.progress import note
 from .credentials import redact_text, redact_url
-from .retries import RETRY_ATTEMPTS, RETRY_BASE_S, RETRY_CAP_S, SLOTS_HINT, driver_message, retrying, slots_full
+from .retries import (
+    RETRY_ATTEMPTS,
+    RETRY_BASE_S,
+    RETRY_CAP_S,
+    SLOTS_HINT,
+    database_refusal,
+    driver_message,
+    grpc_fault,
+    retrying,
+    slots_full,
+)
 
 __all__ = ["redact_url", "resolve_storage", "journal_file", "cut_torn_tail", "clear_stale_lock", "SLOTS_HINT",
            "driver_message", "slots_full"]
@@ -116,6 +126,7 @@ def _rdb_storage(url: str, connections: int = WORKER_CONNECTIONS):
         except Exception as exc:   # noqa: BLE001 - classified below
             kind = type(exc).__name__
             racing = kind in ("IntegrityError", "ProgrammingError") or "already exists" in str(exc)   # MySQL: 1050
+            racing = racing and database_refusal(exc, "") is None       # not "permission denied for schema"
             if racing and attempt < RETRY_ATTEMPTS - 1:
                 time.sleep(0.2 * 2 ** attempt)   # another worker is creating the tables
                 continue
@@ -167,15 +178,35 @@ def require_grpc(field: str, value: str) -> None:
                         f"{install_hint('grpc')}") from None
 
 
+@functools.cache
+def _retrying_grpc_class():
+    """Optuna's GrpcStorageProxy whose every call is retried with backoff, on a new channel, while
+    the proxy does not answer (restarting, down, or its database unreachable: UNAVAILABLE), and
+    whose other failures are one line (:func:`dse.storage.retries.grpc_fault`)."""
+    import optuna
+    base = optuna.storages.GrpcStorageProxy
+    names = [n for n in dir(base) if not n.startswith("_") and callable(getattr(base, n))
+             and n not in ("close", "wait_server_ready", "remove_session")]
+
+    def dse_reconnect(self) -> None:
+        """A new channel (and an empty trial cache): gRPC's own reconnection backs off up to 2 min."""
+        self.close()
+        self.__setstate__(self.__getstate__())
+    calls = {n: retrying(n, base, grpc_fault) for n in names}
+    return type("RetryingGrpcStorageProxy", (base,), {**calls, "dse_reconnect": dse_reconnect})
+
+
 def grpc_client(url: str, wait_s: float = 10.0):
-    """Optuna's GrpcStorageProxy for ``grpc://HOST:PORT``, once the proxy answers (up to
-    ``wait_s`` seconds; a proxy that does not is a runtime failure, exit 1)."""
+    """Optuna's GrpcStorageProxy for ``grpc://HOST:PORT``, its calls retried while the proxy is
+    away (:func:`_retrying_grpc_class`), once the proxy answers (up to ``wait_s`` seconds; a proxy
+    that does not is a runtime failure, exit 1)."""
     import optuna
     host, port = _host_port(url)
     require_grpc("--storage", url)
     with warnings.catch_warnings():             # experimental since Optuna 4.2
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        store = optuna.storages.GrpcStorageProxy(host=host, port=port)
+        store = _retrying_grpc_class()(host=host, port=port)
+    store.dse_url = url
     try:
         store.wait_server_ready(timeout=wait_s)
     except ConnectionError:
@@ -218,6 +249,9 @@ def resolve_storage(study, storage: str | None, out: Path, *, must_exist: bool =
                             f"{redact_text(str(exc).splitlines()[0])} ({EXPECTED})") from None
         except Exception as exc:  # SQLAlchemy: a malformed URL is bad input (exit 2), a server that
             # cannot be reached or a file that cannot be opened is a runtime failure (exit 1)
+            refused = database_refusal(exc, shown)
+            if refused is not None:
+                raise refused from None
             first = driver_message(exc)
             if type(exc).__name__ in ("ArgumentError", "NoSuchModuleError"):
                 raise SpecError(None, "--storage", shown, f"not a database URL: {first} ({EXPECTED})") from None

@@ -7,13 +7,80 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import RuntimeFailure, SpecError
+from ..errors import DseError, RuntimeFailure, SpecError
 from ..process.progress import note
 from .backends import require_grpc, resolve_storage
 from .credentials import redact_url
+from .retries import StorageUnreachable
 
 #: threads of `dse storage-proxy`'s gRPC server, each with its own connection
 PROXY_THREADS = 10
+
+
+def status_of(exc: DseError) -> tuple[str, str]:
+    """The gRPC status (code name, details) a proxy call answers for ``exc``: UNAVAILABLE when its
+    database stays unreachable (workers retry), OUT_OF_RANGE for bad input (exit 2 at the worker),
+    INTERNAL for the rest (exit 1). Never a code Optuna's client reads as something else
+    (NOT_FOUND, ALREADY_EXISTS, FAILED_PRECONDITION, INVALID_ARGUMENT)."""
+    if isinstance(exc, StorageUnreachable):
+        return "UNAVAILABLE", f"its database: {exc.reason}"
+    return ("OUT_OF_RANGE" if exc.exit_code == 2 else "INTERNAL"), str(exc)
+
+
+def _statuses(out):
+    """A gRPC server interceptor: a call that raises a DseError answers :func:`status_of` (one line
+    on ``out`` too), not UNKNOWN with "Exception calling application"."""
+    import grpc
+
+    class Statuses(grpc.ServerInterceptor):
+        def intercept_service(self, continuation, details):
+            handler = continuation(details)
+            if handler is None or handler.unary_unary is None:
+                return handler
+            inner, method = handler.unary_unary, details.method.rsplit("/", 1)[-1]
+
+            def behaviour(request, context):
+                try:
+                    return inner(request, context)
+                except DseError as exc:
+                    code, text = status_of(exc)
+                    note(f"dse storage-proxy: {method}: {code}: {text}", out)
+                    context.abort(getattr(grpc.StatusCode, code), text)
+            return grpc.unary_unary_rpc_method_handler(behaviour, request_deserializer=handler.request_deserializer,
+                                                       response_serializer=handler.response_serializer)
+    return Statuses()
+
+
+def _learning(cached):
+    """``cached`` (Optuna's _CachedStorage) whose set_trial_param, on a trial it has not seen (one
+    created before this proxy started: a restarted proxy's workers go on suggesting into the trials
+    they hold), reads every study's trials and sets it; Optuna's answers NOT_FOUND."""
+    real = cached.set_trial_param
+
+    def set_trial_param(trial_id, param_name, param_value_internal, distribution):
+        try:
+            return real(trial_id, param_name, param_value_internal, distribution)
+        except KeyError:
+            for s in cached.get_all_studies():
+                cached.get_all_trials(s._study_id, deepcopy=False)
+            return real(trial_id, param_name, param_value_internal, distribution)
+    cached.set_trial_param = set_trial_param
+    return cached
+
+
+def proxy_server(storage, host: str, port: int, out=None):
+    """Optuna's gRPC storage proxy server for ``storage`` (its make_server, which hands back the
+    server so that a signal can stop it gracefully; run_grpc_proxy_server blocks with no way out),
+    with :data:`PROXY_THREADS` threads and dse's statuses (:func:`status_of`); not started."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import grpc
+    from optuna.storages._grpc.auto_generated.api_pb2_grpc import add_StorageServiceServicer_to_server
+    from optuna.storages._grpc.servicer import OptunaStorageProxyService
+    server = grpc.server(ThreadPoolExecutor(max_workers=PROXY_THREADS), interceptors=[_statuses(out)])
+    add_StorageServiceServicer_to_server(OptunaStorageProxyService(storage), server)
+    server.add_insecure_port(f"{host}:{port}")
+    return server
 
 
 def _port_is_free(host: str, port: int) -> None:
@@ -80,18 +147,13 @@ def serve_proxy(storage: str, host: str = "localhost", port: int = 13000, grace_
         raise SpecError(None, "--host", host, f"is not a loopback address, and the proxy has {NO_AUTH}; give "
                         "--allow-remote to listen there anyway (on a network only trusted machines reach), or "
                         "keep localhost and reach it through an SSH tunnel")
-    # Optuna's make_server, not run_grpc_proxy_server: it hands back the server, so a signal can
-    # stop it gracefully (run_grpc_proxy_server blocks in wait_for_termination with no way out)
-    from concurrent.futures import ThreadPoolExecutor
-
-    from optuna.storages._grpc.server import make_server
     store, shown = resolve_storage(None, storage, Path("unused"), connections=PROXY_THREADS)
-    cached = optuna.storages.get_storage(store)         # Optuna's per-process trial cache, as its docs advise
+    cached = _learning(optuna.storages.get_storage(store))    # Optuna's per-process trial cache, as its docs advise
     _port_is_free(host, int(port))
     out = out or sys.stderr
     with stop_on_signals() as stop:
         try:
-            server = make_server(cached, host, int(port), ThreadPoolExecutor(max_workers=PROXY_THREADS))
+            server = proxy_server(cached, host, int(port), out)
             server.start()
         except RuntimeError as exc:
             raise RuntimeFailure(f"--host {host} --port {port}: cannot listen there ({exc})") from None

@@ -1,12 +1,16 @@
-"""Retries of storage calls that lose their connection (a database restart, a failover), with
-exponential backoff and a note per retry; a connection that stays lost is one line (exit 1)."""
+"""Storage calls that fail: a lost connection (a database restart, a failover, the gRPC proxy
+restarting) is retried with exponential backoff and a note per retry, and is one line (exit 1) when
+it stays lost; a database that refuses for good (read-only, no privilege, a value too long) is one
+line at once, naming what the server said."""
 
 from __future__ import annotations
 
 import re
+import threading
 import time
+from dataclasses import dataclass
 
-from ..errors import RuntimeFailure
+from ..errors import DseError, RuntimeFailure
 from ..process.progress import note
 from .credentials import redact_text, redact_url
 
@@ -42,7 +46,8 @@ def driver_message(exc: BaseException) -> str:
             break
         cause, seen = cause.__cause__ or cause.__context__, seen + 1
     cause = cause if cause is not None else exc
-    lines = [x.strip() for x in str(cause).splitlines() if x.strip() and not x.startswith(("(Background", "["))]
+    said = str(cause).split("\n[SQL:")[0]           # SQLAlchemy's statement, its parameters and link: not said
+    lines = [x.strip() for x in said.splitlines() if x.strip() and not x.startswith(("(Background", "["))]
     text = re.sub(r"^\([\w.]+\) ", "", "; ".join(lines[:2])) if lines else type(cause).__name__
     return redact_text(text)
 
@@ -58,36 +63,131 @@ def transient_cause(exc: BaseException) -> BaseException | None:
     return None
 
 
-def retrying(name: str, base):
-    """``base.<name>`` retried while the connection is lost (``self.dse_url`` names the storage)."""
+#: gRPC status codes of a call that may pass when made again: the proxy restarting, unreachable for a
+#: while, or saying its database is (dse's proxy answers UNAVAILABLE then, :mod:`.proxy`)
+GRPC_TRANSIENT = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED", "ABORTED")
+#: what gRPC says when the connection broke under a call in flight (status UNKNOWN or INTERNAL)
+GRPC_TRANSPORT = re.compile(r"stream removed|connection reset|socket closed|rst_stream|goaway|broken pipe", re.I)
+#: SQLSTATEs (PostgreSQL, MySQL 1792) and MySQL error numbers of a server refusing a statement for
+#: good: read-only (a standby after a failover), no privilege, a value that does not fit its column
+READ_ONLY, PERMISSION, BAD_VALUE = ("25006", 1290, 1792, 1836), ("42501", 1044, 1142, 1143, 1227), (1264, 1406)
+
+
+class StorageUnreachable(RuntimeFailure):
+    """A storage call still failing after every retry; ``reason`` is the message without the advice."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(f"{reason}; the finished trials are kept in it: run the same command again to resume")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A call that failed in a way that may pass: what to say while retrying, and on giving up."""
+
+    kind: str           # the error's name: OperationalError, UNAVAILABLE
+    text: str           # what the driver or the proxy said, one line, passwords blanked
+    what: str           # the retry's note: "lost the database connection"
+    gave_up: str        # the last line's reason, before "after N attempts"
+    hint: str = ""
+
+
+def _driver_error(exc: BaseException | None) -> BaseException | None:
+    seen = 0
+    while exc is not None and seen < 6:
+        if type(exc).__module__.split(".")[0] in ("psycopg", "psycopg2", "pymysql", "MySQLdb"):
+            return exc
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
+def database_refusal(exc: BaseException, shown: str) -> DseError | None:
+    """The one-line error for a database that refuses a statement for good (read-only, no
+    privilege: exit 1; a value too long for its column: exit 2), None for any other error."""
+    err = _driver_error(exc)
+    if err is None:
+        return None
+    state = getattr(err, "sqlstate", None) or getattr(err, "pgcode", None)
+    number = err.args[0] if err.args and isinstance(err.args[0], int) else None
+    said = driver_message(exc)
+    if state in READ_ONLY or number in READ_ONLY:
+        return RuntimeFailure(f"--storage {shown}: the database is read-only ({said}): a standby after a failover, "
+                              "or default_transaction_read_only set; point --storage at the writable primary (the "
+                              "finished trials are kept in it: run the same command again)")
+    if state in PERMISSION or number in PERMISSION:
+        return RuntimeFailure(f"--storage {shown}: the database refused ({said}): its user needs SELECT, INSERT, "
+                              "UPDATE and DELETE on Optuna's tables (and CREATE on the schema for a new database)")
+    if (isinstance(state, str) and state.startswith("22")) or number in BAD_VALUE:
+        return DseError(f"--storage {shown}: the database refused a value of this study ({said}): a name longer "
+                        "than its column allows? Shorten the study's name, or widen the column")
+    return None
+
+
+def database_fault(exc: BaseException, shown: str) -> Fault | None:
+    """A lost database connection or a server with no free slot (retried), a refusal (raised as
+    its one line), or None (not a database error of these kinds: raised as it is)."""
+    refused = database_refusal(exc, shown)
+    if refused is not None:
+        raise refused from None
+    cause = transient_cause(exc)
+    if cause is None:
+        return None
+    if slots_full(cause):
+        return Fault(type(cause).__name__, driver_message(cause), SLOTS_HINT, "the server had no free connection slot",
+                     " (each worker holds one connection: raise max_connections, or use dse storage-proxy)")
+    return Fault(type(cause).__name__, driver_message(cause), "lost the database connection",
+                 "the database stayed unreachable")
+
+
+def grpc_fault(exc: BaseException, shown: str) -> Fault | None:
+    """A gRPC call that failed at the proxy's door (restarting, down, its database unreachable:
+    retried); any other status of Optuna's bare RpcError is raised as one line (OUT_OF_RANGE, dse's
+    proxy's bad input: exit 2; the rest exit 1). None for anything else."""
+    import grpc
+    if not isinstance(exc, grpc.RpcError) or not callable(getattr(exc, "code", None)):
+        return None
+    code = exc.code()
+    text = redact_text(" ".join(str(exc.details() or code.name).split()))
+    text = text.removeprefix("Exception calling application: ")
+    if code.name in GRPC_TRANSIENT or (code.name in ("UNKNOWN", "INTERNAL") and GRPC_TRANSPORT.search(text)):
+        return Fault(code.name, text, "the storage proxy did not answer", "the storage proxy stayed unreachable")
+    if code.name == "OUT_OF_RANGE":
+        raise DseError(f"--storage {shown}: the storage proxy refused: {text}") from None
+    raise RuntimeFailure(f"--storage {shown}: the storage proxy failed ({code.name}: {text})") from None
+
+
+#: per thread, whether a retried call is under way (the proxy serves from many threads at once)
+_CALLING = threading.local()
+
+
+def retrying(name: str, base, classify=database_fault):
+    """``base.<name>`` made again with backoff while ``classify`` sees a :class:`Fault` in what it
+    raises; ``self.dse_url`` names the storage, ``self.dse_reconnect()`` (if any) runs before a retry.
+    A call made inside a retried call (in the same thread) is not retried itself: the outer one is."""
     def call(self, *args, **kwargs):
         method = getattr(base, name)
-        if getattr(self, "_dse_depth", 0):          # a call inside a retried call: the outer one retries
+        if getattr(_CALLING, "busy", False):
             return method(self, *args, **kwargs)
         for attempt in range(RETRY_ATTEMPTS):
-            self._dse_depth = 1
+            _CALLING.busy = True
             try:
                 return method(self, *args, **kwargs)
-            except Exception as exc:        # noqa: BLE001 - only a lost connection is retried
-                cause = transient_cause(exc)
-                if cause is None:
+            except Exception as exc:        # noqa: BLE001 - classified: retried, mapped to one line, or raised
+                _CALLING.busy = False
+                shown = redact_url(self.dse_url)
+                fault = classify(exc, shown)
+                if fault is None:
                     raise
-                first = driver_message(cause)
-                full = slots_full(cause)
-                what = SLOTS_HINT if full else "lost the database connection"
                 if attempt == RETRY_ATTEMPTS - 1:
-                    why = (f"the server had no free connection slot in {RETRY_ATTEMPTS} attempts" if full else
-                           f"the database stayed unreachable after {RETRY_ATTEMPTS} attempts")
-                    hint = " (each worker holds one connection: raise max_connections, or use dse storage-proxy)" \
-                        if full else ""
-                    raise RuntimeFailure(f"--storage {redact_url(self.dse_url)}: {why} ({type(cause).__name__}: "
-                                         f"{first}){hint}; the finished trials are kept in it: run the same command "
-                                         "again to resume") from None
+                    raise StorageUnreachable(f"--storage {shown}: {fault.gave_up} after {RETRY_ATTEMPTS} attempts "
+                                             f"({fault.kind}: {fault.text}){fault.hint}") from None
                 wait = min(RETRY_CAP_S, RETRY_BASE_S * 2 ** attempt)
-                note(f"note: {redact_url(self.dse_url)}: {name.lstrip('_')}: {what} ({type(cause).__name__}: {first}); "
+                note(f"note: {shown}: {name.lstrip('_')}: {fault.what} ({fault.kind}: {fault.text}); "
                      f"retry {attempt + 1} of {RETRY_ATTEMPTS - 1} in {wait:g} s (transient: the call is made again)")
                 time.sleep(wait)
+                if hasattr(self, "dse_reconnect"):
+                    self.dse_reconnect()
             finally:
-                self._dse_depth = 0
+                _CALLING.busy = False
     call.__name__ = name
     return call
