@@ -84,11 +84,15 @@ def ask_tell_loop(study, ostudy, n_trials, db, tech, stop, progress, label, hear
     done0 = sum(t.state == TrialState.COMPLETE for t in ostudy.get_trials(deepcopy=False))
     bar = Progress(n_trials, done0, unit="trials", label=label, enabled=progress)
     said_waiting, idle = False, 0
-    me = worker_process() if shared and worker_key else None
+    # this worker's record: its process (where /proc tells) and the trials it holds, with a beat in
+    # epoch seconds (dse.search.workers.last_sign_of_life: no reader can place Optuna's naive times)
+    me = (worker_process() or {}) if shared and worker_key else None
+    seen: dict = {}
     try:
         while not stop.requested:
             every = ostudy.get_trials(deepcopy=False)
-            if shared and fail_stale_trials(ostudy, heartbeat_timeout_s, every, label=label, own_key=worker_key):
+            if shared and fail_stale_trials(ostudy, heartbeat_timeout_s, every, label=label, own_key=worker_key,
+                                            seen=seen):
                 every = ostudy.get_trials(deepcopy=False)
             states = Counter(t.state for t in every)
             complete = states[TrialState.COMPLETE]
@@ -117,9 +121,9 @@ def ask_tell_loop(study, ostudy, n_trials, db, tech, stop, progress, label, hear
             idle = 0
             trials = []
             beat_every = min(10.0, heartbeat_timeout_s / 3) if shared else float("inf")
+            asking = {"trials": [], "asking_from": max((t.number for t in every), default=-1) + 1}
             if me is not None:              # about to ask: trials numbered from here on may be this worker's
-                ostudy.set_user_attr(worker_key, {**me, "trials": [],
-                                                  "asking_from": max((t.number for t in every), default=-1) + 1})
+                ostudy.set_user_attr(worker_key, {**me, **asking, "beat": time.time()})
             try:
                 last_beat = time.monotonic()
                 for _ in range(b):
@@ -129,11 +133,14 @@ def ask_tell_loop(study, ostudy, n_trials, db, tech, stop, progress, label, hear
                         continue
                     if time.monotonic() - last_beat > beat_every:    # a slow database: keep them alive
                         write_heartbeat(trials)
+                        if me is not None:
+                            ostudy.set_user_attr(worker_key, {**me, **asking, "beat": time.time()})
                         last_beat = time.monotonic()
                 if shared:
                     trials = _within_budget(ostudy, trials, n_trials)
                 if me is not None and trials:       # which process holds them: stale at once if it dies
-                    ostudy.set_user_attr(worker_key, {**me, "trials": number_ranges(t.number for t in trials)})
+                    ostudy.set_user_attr(worker_key, {**me, "trials": number_ranges(t.number for t in trials),
+                                                      "beat": time.time()})
                 if not trials:
                     continue
                 b = len(trials)
