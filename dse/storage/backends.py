@@ -151,6 +151,9 @@ def _check_schema(store, url: str) -> None:
                              f"needs {head}: {how}")
 
 
+#: the longest study name a database storage holds (Optuna's ``studies.study_name``, VARCHAR(512));
+#: dse refuses a longer one in the study file, for every storage (a study may move between them)
+MAX_NAME_CHARS = 512
 #: the storage URLs dse takes, for messages
 EXPECTED = (f"expected sqlite:///FILE, postgresql+psycopg://USER@HOST/DB with {install_hint('postgres')}, "
             f"mysql+pymysql://USER@HOST/DB with {install_hint('mysql')}, grpc://HOST:PORT or a journal file")
