@@ -110,10 +110,12 @@ def database_refusal(exc: BaseException, shown: str) -> DseError | None:
     state = getattr(err, "sqlstate", None) or getattr(err, "pgcode", None)
     number = err.args[0] if err.args and isinstance(err.args[0], int) else None
     said = driver_message(exc)
+    if number is not None and len(err.args) > 1:            # PyMySQL's (errno, text)
+        said = redact_text(f"{err.args[1]} (MySQL error {number})")
     if state in READ_ONLY or number in READ_ONLY:
         return RuntimeFailure(f"--storage {shown}: the database is read-only ({said}): a standby after a failover, "
-                              "or default_transaction_read_only set; point --storage at the writable primary (the "
-                              "finished trials are kept in it: run the same command again)")
+                              "or a server set read-only; point --storage at the writable primary (the finished "
+                              "trials are kept in it: run the same command again)")
     if state in PERMISSION or number in PERMISSION:
         return RuntimeFailure(f"--storage {shown}: the database refused ({said}): its user needs SELECT, INSERT, "
                               "UPDATE and DELETE on Optuna's tables (and CREATE on the schema for a new database)")

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
-from attackkit import cli, one_line, write_study
+from attackkit import cli, one_line, server_url, write_study
 
 DSE = str(Path(sys.executable).with_name("dse"))
 #: POSIX time zones (no tz database needed): 14 h ahead of UTC, 12 h behind it
@@ -493,6 +493,29 @@ def test_a_role_without_rights_on_the_tables_is_one_line_exit_1(own_pg, tmp_path
     assert line.startswith("error: --storage postgresql+psycopg://reader:***@"), line
     assert "permission denied for table" in line and "exceeding max length" not in line, line
     assert own_pg.password not in err
+
+
+@pytest.mark.servers
+def test_a_mariadb_user_without_rights_is_one_line_at_once(tmp_path):
+    """MariaDB reports "INSERT command denied" as an OperationalError, SQLAlchemy's class of a lost
+    connection: it was retried for 15 s and then called unreachable. Now one line at once, exit 1."""
+    url, my_dir = server_url("DSE_TEST_MYSQL_URL"), os.environ.get("MY_DIR")
+    if not my_dir or shutil.which("mariadb") is None:
+        _require("no MariaDB of .ci/mysql.sh (its MY_DIR and the mariadb client) to create a user in")
+    name = f"rd{secrets.token_hex(4)}"
+    password = url.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
+    study = write_study(tmp_path, **{"name": name, "search.n_trials": 8, "search.batch_size": 8})
+    assert cli("run", study, "--storage", url, "--quiet", "--no-parquet")[0] == 0       # the tables
+    database = url.rsplit("/", 1)[1].split("?")[0]
+    subprocess.run(["mariadb", "--no-defaults", "-S", f"{my_dir}/sock", "-u", "root", "-e",
+                    f"CREATE USER '{name}'@'127.0.0.1' IDENTIFIED BY '{password}'; "
+                    f"GRANT SELECT ON {database}.* TO '{name}'@'127.0.0.1';"], check=True)
+    reader = url.replace(url.split("://", 1)[1].split(":", 1)[0] + ":", name + ":", 1)
+    t0 = time.monotonic()
+    code, out, err, exc = cli("run", study, "--storage", reader, "--quiet", "--no-parquet", "--n-trials", "16")
+    assert time.monotonic() - t0 < 10                  # not retried as a lost connection
+    line = one_line(code, out, err, exc, 1)
+    assert "command denied to user" in line and "(MySQL error 1142)" in line and password not in err, line
 
 
 @pytest.mark.servers
