@@ -175,7 +175,6 @@ def retrying(name: str, base, classify=database_fault):
             try:
                 return method(self, *args, **kwargs)
             except Exception as exc:        # noqa: BLE001 - classified: retried, mapped to one line, or raised
-                _CALLING.busy = False
                 shown = redact_url(self.dse_url)
                 fault = classify(exc, shown)
                 if fault is None:
