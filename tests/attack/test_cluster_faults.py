@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -245,7 +246,9 @@ def test_a_dead_workers_trials_go_stale_with_the_proxy_14_h_ahead(tmp_path, shm)
         _held_running(path, "ahead", 20, dead)
         dead.kill()
         dead.wait()
-        store = optuna.storages.GrpcStorageProxy(host="localhost", port=port)
+        with warnings.catch_warnings():                     # experimental since Optuna 4.2
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            store = optuna.storages.GrpcStorageProxy(host="localhost", port=port)
         ostudy = optuna.load_study(study_name="ahead", storage=store)
         for key, rec in ostudy.user_attrs.items():          # the dead worker ran on another machine
             if key.startswith("dse_worker:"):
