@@ -179,7 +179,7 @@ def _dropping(monkeypatch, method: str, fail_calls):
             raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from cause
         return real(self, *args, **kwargs)
     monkeypatch.setattr(optuna.storages.RDBStorage, method, flaky)
-    monkeypatch.setattr("dse.storage.backends.RETRY_BASE_S", 0.01)
+    monkeypatch.setattr("dse.storage.retries.RETRY_BASE_S", 0.01)
     return calls
 
 

@@ -231,8 +231,8 @@ def storage_proxy_cmd(storage, storage_file, host, port, allow_remote):
     """Run Optuna's gRPC storage proxy until SIGTERM or Ctrl-C; workers join with
     `dse run STUDY --storage grpc://HOST:PORT` (pip install 'specdec-dse[grpc]'). It has no
     authentication: it listens on loopback unless --allow-remote."""
-    from ..storage.backends import serve_proxy
     from ..storage.credentials import storage_source
+    from ..storage.proxy import serve_proxy
     storage, _ = storage_source(storage, storage_file)
     if storage is None:
         raise SpecError(None, "--storage", MISSING, "give the database: --storage URL, --storage-file FILE or DSE_STORAGE")

@@ -86,13 +86,17 @@ def ask_tell_loop(study, ostudy, n_trials, db, tech, stop, progress, label, hear
     done0 = sum(t.state == TrialState.COMPLETE for t in ostudy.get_trials(deepcopy=False))
     bar = Progress(n_trials, done0, unit="trials", label=label, enabled=progress)
     said_waiting, idle = False, 0
+    # this worker's record: its process (where /proc tells) and the trials it holds or may create, with a
+    # beat in epoch seconds (dse.search.workers.last_sign_of_life: no reader can place Optuna's naive times)
     me = (worker_process() or {}) if shared and worker_key else None
     holding = False                 # this worker's record names trials it holds or may create
     jitter = random.Random()        # only the timing of the retries: no result depends on it
+    seen: dict = {}
     try:
         while not stop.requested:
             every = ostudy.get_trials(deepcopy=False)
-            if shared and fail_stale_trials(ostudy, heartbeat_timeout_s, every, label=label, own_key=worker_key):
+            if shared and fail_stale_trials(ostudy, heartbeat_timeout_s, every, label=label, own_key=worker_key,
+                                            seen=seen):
                 every = ostudy.get_trials(deepcopy=False)
             complete, live, waiting, b = _slots(every, study.batch_size, n_trials)
             if complete >= n_trials:
@@ -106,8 +110,9 @@ def ask_tell_loop(study, ostudy, n_trials, db, tech, stop, progress, label, hear
                              f"at {complete} trials")
                     break
             if b > 0 and me is not None:    # about to ask: trials numbered from here on may be this worker's
-                ostudy.set_user_attr(worker_key, {**me, "trials": [], "asking": b, "asked_at": time.time(),
-                                                  "asking_from": max((t.number for t in every), default=-1) + 1})
+                asking = {"trials": [], "asking": b, "asked_at": time.time(),
+                          "asking_from": max((t.number for t in every), default=-1) + 1}
+                ostudy.set_user_attr(worker_key, {**me, **asking, "beat": time.time()})
                 holding = True
                 # what the others announced counts as taken: workers racing for the last trials never
                 # create more than the total (dse.search.claims)
@@ -140,11 +145,14 @@ def ask_tell_loop(study, ostudy, n_trials, db, tech, stop, progress, label, hear
                         continue
                     if time.monotonic() - last_beat > beat_every:    # a slow database: keep them alive
                         write_heartbeat(trials)
+                        if me is not None:
+                            ostudy.set_user_attr(worker_key, {**me, **asking, "beat": time.time()})
                         last_beat = time.monotonic()
                 if shared:
                     trials = _within_budget(ostudy, trials, n_trials)
                 if me is not None:       # which process holds them: stale at once if it dies
-                    ostudy.set_user_attr(worker_key, {**me, "trials": number_ranges(t.number for t in trials)})
+                    ostudy.set_user_attr(worker_key, {**me, "trials": number_ranges(t.number for t in trials),
+                                                      "beat": time.time()})
                     holding = bool(trials)
                 if not trials:
                     continue

@@ -146,8 +146,9 @@ def run_study(study: StudySpec | str | Path, *, n_trials: int | None = None, sam
 
     Shared storages: workers claim trials so that the study ends with exactly ``n_trials``
     COMPLETE (a trial asked beyond the total is failed at once); a RUNNING trial whose worker
-    gave no sign of life (start or ``dse_heartbeat`` user attribute) for ``heartbeat_timeout_s``,
-    or whose worker on this machine has exited, is failed and its parameters enqueued again.
+    gave no sign of life (a heartbeat in epoch seconds, dse.search.workers) for
+    ``heartbeat_timeout_s``, or whose worker on this machine has exited, is failed and its
+    parameters enqueued again.
     ``task=(I, N)``: one independent array task (see :func:`run_tasks`). ``write=False`` (a worker
     of a shared study) writes no Parquet: the study is read back once, by ``dse export``, instead
     of by every worker.

@@ -34,12 +34,27 @@ def number_ranges(numbers) -> list[list[int]]:
     return out
 
 
-def last_sign_of_life(trial) -> float:
-    """Epoch seconds of a trial's last heartbeat: its ``dse_heartbeat`` user attribute, else
-    its start (Optuna stores naive local times)."""
+def covers(record: dict, number: int) -> bool:
+    """True when the worker ``record`` holds trial ``number``, or may (it is asking from a lower number)."""
+    try:
+        if record.get("asking_from") is not None and number >= int(record["asking_from"]):
+            return True
+        return any(int(lo) <= number <= int(hi) for lo, hi in record.get("trials") or [])
+    except (TypeError, ValueError):
+        return False
+
+
+def last_sign_of_life(trial, records: list[dict], seen: dict, now: float) -> float:
+    """Epoch seconds of a trial's last heartbeat: its ``dse_heartbeat`` user attribute, or the
+    ``beat`` of a worker record that holds it. Never its start time: Optuna stores a naive local
+    time of whichever process created the trial (the storage proxy's, in its own time zone), which
+    no reader can place. A trial with neither is dated by when this process first saw it
+    (``seen``: trial number -> epoch seconds, ``now`` when first seen)."""
+    beats = [float(r["beat"]) for r in records if isinstance(r.get("beat"), (int, float)) and covers(r, trial.number)]
     beat = trial.user_attrs.get("dse_heartbeat")
-    start = trial.datetime_start.timestamp() if trial.datetime_start is not None else 0.0
-    return max(float(beat), start) if beat is not None else start
+    if isinstance(beat, (int, float)):
+        beats.append(float(beat))
+    return max(beats) if beats else seen.setdefault(trial.number, now)
 
 
 def write_heartbeat(trials) -> None:
@@ -89,7 +104,7 @@ def worker_process() -> dict | None:
 def process_exited(record: dict) -> bool:
     """True when ``record`` (:func:`worker_process`) names a process on this machine that has
     exited: no such PID, a zombie, or the PID reused by a process started later."""
-    if not isinstance(record, dict) or record.get("machine") != _machine():
+    if not isinstance(record, dict) or not record.get("machine") or record.get("machine") != _machine():
         return False
     try:
         pid = int(record["pid"])
@@ -133,12 +148,13 @@ def dead_workers_trials(ostudy, running: list, own_key: str | None = None) -> se
 
 
 def fail_stale_trials(ostudy, timeout_s: float = 60.0, trials=None, now: float | None = None,
-                      label: str = "dse run", own_key: str | None = None) -> int:
+                      label: str = "dse run", own_key: str | None = None, seen: dict | None = None) -> int:
     """FAIL the RUNNING trials whose worker gave no sign of life for ``timeout_s`` seconds
-    (killed: ask/tell runs no heartbeat thread; a batch here takes milliseconds to seconds and
-    refreshes ``dse_heartbeat`` while it is told), and at once those whose worker process on this
-    machine has exited (:func:`dead_workers_trials`); enqueue their parameters again, so their
-    designs are re-asked. Returns how many were failed."""
+    (:func:`last_sign_of_life`: killed; ask/tell runs no heartbeat thread; a batch here takes
+    milliseconds to seconds and refreshes ``dse_heartbeat`` while it is told), and at once those
+    whose worker process on this machine has exited (:func:`dead_workers_trials`); enqueue their
+    parameters again, so their designs are re-asked. ``seen`` persists across calls (the first
+    sight of trials no heartbeat dates). Returns how many were failed."""
     from optuna.trial import TrialState
     now = time.time() if now is None else now
     trials = ostudy.get_trials(deepcopy=False) if trials is None else trials
@@ -146,10 +162,12 @@ def fail_stale_trials(ostudy, timeout_s: float = 60.0, trials=None, now: float |
     if not running:
         return 0
     dead = dead_workers_trials(ostudy, running, own_key)
+    records = [r for k, r in ostudy.user_attrs.items() if k.startswith(WORKER_KEY) and isinstance(r, dict)]
+    seen = {} if seen is None else seen
     failed = exited = 0
     for t in running:
         gone = t.number in dead
-        if not gone and now - last_sign_of_life(t) <= timeout_s:
+        if not gone and now - last_sign_of_life(t, records, seen, now) <= timeout_s:
             continue
         try:
             ostudy.tell(t.number, state=TrialState.FAIL)

@@ -2,16 +2,15 @@
 
 Journal files (``journal:PATH`` or a path), ``sqlite:///FILE`` (one process only),
 ``postgresql+psycopg://`` and ``mysql+pymysql://`` through SQLAlchemy with small pools, and
-``grpc://HOST:PORT`` through Optuna's gRPC storage proxy. Passwords never leave this module
-unredacted: every message and every URL shown goes through :func:`redact_url`.
+``grpc://HOST:PORT`` through Optuna's gRPC storage proxy (served by :mod:`.proxy`); calls that lose
+their connection are retried (:mod:`.retries`). Passwords never leave this module unredacted: every
+message and every URL shown goes through :func:`redact_url`.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import re
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -19,9 +18,20 @@ from pathlib import Path
 from ..errors import RuntimeFailure, SpecError, install_hint
 from ..process.progress import note
 from .credentials import redact_text, redact_url
+from .retries import (
+    RETRY_ATTEMPTS,
+    RETRY_BASE_S,
+    RETRY_CAP_S,
+    SLOTS_HINT,
+    database_refusal,
+    driver_message,
+    grpc_fault,
+    retrying,
+    slots_full,
+)
 
-__all__ = ["redact_url", "resolve_storage", "serve_proxy", "journal_file", "cut_torn_tail", "clear_stale_lock",
-           "default_journal", "journal_path", "JOURNAL_LOCK_NAME_EXTRA"]
+__all__ = ["redact_url", "resolve_storage", "journal_file", "cut_torn_tail", "clear_stale_lock", "SLOTS_HINT",
+           "driver_message", "slots_full", "default_journal", "journal_path", "JOURNAL_LOCK_NAME_EXTRA"]
 
 
 def clear_stale_lock(journal: str | Path, wait_s: float = 2.0, out=None) -> bool:
@@ -56,87 +66,6 @@ def clear_stale_lock(journal: str | Path, wait_s: float = 2.0, out=None) -> bool
     return True
 
 
-#: retries of a storage call that lost its database connection: waits RETRY_BASE_S x 2^k, capped
-#: at RETRY_CAP_S (0.5, 1, 2, 4, 8 s: ~15 s in all, enough for a PostgreSQL restart or failover)
-RETRY_ATTEMPTS, RETRY_BASE_S, RETRY_CAP_S = 6, 0.5, 8.0
-#: SQLAlchemy's names for "the connection, not the statement, failed"
-TRANSIENT = ("OperationalError", "InterfaceError", "DisconnectionError")
-#: what PostgreSQL and MySQL/MariaDB say when every connection slot is taken: transient (slots free
-#: as other clients leave), and what to do about it is not to resend the statement
-SLOTS_FULL = ("remaining connection slots are reserved", "too many clients already", "too many connections",
-              "sorry, too many clients")
-SLOTS_HINT = ("the server has no free connection slot: each dse worker holds one connection, so a campaign of N "
-              "workers needs N (raise max_connections, or put `dse storage-proxy` in front)")
-
-
-def slots_full(exc: BaseException | None) -> bool:
-    """True when ``exc`` (or the error behind it) says the server's connection slots are all taken."""
-    seen = 0
-    while exc is not None and seen < 6:
-        if any(s in str(exc).lower() for s in SLOTS_FULL):
-            return True
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
-
-
-def driver_message(exc: BaseException) -> str:
-    """The first line of the driver's own error behind ``exc`` (SQLAlchemy's "(psycopg.OperationalError) "
-    prefix removed, passwords blanked), not Optuna's wrapper ("invalid data in the commit")."""
-    cause, seen = exc, 0
-    while cause is not None and seen < 6:
-        if type(cause).__module__.split(".")[0] in ("sqlalchemy", "psycopg", "psycopg2", "pymysql", "MySQLdb"):
-            break
-        cause, seen = cause.__cause__ or cause.__context__, seen + 1
-    cause = cause if cause is not None else exc
-    lines = [x.strip() for x in str(cause).splitlines() if x.strip() and not x.startswith(("(Background", "["))]
-    text = re.sub(r"^\([\w.]+\) ", "", "; ".join(lines[:2])) if lines else type(cause).__name__
-    return redact_text(text)
-
-
-def transient_cause(exc: BaseException) -> BaseException | None:
-    """The connection error behind ``exc`` (Optuna re-raises SQLAlchemy's as StorageInternalError
-    ``from`` it), or None when ``exc`` is not a lost connection."""
-    seen = 0
-    while exc is not None and seen < 5:
-        if type(exc).__name__ in TRANSIENT:
-            return exc
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return None
-
-
-def _retrying(name: str, base):
-    def call(self, *args, **kwargs):
-        method = getattr(base, name)
-        if getattr(self, "_dse_depth", 0):          # a call inside a retried call: the outer one retries
-            return method(self, *args, **kwargs)
-        for attempt in range(RETRY_ATTEMPTS):
-            self._dse_depth = 1
-            try:
-                return method(self, *args, **kwargs)
-            except Exception as exc:        # noqa: BLE001 - only a lost connection is retried
-                cause = transient_cause(exc)
-                if cause is None:
-                    raise
-                first = driver_message(cause)
-                full = slots_full(cause)
-                what = SLOTS_HINT if full else "lost the database connection"
-                if attempt == RETRY_ATTEMPTS - 1:
-                    why = (f"the server had no free connection slot in {RETRY_ATTEMPTS} attempts" if full else
-                           f"the database stayed unreachable after {RETRY_ATTEMPTS} attempts")
-                    hint = " (each worker holds one connection: raise max_connections, or use dse storage-proxy)" \
-                        if full else ""
-                    raise RuntimeFailure(f"--storage {redact_url(self.dse_url)}: {why} ({type(cause).__name__}: "
-                                         f"{first}){hint}; the finished trials are kept in it: run the same command "
-                                         "again to resume") from None
-                wait = min(RETRY_CAP_S, RETRY_BASE_S * 2 ** attempt)
-                note(f"note: {redact_url(self.dse_url)}: {name.lstrip('_')}: {what} ({type(cause).__name__}: {first}); "
-                     f"retry {attempt + 1} of {RETRY_ATTEMPTS - 1} in {wait:g} s (transient: the call is made again)")
-                time.sleep(wait)
-            finally:
-                self._dse_depth = 0
-    call.__name__ = name
-    return call
-
 
 @functools.cache
 def _retrying_rdb_class():
@@ -150,7 +79,7 @@ def _retrying_rdb_class():
     private = ("_create_new_trial", "_get_best_trial_id", "_get_stale_trial_ids", "_get_trials", "_set_trial_param")
     names = [n for n, v in vars(base).items() if callable(v) and (not n.startswith("_") or n in private)
              and n not in ("upgrade", "remove_session")]
-    return type("RetryingRDBStorage", (base,), {n: _retrying(n, base) for n in names})
+    return type("RetryingRDBStorage", (base,), {n: retrying(n, base) for n in names})
 
 
 def _quiet_fallback(record) -> bool:
@@ -169,8 +98,6 @@ WORKER_CONNECTIONS = 1
 #: while it asks a session for the version), once in the database's life; with none, the first
 #: worker on an empty database waited 30 s for a connection and failed
 POOL_OVERFLOW = 1
-#: threads of `dse storage-proxy`'s gRPC server, each with its own connection
-PROXY_THREADS = 10
 
 
 def _rdb_storage(url: str, connections: int = WORKER_CONNECTIONS):
@@ -199,6 +126,7 @@ def _rdb_storage(url: str, connections: int = WORKER_CONNECTIONS):
         except Exception as exc:   # noqa: BLE001 - classified below
             kind = type(exc).__name__
             racing = kind in ("IntegrityError", "ProgrammingError") or "already exists" in str(exc)   # MySQL: 1050
+            racing = racing and database_refusal(exc, "") is None       # not "permission denied for schema"
             if racing and attempt < RETRY_ATTEMPTS - 1:
                 time.sleep(0.2 * 2 ** attempt)   # another worker is creating the tables
                 continue
@@ -223,6 +151,9 @@ def _check_schema(store, url: str) -> None:
                              f"needs {head}: {how}")
 
 
+#: the longest study name a database storage holds (Optuna's ``studies.study_name``, VARCHAR(512));
+#: dse refuses a longer one in the study file, for every storage (a study may move between them)
+MAX_NAME_CHARS = 512
 #: the storage URLs dse takes, for messages
 EXPECTED = (f"expected sqlite:///FILE, postgresql+psycopg://USER@HOST/DB with {install_hint('postgres')}, "
             f"mysql+pymysql://USER@HOST/DB with {install_hint('mysql')}, grpc://HOST:PORT or a journal file")
@@ -242,7 +173,7 @@ def _host_port(url: str, field: str = "--storage") -> tuple[str, int]:
     return host, port
 
 
-def _require_grpc(field: str, value: str) -> None:
+def require_grpc(field: str, value: str) -> None:
     try:
         import grpc  # noqa: F401
     except ImportError:
@@ -250,15 +181,35 @@ def _require_grpc(field: str, value: str) -> None:
                         f"{install_hint('grpc')}") from None
 
 
+@functools.cache
+def _retrying_grpc_class():
+    """Optuna's GrpcStorageProxy whose every call is retried with backoff, on a new channel, while
+    the proxy does not answer (restarting, down, or its database unreachable: UNAVAILABLE), and
+    whose other failures are one line (:func:`dse.storage.retries.grpc_fault`)."""
+    import optuna
+    base = optuna.storages.GrpcStorageProxy
+    names = [n for n in dir(base) if not n.startswith("_") and callable(getattr(base, n))
+             and n not in ("close", "wait_server_ready", "remove_session")]
+
+    def dse_reconnect(self) -> None:
+        """A new channel (and an empty trial cache): gRPC's own reconnection backs off up to 2 min."""
+        self.close()
+        self.__setstate__(self.__getstate__())
+    calls = {n: retrying(n, base, grpc_fault) for n in names}
+    return type("RetryingGrpcStorageProxy", (base,), {**calls, "dse_reconnect": dse_reconnect})
+
+
 def grpc_client(url: str, wait_s: float = 10.0):
-    """Optuna's GrpcStorageProxy for ``grpc://HOST:PORT``, once the proxy answers (up to
-    ``wait_s`` seconds; a proxy that does not is a runtime failure, exit 1)."""
+    """Optuna's GrpcStorageProxy for ``grpc://HOST:PORT``, its calls retried while the proxy is
+    away (:func:`_retrying_grpc_class`), once the proxy answers (up to ``wait_s`` seconds; a proxy
+    that does not is a runtime failure, exit 1)."""
     import optuna
     host, port = _host_port(url)
-    _require_grpc("--storage", url)
+    require_grpc("--storage", url)
     with warnings.catch_warnings():             # experimental since Optuna 4.2
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        store = optuna.storages.GrpcStorageProxy(host=host, port=port)
+        store = _retrying_grpc_class()(host=host, port=port)
+    store.dse_url = url
     try:
         store.wait_server_ready(timeout=wait_s)
     except ConnectionError:
@@ -267,95 +218,6 @@ def grpc_client(url: str, wait_s: float = 10.0):
                              f"with: DSE_STORAGE=DATABASE_URL dse storage-proxy --host {host} --port {port})") from None
     return store
 
-
-def _port_is_free(host: str, port: int) -> None:
-    """gRPC binds with SO_REUSEPORT: a second proxy on a busy port would start and share the
-    port's connections silently. A plain bind tells; a busy port is a runtime failure (exit 1)."""
-    import errno
-    import socket
-    try:
-        addrs = {a[:2] + (a[4],) for a in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)}
-    except OSError as exc:
-        raise SpecError(None, "--host", host, f"cannot resolve it ({exc.strerror or exc})") from None
-    for family, kind, addr in addrs:
-        with socket.socket(family, kind) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind(addr)
-            except OSError as exc:
-                if exc.errno == errno.EADDRINUSE:
-                    raise RuntimeFailure(f"--host {host} --port {port}: the port is in use (another "
-                                         "storage-proxy?); stop it or give another --port") from None
-                if exc.errno != errno.EADDRNOTAVAIL:     # e.g. no IPv6 on this host: gRPC skips it too
-                    raise RuntimeFailure(f"--host {host} --port {port}: cannot listen there ({exc.strerror})") from None
-
-
-def is_loopback(host: str) -> bool:
-    """True when every address ``host`` resolves to is a loopback address (127.0.0.0/8, ::1)."""
-    import ipaddress
-    import socket
-    try:
-        addrs = {a[4][0] for a in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
-    except OSError:
-        return False
-    try:
-        return bool(addrs) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addrs)
-    except ValueError:
-        return False
-
-
-#: what `dse storage-proxy` says when it starts: the channel carries no credentials
-NO_AUTH = ("no authentication: anyone who can reach this port can read, change and delete every study in the "
-           "database")
-
-
-def serve_proxy(storage: str, host: str = "localhost", port: int = 13000, grace_s: float = 10.0, out=None,
-                allow_remote: bool = False) -> int:
-    """Serve a database storage to `dse run --storage grpc://HOST:PORT` workers through Optuna's
-    gRPC storage proxy until SIGTERM or SIGINT; then finish the calls in flight (up to ``grace_s``)
-    and return the signal's number. One process holds the database connections (one per server
-    thread, :data:`PROXY_THREADS`), so hundreds of workers cost one pool (optuna.md section 7).
-    Journal files cannot be proxied (Optuna issue #6084). The channel has no authentication
-    (:data:`NO_AUTH`): a ``host`` that is not loopback is refused unless ``allow_remote``."""
-    import optuna
-
-    from ..process.interrupt import stop_on_signals
-    if "://" not in str(storage) or str(storage).startswith("grpc://"):
-        raise SpecError(None, "--storage", redact_url(storage), "the proxy serves a database: sqlite:///FILE, "
-                        "postgresql+psycopg://USER@HOST/DB or mysql+pymysql://USER@HOST/DB (Optuna cannot proxy "
-                        "a journal file, issue #6084)")
-    _require_grpc("--storage", storage)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)     # no line per study the workers create
-    if not 0 < int(port) < 65536:
-        raise SpecError(None, "--port", port, "expected 1..65535")
-    if not allow_remote and not is_loopback(host):
-        raise SpecError(None, "--host", host, f"is not a loopback address, and the proxy has {NO_AUTH}; give "
-                        "--allow-remote to listen there anyway (on a network only trusted machines reach), or "
-                        "keep localhost and reach it through an SSH tunnel")
-    # Optuna's make_server, not run_grpc_proxy_server: it hands back the server, so a signal can
-    # stop it gracefully (run_grpc_proxy_server blocks in wait_for_termination with no way out)
-    from concurrent.futures import ThreadPoolExecutor
-
-    from optuna.storages._grpc.server import make_server
-    store, shown = resolve_storage(None, storage, Path("unused"), connections=PROXY_THREADS)
-    cached = optuna.storages.get_storage(store)         # Optuna's per-process trial cache, as its docs advise
-    _port_is_free(host, int(port))
-    out = out or sys.stderr
-    with stop_on_signals() as stop:
-        try:
-            server = make_server(cached, host, int(port), ThreadPoolExecutor(max_workers=PROXY_THREADS))
-            server.start()
-        except RuntimeError as exc:
-            raise RuntimeFailure(f"--host {host} --port {port}: cannot listen there ({exc})") from None
-        note(f"dse storage-proxy: serving {shown} at grpc://{host}:{port} (workers: dse run STUDY "
-             f"--storage grpc://{host}:{port}); SIGTERM or Ctrl-C stops it", out)
-        note(f"dse storage-proxy: {NO_AUTH}" + ("" if is_loopback(host) else
-             f"; listening on {host} (--allow-remote): only trusted machines may reach port {port}"), out)
-        while not stop.requested:
-            time.sleep(0.2)
-        server.stop(grace_s).wait()
-    note(f"dse storage-proxy: stopped by {stop.name}; every call in flight was finished", out)
-    return stop.signum
 
 
 def default_journal(out: Path) -> Path:
@@ -405,6 +267,9 @@ def resolve_storage(study, storage: str | None, out: Path, *, must_exist: bool =
                             f"{redact_text(str(exc).splitlines()[0])} ({EXPECTED})") from None
         except Exception as exc:  # SQLAlchemy: a malformed URL is bad input (exit 2), a server that
             # cannot be reached or a file that cannot be opened is a runtime failure (exit 1)
+            refused = database_refusal(exc, shown)
+            if refused is not None:
+                raise refused from None
             first = driver_message(exc)
             if type(exc).__name__ in ("ArgumentError", "NoSuchModuleError"):
                 raise SpecError(None, "--storage", shown, f"not a database URL: {first} ({EXPECTED})") from None

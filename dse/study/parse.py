@@ -20,6 +20,7 @@ from ..catalog.fields import Range, one_of
 from ..catalog.technology import load_technology
 from ..catalog.yamlio import load_yaml
 from ..errors import MISSING, DseError, SpecError, raise_collected
+from ..storage.backends import MAX_NAME_CHARS
 from ..storage.credentials import has_password
 from ..workload.spec import (
     AcceptanceSpec,
@@ -61,6 +62,10 @@ def _header(raw: dict, err: StudyErrors) -> tuple[str, str]:
         err.add("name", name if name is not None else MISSING,
                 "expected a name of letters, digits, '-', '_' or '.' (it keys the storage and file names)")
         name = "study"
+    elif len(name) > MAX_NAME_CHARS:          # checked before a database is touched (it would refuse the name)
+        err.add("name", name, f"expected at most {MAX_NAME_CHARS} characters, the length of Optuna's study-name column "
+                f"in a database storage (this one has {len(name)})")
+        name = name[:MAX_NAME_CHARS]
     desc = raw.get("description", "")
     if not isinstance(desc, str):
         err.add("description", desc, "expected a string")
