@@ -117,7 +117,7 @@ def test_a_proxy_restarted_mid_run_costs_no_worker(tmp_path, shm):
     _need_grpc()
     path, port = shm / "p.db", _free_port()
     db, url = f"sqlite:///{path}", f"grpc://localhost:{port}"
-    study = write_study(tmp_path, **{"name": "restart", "search.n_trials": 600, "search.batch_size": 20})
+    study = write_study(tmp_path, **{"name": "restart", "search.n_trials": 400, "search.batch_size": 20})
     proxy = _start_proxy(db, port)
     workers = []
     try:
@@ -127,7 +127,7 @@ def test_a_proxy_restarted_mid_run_costs_no_worker(tmp_path, shm):
         _wait_for(lambda: _states_sqlite(path, "restart").get("COMPLETE", 0) >= 100, 300, *workers)
         proxy.send_signal(signal.SIGTERM)
         proxy.wait(timeout=60)
-        assert _states_sqlite(path, "restart").get("COMPLETE", 0) < 600, "the run ended before the restart"
+        assert _states_sqlite(path, "restart").get("COMPLETE", 0) < 400, "the run ended before the restart"
         time.sleep(3)
         proxy = _start_proxy(db, port)
         outs = [w.communicate(timeout=600) for w in workers]
@@ -141,10 +141,10 @@ def test_a_proxy_restarted_mid_run_costs_no_worker(tmp_path, shm):
     assert any("the storage proxy did not answer" in e for e in errs), errs      # retried, and said so
     trials = _trials(db, "restart")
     states = [t.state.name for t in trials]
-    assert states.count("COMPLETE") == 600 and "RUNNING" not in states and "WAITING" not in states
+    assert states.count("COMPLETE") == 400 and "RUNNING" not in states and "WAITING" not in states
     assert _reasked(trials) == []
     # no FAIL but the last batches' trials asked beyond the total (two workers racing for the last slots)
-    assert all(t.number >= 600 for t in trials if t.state.name == "FAIL")
+    assert all(t.number >= 400 for t in trials if t.state.name == "FAIL")
 
 
 @pytest.mark.servers
@@ -390,7 +390,7 @@ def test_the_database_stopped_20_s_behind_the_proxy_is_waited_for(own_pg, tmp_pa
     db = own_pg.database("down20")
     port = _free_port()
     url = f"grpc://localhost:{port}"
-    study = write_study(tmp_path, **{"name": "down20", "search.n_trials": 400, "search.batch_size": 20})
+    study = write_study(tmp_path, **{"name": "down20", "search.n_trials": 240, "search.batch_size": 20})
     proxy = _start_proxy(db, port)
     workers = []
     try:
@@ -415,7 +415,7 @@ def test_the_database_stopped_20_s_behind_the_proxy_is_waited_for(own_pg, tmp_pa
     assert [w.returncode for w in workers] == [0, 0], [e[-2000:] for e in errs]
     assert not any("Traceback" in e for e in errs) and not any(own_pg.password in e for e in errs)
     states = own_pg.states("down20", "down20")
-    assert states.get("COMPLETE") == 400 and not states.get("RUNNING") and not states.get("WAITING")
+    assert states.get("COMPLETE") == 240 and not states.get("RUNNING") and not states.get("WAITING")
 
 
 @pytest.mark.servers
