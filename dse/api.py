@@ -14,6 +14,7 @@ import numpy as np
 
 from .catalog.database import Database, load_database
 from .catalog.fields import Range, as_number, one_of, unknown_key
+from .catalog.links import DIE_TO_DIE_CLASS, ON_DIE_CLASS
 from .catalog.rank_profiles import load_rank_profiles
 from .catalog.specs import DTYPES, DeviceSpec, RuntimeSpec, override, spec_fields
 from .errors import SpecError, raise_collected
@@ -30,6 +31,7 @@ from .workload.spec import (
     Workload,
     check_ep,
     check_tensor_parallel,
+    pipeline_split,
     check_workload,
     make_acceptance,
     parse_drafter,
@@ -38,20 +40,23 @@ from .workload.spec import (
 )
 
 #: `--set` fields that belong to the runtime rather than the device
-RUNTIME_FIELDS = ("kernels_per_layer", "mla_extra_kernels", "moe_extra_kernels", "shared_expert_kernels",
+RUNTIME_FIELDS = ("kernels_per_layer", "layer_sync_us", "mla_extra_kernels", "moe_extra_kernels", "shared_expert_kernels",
                   "spec_overhead_us", "ngram_draft_us", "memory_reserve_fraction",
                   "sequence_overhead_us", "request_overhead_us", "roofline_p", "int8_stream_factor",
                   "int4_stream_factor", "tree_kernels_per_layer", "draft_step_overhead_us")
 
 
 def hardware_arrays(dev: DeviceSpec, rt: RuntimeSpec, chips, dtype: str,
-                    kv_dtype: str | None = None, tech=None) -> HardwareArrays:
+                    kv_dtype: str | None = None, tech=None, pp: int = 1,
+                    hops: tuple[float, float] = (0.0, 0.0)) -> HardwareArrays:
     """A device and runtime as length-1 (or broadcast) arrays; a device's own fixed costs
     (kernel_launch_us, step_overhead_us) override the runtime's. Attention runs at the
     KV dtype's rate (16-bit unless given); a format whose math the part lacks (fp8 on an
     A100) runs weight-only (DeviceSpec.native_math). With ``tech`` (technology constants), the
     energy constants of the part (technology.known_part_energy): a FLOP at a dtype costs the BF16
-    FLOP's energy x peak BF16 / peak at that dtype (a chip draws the same power at either peak)."""
+    FLOP's energy x peak BF16 / peak at that dtype (a chip draws the same power at either peak).
+    ``chips`` is one stage's tensor-parallel group and ``pp`` the stages; ``hops`` the (region, die)
+    hop latencies of an SRAM part's layer regions (links.yaml on-die and die-to-die classes)."""
     kv_dtype = kv_dtype or default_kv_dtype(dtype)
     compute = WEIGHT_FORMATS[dtype].compute_dtype
     energy = {}
@@ -82,14 +87,17 @@ def hardware_arrays(dev: DeviceSpec, rt: RuntimeSpec, chips, dtype: str,
         scale_out_bw_bytes_s=dev.scale_out_bw_bytes_s,
         scale_out_latency_s=0.0 if dev.scale_out_latency_s is None else dev.scale_out_latency_s,
         scale_out_efficiency=1.0 if dev.scale_out_efficiency is None else dev.scale_out_efficiency,
-        tree_kernels_per_layer=rt.tree_kernels_per_layer, draft_step_overhead_s=rt.draft_step_overhead_s, **energy)
+        tree_kernels_per_layer=rt.tree_kernels_per_layer, draft_step_overhead_s=rt.draft_step_overhead_s,
+        pp=pp, layer_regions=dev.layer_regions, dies=dev.dies, region_hop_s=hops[0], die_hop_s=hops[1],
+        layer_sync_s=rt.layer_sync_s, **energy)
 
 
 @functools.lru_cache(maxsize=64)
-def _group_arrays(dev: DeviceSpec, rt: RuntimeSpec, chips: int, dtype: str, kv_dtype: str, tech) -> HardwareArrays:
-    """hardware_arrays of one group, built once per (device, runtime, chips, dtypes, technology
+def _group_arrays(dev: DeviceSpec, rt: RuntimeSpec, chips: int, dtype: str, kv_dtype: str, tech, pp: int = 1,
+                  hops: tuple[float, float] = (0.0, 0.0)) -> HardwareArrays:
+    """hardware_arrays of one group, built once per (device, runtime, chips, stages, dtypes, technology
     constants) and shared by the evaluate_design calls that ask for it: its arrays read-only."""
-    hw = hardware_arrays(dev, rt, chips, dtype, kv_dtype, tech)
+    hw = hardware_arrays(dev, rt, chips, dtype, kv_dtype, tech, pp, hops)
     for f in dataclasses.fields(hw):
         getattr(hw, f.name).flags.writeable = False
     return hw
@@ -119,6 +127,20 @@ def check_group(dev: DeviceSpec, chips: int, where: str = "--chips") -> None:
                         f"network (scale_out_bw_gb_s = 0): use at most {dom}, or --set scale_out_bw_gb_s=...")
 
 
+def check_stages(dev: DeviceSpec, chips: int, pp: int, where: str = "--pp") -> None:
+    """pp > 1 stages of ``chips`` chips hand their activations on over the scale-up link within a
+    scale-up domain and over the scale-out network beyond it; a part without the link it needs
+    cannot be staged (one SpecError naming the flag)."""
+    if pp <= 1:
+        return
+    dom = dev.scale_up_domain or math.inf
+    if chips * pp <= dom and dev.link_bw_bytes_s <= 0:
+        raise SpecError(None, where, pp, f"{dev.name} has no scale-up link (link_bw_gb_s = 0) to join {pp} stages")
+    if chips * pp > dom and dev.scale_out_bw_bytes_s <= 0:
+        raise SpecError(None, where, pp, f"{pp} stages of {chips} chips leave {dev.name}'s scale-up domain of {dom} "
+                        f"chips and it has no scale-out network (scale_out_bw_gb_s = 0)")
+
+
 def apply_overrides(dev: DeviceSpec, rt: RuntimeSpec, assignments: dict[str, Any]):
     """`--set FIELD=VALUE`: device fields, then runtime fields; unknown names list the allowed."""
     if not assignments:
@@ -146,7 +168,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                     datastore_gb: float = 0.0, batch: int = 1, prompt: int = 128, output: int = 128,
                     dtype: str = "bf16", kv_dtype: str | None = None, temperature: float = 0.0, task: Any = "chat",
                     overlap: bool = False, runtime: str | None = None, baseline_ms: float | None = None,
-                    continuous: bool = False, ep: int = 1,
+                    continuous: bool = False, ep: int = 1, pp: int | str | None = None,
                     set_fields: dict[str, Any] | None = None, k_max: int = 16,
                     db: Database | None = None, tech=None) -> dict[str, Any]:
     """Evaluate one design; returns the `dse eval --json` object (display units, None for null).
@@ -158,7 +180,8 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     with a band (tau_low/tau_high, speedup_low/speedup_high); ``acceptance_origin`` says which.
     Without k and tree_nodes a tree method (eagle, eagle2, eagle3, medusa:H, hydra, retrieval)
     drafts its published default tree at its depth (dse.workload.spec.DEFAULT_SHAPES); k = None is
-    'auto' otherwise.
+    'auto' otherwise. ``chips`` is the whole group: ``pp`` stages of chips/pp chips in tensor parallel
+    (None or 'auto': dse.workload.spec.pipeline_split).
 
     Example:
         >>> r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=0.8, k=4)
@@ -218,14 +241,19 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     if datastore_gb and drafter.kind != "ngram":
         raise SpecError(None, "--datastore-gb", datastore_gb, "a datastore belongs to a retrieval draft "
                         "(--draft retrieval or ngram)")
+    total = chips
+    chips, pp = pipeline_split(tgt, total, None if pp is None or str(pp).strip().lower() == "auto"
+                               else as_number(pp, "--pp", rng=Range(integer=True, lo=1, hi=1024)),
+                               max_tp=1 if dev.link_bw_bytes_s <= 0 else None, most_stages=dev.layer_regions)
     check_group(dev, chips)
-    raise_collected(check_tensor_parallel(tgt, (chips,)))
+    check_stages(dev, chips, pp)
     if drafter.kind == "model" and not on_chip:        # a draft model on the target chips shards like it
         raise_collected(check_tensor_parallel(drafter.model, (chips,), role="the draft "))
     from .catalog.technology import load_technology
     db_tech = load_technology(db.root)
     tech = tech or db_tech
-    target_hw = _group_arrays(dev, rt, chips, dtype, kv_dtype, tech)
+    hops = (db.link_class(ON_DIE_CLASS).latency_s, db.link_class(DIE_TO_DIE_CLASS).latency_s)
+    target_hw = _group_arrays(dev, rt, chips, dtype, kv_dtype, tech, pp, hops)
     if on_chip:
         ddev = db.device(draft_hw, where="--draft-hw: ")
         check_group(ddev, draft_chips, "--draft-chips")
@@ -236,7 +264,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                 raise SpecError(None, "--draft-hw", draft_hw, f"{end.name} has no link (link_bw_gb_s = 0) between "
                                 "the target and the draft chip")
         draft_arrays = _group_arrays(ddev, db.runtime(runtime or ddev.default_runtime), draft_chips, dtype,
-                                     kv_dtype, tech)
+                                     kv_dtype, tech, 1, hops)
         link_bw, link_lat = min(ddev.link_bw_bytes_s, dev.link_bw_bytes_s), ddev.link_latency_s
     else:
         ddev, draft_arrays, link_bw, link_lat = None, target_hw, 0.0, 0.0
@@ -259,11 +287,11 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         design, anchor = anchor_to_baseline(design, w, as_number(baseline_ms, "--baseline-ms", rng=Range(lo=0.0, lo_open=True)) * 1e-3)
     m = evaluate(design, w)
     out = to_record(m, 0)
-    out.update(hw=dev.name, chips=chips, ep=ep, target=tgt.name, draft=drafter.label,
+    out.update(hw=dev.name, chips=total, tp=chips, pp=pp, ep=ep, target=tgt.name, draft=drafter.label,
                draft_hw=ddev.name if ddev else None, draft_chips=draft_chips if ddev else None,
                runtime=rt.name, dtype=dtype, kv_dtype=kv_dtype, weight_format=WEIGHT_FORMATS[dtype].desc,
                weight_math=_weight_math(dev, dtype), scale_up_domain=dev.scale_up_domain,
-               **_cost_and_price(dev, chips, db_tech), batch=batch,
+               **_cost_and_price(dev, total, db_tech), batch=batch,
                prompt_tokens=prompt, output_tokens=output, temperature=float(temperature), overlap=overlap,
                batching="continuous" if continuous else "static",
                acceptance=acc.describe() if drafter.kind != "none" else None,

@@ -20,7 +20,10 @@ from .fields import Range
 SCALE_UP_CLASSES = ("nvlink", "pcie", "ethernet", "ici", "infinity-fabric", "other")
 #: the network between scale-up domains
 SCALE_OUT_CLASS = "scale-out"
-LINK_CLASSES = SCALE_UP_CLASSES + (SCALE_OUT_CLASS,)
+#: hops inside a chip whose layers sit in regions of its SRAM (dse.model.pipeline): region to region on
+#: one die, and across a die edge
+ON_DIE_CLASS, DIE_TO_DIE_CLASS = "on-die", "die-to-die"
+LINK_CLASSES = SCALE_UP_CLASSES + (SCALE_OUT_CLASS, ON_DIE_CLASS, DIE_TO_DIE_CLASS)
 #: the default class of a synthesised chip's link: a scale-up fabric like NVLink/NVSwitch (the
 #: scale-up class with measured numbers; a study may choose another with the link_class knob)
 SYNTHESISED_LINK_CLASS = "nvlink"

@@ -200,6 +200,9 @@ class DeviceSpec:
     scale_out_efficiency: float | None = num("scale_out_efficiency", "", 0, 1, lo_open=True, default=None,
                                              desc="all-reduce bus bandwidth / one-way NIC rate over the scale-out "
                                                   "network; absent = the scale-out link class's")
+    dies: int = num("dies", "", 1, 1e4, integer=True, default=1,
+                    desc="dies of one chip (a wafer-scale part: its reticle fields); on an SRAM-only part each "
+                         "layer's hop to the next region crosses a die edge where the layers change dies")
     tdp_w: float | None = num("tdp_w", "w", 0, 1e6, lo_open=True, default=None)
     die_area_mm2: float | None = num("die_area_mm2", "mm2", 0, 1e6, lo_open=True, default=None)
     price_usd: float | None = num("price_usd", "usd", 0, 1e8, lo_open=True, default=None)
@@ -212,6 +215,12 @@ class DeviceSpec:
     step_overhead_s: float | None = num("step_overhead_us", "us", 0, 1e6, default=None,
                                         desc="per-forward-step fixed cost; absent = the runtime's")
     default_runtime: str = text("default_runtime", default="graphs")
+
+    @property
+    def layer_regions(self) -> bool:
+        """Weights in the chip's own SRAM (memory_type sram): each layer runs on the region of cores
+        that holds it (MODEL.md section 8), not on the whole chip."""
+        return str(self.memory_type).lower() == "sram"
 
     @property
     def memory_bytes(self) -> float:
@@ -358,6 +367,10 @@ class RuntimeSpec:
     tree_kernels_per_layer: float = num("tree_kernels_per_layer", "", 0, 1e4, default=0.0,
                                         desc="extra kernels per target layer of a verify pass under a tree mask "
                                              "(no fused tree-attention kernel: mask, masked softmax, path gathers)")
+    layer_sync_s: float = num("layer_sync_us", "us", 0, 1e6, default=0.0,
+                              desc="cost per decoder layer per pass of a statically scheduled layer program "
+                                   "(its synchronisation and hand-off to the next layer's cores); GPU runtimes pay "
+                                   "their layer boundaries in kernel launches instead")
     draft_step_overhead_s: float = num("draft_step_overhead_us", "us", 0, 1e6, default=0.0,
                                        desc="host cost of each draft-head step (EAGLE, Hydra) and of each tree draft "
                                             "step's top-k expansion, where the runtime pays it (an eager loop)")

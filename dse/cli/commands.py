@@ -198,7 +198,11 @@ def _kv(ctx, param, values):
 
 @main.command("eval", short_help="One design: fit, latency, speculative accounting.")
 @click.option("--hw", required=True, help="Target accelerator: database name or YAML file.")
-@click.option("--chips", default=1, show_default=True, type=int, help="Target chips (tensor parallel).")
+@click.option("--chips", default=1, show_default=True, type=int,
+              help="Target chips: --pp stages of chips/pp chips in tensor parallel.")
+@click.option("--pp", default="auto", show_default=True,
+              help="Pipeline stages of consecutive layers (divides --chips, at most the layers); auto = 1 where "
+                   "the chips split the attention heads, else the fewest stages that leave a group that does.")
 @click.option("--target", required=True, help="Target model: name, YAML file or HF config.json.")
 @click.option("--ep", default="1", show_default=True,
               help="Expert-parallel ranks for an MoE target (divides the experts and --chips; 1 = tensor parallel).")

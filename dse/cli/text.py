@@ -78,14 +78,20 @@ def table(rows: list[dict], cols: list[str]) -> str:
 def eval_table(r: dict) -> str:
     """The readable form of one `dse eval` result: fit first, then the speculative accounting."""
     ep = f", experts over {r['ep']} EP ranks" if r.get("ep", 1) > 1 else ""
-    out = [f"{r['target']} on {r['chips']}x {r['hw']}{ep}  ({r['runtime']} runtime, {r['dtype']} weights, "
+    pp = r.get("pp") or 1
+    stages = f" in {pp} pipeline stages of {r['tp']}" if pp > 1 else ""
+    out = [f"{r['target']} on {r['chips']}x {r['hw']}{stages}{ep}  ({r['runtime']} runtime, {r['dtype']} weights, "
            f"{r['kv_dtype']} KV; batch {r['batch']}, prompt {r['prompt_tokens']}, output {r['output_tokens']})"]
     if str(r.get("weight_math", "native")).startswith("weight-only"):
         out.append(f"note: {r['weight_math']}")
     dom = r.get("scale_up_domain")
-    if dom and r["chips"] > dom:
-        out.append(f"note: {r['chips']} chips are {r['chips'] // dom} scale-up domains of {dom}: all-reduces cross "
+    tp = r.get("tp") or r["chips"]
+    if dom and tp > dom:
+        out.append(f"note: {tp} chips in tensor parallel are {tp // dom} scale-up domains of {dom}: all-reduces cross "
                    "the scale-out network (hierarchical)")
+    elif dom and r["chips"] > dom:
+        out.append(f"note: the {pp} stages span {-(-r['chips'] // dom)} scale-up domains of {dom}: a token's hops "
+                   "between them cross the scale-out network")
     if r["draft"] != "none":
         where = (f"on {r['draft_chips']}x {r['draft_hw']} (draft chip"
                  f"{', overlapped' if r['overlap'] else ''})" if r["draft_hw"] else "on the target chips")

@@ -115,9 +115,21 @@ class HardwareArrays:
     link_j_per_byte: np.ndarray = np.nan       # a byte sent over the scale-up (or draft-chip) link
     idle_w: np.ndarray = np.nan                # what a chip burns while busy, whatever it computes, W
     power_limit_w: np.ndarray = np.inf         # provisioned power per chip: the most it draws (energy is capped at it)
+    # Pipelines (MODEL.md sections 7-8; dse.model.pipeline): ``chips`` is the tensor-parallel group of
+    # one stage and ``pp`` stages of consecutive layers run one after the other (chips x pp in all);
+    # on a part whose weights live in its own SRAM (``layer_regions``) each layer runs on the region
+    # of the chip that holds it, a share of its bandwidth and FLOP/s, with a fabric hop to the next
+    # region (region_hop_s) and a die-to-die hop where it crosses one of its ``dies``
+    pp: np.ndarray = 1
+    layer_regions: np.ndarray = False
+    dies: np.ndarray = 1.0
+    region_hop_s: np.ndarray = 0.0
+    die_hop_s: np.ndarray = 0.0
+    layer_sync_s: np.ndarray = 0.0             # the runtime's cost per layer per pass (a static layer program's sync)
 
     def __post_init__(self):
-        _as_arrays(self, int_fields=("chips",), bool_fields=("weight_math_native", "attention_math_native"))
+        _as_arrays(self, int_fields=("chips", "pp"),
+                   bool_fields=("weight_math_native", "attention_math_native", "layer_regions"))
 
     @property
     def n(self) -> int:

@@ -65,7 +65,10 @@ def capacity_metrics(batch: DesignBatch, w: Workload) -> dict[str, np.ndarray]:
     state every chip holds whole counts once per chip), the reserve apart from what the model needs;
     the target's and the draft chip's apart. ``chip_memory_floor`` is what a chip holds however many
     chips share the model (transformer.per_chip and kv_shards at t -> inf: replicated weights, one KV
-    head's cache, an MLA latent cache): where it and the reserve exceed a chip, more chips cannot help."""
+    head's cache, an MLA latent cache): where it and the reserve exceed a chip, more chips cannot help.
+    With pp pipeline stages each chip holds 1/pp of the layers and of their caches (the embedding and
+    head spread the same way: an approximation within a layer's share), so per-chip figures divide by
+    pp, the group's count chips x pp, and the floor is the one of L stages."""
     tgt, d = w.target, w.drafter
     kvb = tf.KV_BYTES[w.kv_dtype]
     n, T = batch.n, batch.target
@@ -77,6 +80,7 @@ def capacity_metrics(batch: DesignBatch, w: Workload) -> dict[str, np.ndarray]:
     any_on = bool(on_chip.any())
     K = largest_k(w)
     t_chips = T.chips.astype(np.float64)
+    t_pp = np.asarray(T.pp, dtype=np.float64)
     extra = np.maximum(K, nodes)              # draft-cache slots for the drafted tokens (chain or tree)
     d_chips = np.where(on_chip, batch.draft.chips, T.chips).astype(np.float64) if any_on else t_chips
     # the draft's weights and KV cache on one of the chips it runs on, and however many share it (t -> inf)
@@ -90,21 +94,25 @@ def capacity_metrics(batch: DesignBatch, w: Workload) -> dict[str, np.ndarray]:
         out = draft_weight_bytes_per_chip(w, chips)
         return out + d_kv / d_shards(chips) if d_shards else out + np.zeros(n)
 
-    draft_chip = draft_per_chip(d_chips)          # on the draft group, or on the target chips
+    d_pp = np.where(on_chip, batch.draft.pp, T.pp).astype(np.float64) if any_on else t_pp
+    draft_chip = draft_per_chip(d_chips) / d_pp   # on the draft group, or on the target chips
     here = ~on_chip                               # the draft lives on the target chips
     kv = tf.kv_cache_bytes(tgt, B, P + G, kvb)                   # memory_per_chip, at t and at t -> inf
-    chip_req = weights_per_chip(tgt, t_chips, w.dtype) + kv / tf.kv_shards(tgt, t_chips)
-    chip_floor = weights_per_chip(tgt, np.inf, w.dtype) + kv / tf.kv_shards(tgt, np.inf)
+    chip_req = (weights_per_chip(tgt, t_chips, w.dtype) + kv / tf.kv_shards(tgt, t_chips)) / t_pp
+    L = tgt.num_layers
+    chip_floor = (weights_per_chip(tgt, np.inf, w.dtype) + kv / tf.kv_shards(tgt, np.inf)) / L
     if d.kind != "none" and not any_on:
-        chip_req, chip_floor = chip_req + draft_chip, chip_floor + draft_per_chip(np.inf)
+        chip_req, chip_floor = chip_req + draft_chip, chip_floor + draft_per_chip(np.inf) / L
     elif d.kind != "none" and here.any():
         chip_req = chip_req + np.where(here, draft_chip, 0.0)
-        chip_floor = chip_floor + np.where(here, draft_per_chip(np.inf), 0.0)
+        chip_floor = chip_floor + np.where(here, draft_per_chip(np.inf) / L, 0.0)
     chip_reserve = T.memory_reserve_fraction * T.capacity_bytes
     chip_short = np.maximum(0.0, chip_req + chip_reserve - T.capacity_bytes)
+    t_chips = t_chips * t_pp                     # the whole group from here on
     cap_t = T.capacity_bytes * t_chips
     if any_on:
         D = batch.draft
+        d_chips = d_chips * d_pp
         reserve_d = np.where(on_chip, D.memory_reserve_fraction * D.capacity_bytes * d_chips, 0.0)
         req_d = draft_chip * d_chips            # d_chips is the target's where the draft lives there
         cap_d = np.where(on_chip, D.capacity_bytes * d_chips, cap_t)

@@ -7,7 +7,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..catalog.specs import ModelSpec
-from . import routing
+from . import pipeline, routing
 from . import transformer as tf
 from .work import COUNTS
 
@@ -236,7 +236,15 @@ def smooth_roofline(t_compute, t_memory, p):
     return np.where(hi > 0, hi * blend, 0.0)
 
 
-def step_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_bytes: float,
+def step_cost(m: ModelSpec, hw, **kw) -> StepCost:
+    """One step of B sequences, q tokens each, on the group ``hw`` (``pass_cost``'s arguments): one
+    roofline pass, or across pipeline stages and a chip's layer regions (pipeline.pipelined_step)."""
+    if pipeline.is_pipelined(hw):
+        return pipeline.pipelined_step(pass_cost, m, hw, **kw)
+    return pass_cost(m, hw, **kw)
+
+
+def pass_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_bytes: float,
               act_bytes: float = 2.0, layers: int | None = None, lm_head: bool = True,
               lm_head_last_only: bool = False,
               step_overhead: bool = True, weight_bw_factor=None, weight_dequant: str = "",

@@ -388,6 +388,37 @@ def shards_attention(m: ModelSpec, chips: int) -> bool:
     return bool(m.kv_lora_rank) or kv % t == 0 or t % kv == 0
 
 
+def pipeline_split(m: ModelSpec, chips: int, pp: int | None = None, where: str = "--pp",
+                   path: str | None = None, max_tp: int | None = None,
+                   most_stages: bool = False) -> tuple[int, int]:
+    """(tensor parallel t, pipeline stages pp) for ``chips`` chips (MODEL.md section 7): pp given, it
+    must divide the chips, be at most the layers (every stage holds one) and leave t = chips/pp
+    that splits the heads (``shards_attention``); pp None ('auto'): 1 where the chips split the heads,
+    else the fewest stages that leave such a t, at most ``max_tp`` (1 for a part with no scale-up
+    link: its chips only pass activations on); with ``most_stages`` (a part whose layers sit in
+    regions of its SRAM, where a token's batch-1 time is L x W / (chips x BW) whatever the split and
+    tensor parallel only adds all-reduces) the most stages, at most L. SpecError naming the flag when
+    none exists."""
+    chips, L = int(chips), m.num_layers
+    if pp is not None:
+        pp = int(pp)
+        if pp < 1 or pp > L or chips % pp:
+            raise SpecError(path, where, pp, f"expected a divisor of the {chips} chips that is at most "
+                            f"{m.name}'s {L} layers (each stage holds at least one layer)")
+        if not shards_attention(m, chips // pp):
+            ok = [p for p in range(1, min(chips, L) + 1) if chips % p == 0 and shards_attention(m, chips // p)]
+            raise SpecError(path, where, pp, f"{chips} chips in {pp} stages leave {chips // pp} per stage, which "
+                            f"does not split {m.name}'s {m.num_attention_heads} attention heads; use one of "
+                            f"{', '.join(map(str, ok)) or 'none (no split works)'}")
+        return chips // pp, pp
+    order = range(min(chips, L), 0, -1) if most_stages else range(1, min(chips, L) + 1)
+    for p in order:
+        if chips % p == 0 and shards_attention(m, chips // p) and chips // p <= (max_tp or chips):
+            return chips // p, p
+    raise SpecError(path, where.replace("--pp", "--chips"), chips, f"no split of {chips} chips into at most {L} "
+                    f"stages leaves a tensor-parallel group that splits {m.name}'s attention heads")
+
+
 def check_tensor_parallel(m: ModelSpec, chips: tuple[int, ...], where: str = "--chips",
                           path: str | None = None, role: str = "") -> list[SpecError]:
     """Every chip count must split the model's attention heads (``shards_attention``); engines

@@ -93,9 +93,14 @@ def test_405b_on_16_h200_crosses_the_scale_out_network(db):
 
 def test_a_group_past_its_domain_is_whole_domains_on_a_network(db):
     run = CliRunner()
-    res = run.invoke(main, ["eval", "--hw", "h200", "--chips", "12", "--target", "llama-3.1-405b"])
+    # 12 chips do not split 405B's 128 heads: 3 pipeline stages of 4 (each stage inside a board; the
+    # stages span 2 boards, so one hop of a token's pass crosses the network)
+    res = run.invoke(main, ["eval", "--hw", "h200", "--chips", "12", "--target", "llama-3.1-405b", "--dtype", "fp8"])
+    assert res.exit_code == 0, res.output
+    assert "in 3 pipeline stages of 4" in res.output and "span 2 scale-up domains of 8" in res.output
+    # a tensor-parallel group past its domain is still whole domains on a network
+    res = run.invoke(main, ["eval", "--hw", "h200", "--chips", "12", "--pp", "1", "--target", "llama-3.1-405b"])
     assert res.exit_code == 2 and res.output.count("\n") == 1
-    assert "h200's scale-up domain is 8 chips" in res.output and "a multiple of 8" in res.output
     res = run.invoke(main, ["eval", "--hw", "rtx-4090", "--chips", "16", "--target", "llama-3.1-8b"])
     assert res.exit_code == 2 and "no scale-out network" in res.output
     # in a study such a group is not buildable (other chip counts of the same part are)
