@@ -31,12 +31,12 @@ from .workload.spec import (
     Workload,
     check_ep,
     check_tensor_parallel,
-    pipeline_split,
     check_workload,
     make_acceptance,
     parse_drafter,
     parse_k,
     parse_task,
+    pipeline_split,
 )
 
 #: `--set` fields that belong to the runtime rather than the device
