@@ -220,8 +220,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                         "(--draft retrieval or ngram)")
     check_group(dev, chips)
     raise_collected(check_tensor_parallel(tgt, (chips,)))
-    if drafter.kind == "model" and not on_chip:        # a draft model on the target chips shards like it
-        raise_collected(check_tensor_parallel(drafter.model, (chips,), role="the draft "))
+    # a draft model runs at the tensor parallel its heads allow on its chips (draft_tp: dse.model.drafters)
     from .catalog.technology import load_technology
     db_tech = load_technology(db.root)
     tech = tech or db_tech
@@ -229,8 +228,6 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     if on_chip:
         ddev = db.device(draft_hw, where="--draft-hw: ")
         check_group(ddev, draft_chips, "--draft-chips")
-        if drafter.kind == "model":
-            raise_collected(check_tensor_parallel(drafter.model, (draft_chips,), "--draft-chips", role="the draft "))
         for end in (ddev, dev):      # both ends need a link, as in studies (evaluation.build_designs)
             if end.link_bw_bytes_s <= 0:
                 raise SpecError(None, "--draft-hw", draft_hw, f"{end.name} has no link (link_bw_gb_s = 0) between "
