@@ -188,8 +188,9 @@ def parse_study(raw: Any, path: str | Path, db: Database | None = None) -> Study
                 tree_nodes=wl["tree_nodes"], tree_lo=knob_bounds(by.get("tree_nodes"))[0], overlap=False,
                 draft_chip=chip and (not several or d.can_use_draft_chip), acceptance_given=wl["acc_given"],
                 names=WorkloadNames(**{**vars(names), "draft": f"workload.draft[{i}]"}) if several else names)
-            err.items.extend(e for e in errs if not (several and d.kind == "none" and e.field in (names.k,
-                                                                                                  names.tree_nodes)))
+            # the choice 'none' among several drafts takes no k, tree or acceptance: they are the others'
+            err.items.extend(e for e in errs if not (several and d.kind == "none" and e.field in (
+                names.k, names.tree_nodes, names.acceptance)))
         if several and chip and not any(d.can_use_draft_chip for d in specs):
             err.add("space.draft_chip.enabled", True, "a draft chip holds a draft model: list one in workload.draft")
         # overlapped drafting where a row has a draft chip holding its draft model, serial drafting
