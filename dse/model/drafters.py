@@ -58,7 +58,7 @@ def draft_tp(d: DrafterSpec, chips):
     drafter made of the target's own layers (EAGLE, early exit, Medusa, Hydra heads) at the
     group's chips; 0 where nothing drafts on the device (none, n-gram, retrieval). Qwen2.5-0.5B
     (14 heads, 2 KV heads) beside 8 chips: 2, beside 14: 14; Qwen2.5-1.5B (12 heads) beside 8: 4."""
-    c = np.asarray(chips).astype(np.int64)
+    c = np.asarray(chips, dtype=np.int64)
     if d.kind in ("none", "ngram"):
         return np.zeros(c.shape, dtype=np.int64)
     if d.kind != "model":
@@ -67,4 +67,4 @@ def draft_tp(d: DrafterSpec, chips):
     key = (m.num_attention_heads, m.num_kv_heads, bool(m.kv_lora_rank))
     top = int(c.max()) if c.size else 0
     table = _tp_table(*key, max(_TP_TABLE_CHIPS, top) + 1)
-    return table[c]
+    return table.take(c)
