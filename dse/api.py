@@ -30,7 +30,6 @@ from .workload.spec import (
     TaskMix,
     Workload,
     check_ep,
-    check_tensor_parallel,
     check_workload,
     make_acceptance,
     parse_drafter,
@@ -247,8 +246,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                                max_tp=1 if dev.link_bw_bytes_s <= 0 else None, most_stages=dev.layer_regions)
     check_group(dev, chips)
     check_stages(dev, chips, pp)
-    if drafter.kind == "model" and not on_chip:        # a draft model on the target chips shards like it
-        raise_collected(check_tensor_parallel(drafter.model, (chips,), role="the draft "))
+    # a draft model runs at the tensor parallel its heads allow on its chips (draft_tp: dse.model.drafters)
     from .catalog.technology import load_technology
     db_tech = load_technology(db.root)
     tech = tech or db_tech
@@ -257,8 +255,6 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     if on_chip:
         ddev = db.device(draft_hw, where="--draft-hw: ")
         check_group(ddev, draft_chips, "--draft-chips")
-        if drafter.kind == "model":
-            raise_collected(check_tensor_parallel(drafter.model, (draft_chips,), "--draft-chips", role="the draft "))
         for end in (ddev, dev):      # both ends need a link, as in studies (evaluation.build_designs)
             if end.link_bw_bytes_s <= 0:
                 raise SpecError(None, "--draft-hw", draft_hw, f"{end.name} has no link (link_bw_gb_s = 0) between "

@@ -275,6 +275,8 @@ def metrics(tm: dict, dm: dict, T: dict, D: dict | None, *, B: int, P: int, G: i
                draft_memory_reserve_gb=reserve_d / OUT_GB,
                draft_memory_capacity_gb=cap_d / OUT_GB, draft_memory_shortfall_gb=short_d / OUT_GB,
                datastore_gb=0.0, k=k, tree_nodes=0, tree_shape="",    # a chain, no retrieval datastore
+               # Llama-3.2-1B's 32 heads / 8 KV heads split over the 1 or 2 chips it runs on: all of them
+               draft_tp=td,
                rank_profile="",                        # no tree: no rank profile (tests/model/test_rank_profiles.py)
                acceptance_source="given")     # alpha given in the study: no band (low = high = nominal)
     # ---- steps ----
@@ -352,6 +354,19 @@ def violation(row: dict, constraints: list[dict]) -> float:
         else:
             total += max(v - c.get("max", math.inf), c.get("min", -math.inf) - v, 0.0)
     return total
+
+
+def reason(row: dict, constraints: list[dict]) -> str | None:
+    """infeasible_reason: null where feasible, else every reason '; '-joined in the order fit,
+    buildable, each study constraint ('metric > max' / 'metric < min'; a null metric violates it)."""
+    why = ([] if row["fits"] else ["does not fit in memory"]) + ([] if row["buildable"] else ["not buildable"])
+    for c in constraints:
+        v = row[c["metric"]]
+        if "max" in c and (math.isnan(v) or v > c["max"]):
+            why.append(f"{c['metric']} > {c['max']:g}")
+        if "min" in c and (math.isnan(v) or v < c["min"]):
+            why.append(f"{c['metric']} < {c['min']:g}")
+    return "; ".join(why) or None
 
 
 def dominated(a: dict, b: dict, objectives: list[dict]) -> bool:
@@ -446,6 +461,7 @@ def expected_known() -> dict[tuple, dict]:
             r.update(derived(r))
             r["constraint_violation"] = violation(r, KNOWN_CON)
             r["feasible"] = r["fits"] and r["constraint_violation"] == 0
+            r["infeasible_reason"] = reason(r, KNOWN_CON)
             r["duplicate_of"] = None            # grid points are distinct designs
             rows[(dev, chips)] = r
     pareto(list(rows.values()), KNOWN_OBJ)
@@ -482,6 +498,7 @@ def expected_synth() -> dict[tuple, dict]:
             r.update(derived(r))
             r["constraint_violation"] = violation(r, SYNTH_CON)
             r["feasible"] = r["fits"] and r["constraint_violation"] == 0
+            r["infeasible_reason"] = reason(r, SYNTH_CON)
             r["duplicate_of"] = None            # grid points are distinct designs
             rows[(stacks, on)] = r
     pareto(list(rows.values()), SYNTH_OBJ)
@@ -814,11 +831,11 @@ def test_evaluate_design_agrees_with_the_row(known):
 # The schema: no column without a pinned value, and each column's type
 # ---------------------------------------------------------------------------------------------
 
-INT = ("trial", "seed", "chips", "draft_chips", "k", "tree_nodes", "pareto_rank", "duplicate_of", "params_target_chip_chips",
+INT = ("trial", "seed", "chips", "draft_chips", "k", "tree_nodes", "draft_tp", "pareto_rank", "duplicate_of", "params_target_chip_chips",
        "params_target_chip_memory_stacks")
 BOOL = ("buildable", "fits", "feasible", "is_pareto", "params_draft_chip_enabled")
 STR = ("study", "state", "sampler", "params_target_chip_device", "baseline_bound", "verify_bound", "draft_bound",
-       "tree_shape", "rank_profile", "acceptance_source")
+       "tree_shape", "rank_profile", "acceptance_source", "infeasible_reason")
 TIME = ("datetime_start", "datetime_complete")
 
 

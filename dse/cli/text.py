@@ -93,8 +93,13 @@ def eval_table(r: dict) -> str:
         out.append(f"note: the {pp} stages span {-(-r['chips'] // dom)} scale-up domains of {dom}: a token's hops "
                    "between them cross the scale-out network")
     if r["draft"] != "none":
+        group = r["draft_chips"] if r["draft_hw"] else r["chips"]
+        # a draft model whose heads do not split its group's chips runs at a smaller tensor parallel
+        tp = (f"tensor parallel {r['draft_tp']} of {group} chips, the most its heads allow"
+              if r.get("draft_tp") and r["draft_tp"] != group else "")
         where = (f"on {r['draft_chips']}x {r['draft_hw']} (draft chip"
-                 f"{', overlapped' if r['overlap'] else ''})" if r["draft_hw"] else "on the target chips")
+                 f"{', overlapped' if r['overlap'] else ''}{'; ' + tp if tp else ''})" if r["draft_hw"] else
+                 f"on the target chips{' (' + tp + ')' if tp else ''}")
         tree = (f", tree of {r['tree_nodes']} nodes (per depth {r['tree_shape'] or '-'}; rank profile "
                 f"{r['rank_profile']})" if r.get("tree_nodes") else "")
         acc = r["acceptance"] if r.get("acceptance_origin") in (None, "given") else r["acceptance_origin"]

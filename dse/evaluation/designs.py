@@ -348,6 +348,7 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
         hwcols["buildable"] = tc["buildable"] & (~on | draft_ok)
     else:
         hwcols["buildable"] = tc["buildable"]
+    hwcols["invalid"] = invalid_combinations(study, kn, chips)
     hwcols["cost_usd"] = tc["chip_cost_usd"] * chips + d_cost            # manufacturing estimate
     hwcols["price_usd"] = tc["chip_price_usd"] * chips + d_price         # street price (NaN if unknown)
     hwcols["power_w"] = tc["chip_power_w"] * chips + d_power
@@ -358,6 +359,20 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
         layers = np.asarray(kn["draft_exit_layer"], dtype=np.int64) if "draft_exit_layer" in kn else np.zeros(n, np.int64)
         drafts = (np.asarray(kn["draft"], dtype=np.int64), names["draft"], layers)
     return Designs(batch=batch, hardware=hwcols, active=active, drafts=drafts)
+
+
+#: combinations of knob values that cannot exist, as bits of ``invalid_combinations`` (the study is
+#: refused only where no row could avoid them: dse.study.parse)
+INVALID_REASONS = ("expert-parallel ranks (ep) do not divide the chips",)
+
+
+def invalid_combinations(study: StudySpec, kn: dict[str, np.ndarray], chips: np.ndarray) -> np.ndarray:
+    """Per row, the bits (1 << i: INVALID_REASONS[i]) of what cannot exist in it; 0 where all can.
+    Expert parallel over E ranks needs E to divide the target's t chips (E ranks of t/E chips:
+    MODEL.md section 2); E is the row's ``ep`` knob or the workload's."""
+    ep = np.asarray(kn["ep"], dtype=np.int64) if "ep" in kn else np.int64(study.workload.ep)
+    bad = np.asarray(chips, dtype=np.int64) % np.maximum(ep, 1) != 0
+    return np.broadcast_to(bad.astype(np.int64), np.shape(chips))
 
 
 def evaluate_study(study: StudySpec, params: dict[str, np.ndarray], n: int, db: Database,
@@ -418,13 +433,14 @@ def constraint_values(cols: dict[str, np.ndarray], study) -> np.ndarray:
     minus the target's slack in GB (capacity - required - the runtime's reserve).
     Column 1 is buildability (memory stacks fit the die edges, the stack height exists for
     that memory, the group has bandwidth and, across chips, a link; a design that fits must
-    have a finite latency): +1 when not, -1 when it is. Then one column per study constraint (value - max, or min - value); a metric that is
+    have a finite latency) and validity (no combination of INVALID_REASONS): +1 when not, -1 when it is. Then one column per study constraint (value - max, or min - value); a metric that is
     undefined (NaN, e.g. a latency of a design that does not fit) counts as violated (+1).
     """
     short = cols["memory_shortfall_gb"] + cols["draft_memory_shortfall_gb"]     # target chips + draft chip
     fit = np.where(short > 0, short, cols["memory_required_gb"] + cols["memory_reserve_gb"] - cols["memory_capacity_gb"])
     finite = ~cols["fits"] | np.isfinite(cols["spec_ms_per_token"])
-    out = [fit, np.where(cols["buildable"] & finite, -1.0, 1.0)]
+    valid = cols["invalid"] == 0 if "invalid" in cols else True
+    out = [fit, np.where(cols["buildable"] & finite & valid, -1.0, 1.0)]
     for c in study.constraints:
         v = np.asarray(cols[c.metric], dtype=np.float64)
         viol = np.full(v.shape, -np.inf)
@@ -434,6 +450,34 @@ def constraint_values(cols: dict[str, np.ndarray], study) -> np.ndarray:
             viol = np.maximum(viol, c.min - v)
         out.append(np.where(np.isnan(v), 1.0, viol))
     return np.stack(out, axis=1)
+
+
+def infeasible_reasons(cols: dict[str, np.ndarray], study, cons: np.ndarray | None = None
+                       ) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Why each design is not feasible, as (codes, texts): texts[codes[i]] names every reason of row
+    i, '; '-joined (INVALID_REASONS, 'does not fit in memory', 'not buildable', 'latency not
+    finite', then each violated study constraint: 'metric > max', 'metric < min' or 'metric outside
+    [min, max]'); code 0 (the text '') where none holds, which is where the design is feasible.
+    Bits per reason; the text made once per distinct set of them."""
+    cons = constraint_values(cols, study) if cons is None else cons
+    fits = np.asarray(cols["fits"], dtype=bool)
+    inv = np.asarray(cols.get("invalid", 0), dtype=np.int64)
+    names = list(INVALID_REASONS)
+    finite = ~fits | np.isfinite(cols["spec_ms_per_token"])
+    flags = [(cons[:, 0] > 0) | ~fits, ~np.asarray(cols["buildable"], dtype=bool), ~finite]
+    names += ["does not fit in memory", "not buildable", "latency not finite"]
+    for j, c in enumerate(study.constraints):
+        flags.append(cons[:, 2 + j] > 0)
+        names.append(f"{c.metric} > {c.max:g}" if c.min is None else f"{c.metric} < {c.min:g}" if c.max is None
+                     else f"{c.metric} outside [{c.min:g}, {c.max:g}]")
+    code = np.broadcast_to(inv, fits.shape).copy()
+    for i, f in enumerate(flags):
+        code |= np.asarray(f, dtype=np.int64) << (len(INVALID_REASONS) + i)
+    present = np.flatnonzero(np.bincount(code)) if code.size else np.zeros(0, np.int64)
+    texts = [""] + ["; ".join(nm for i, nm in enumerate(names) if c >> i & 1) for c in present if c]
+    table = np.zeros(int(present.max()) + 1 if present.size else 1, dtype=np.int64)
+    table[present[present > 0]] = np.arange(1, len(texts))
+    return table[code], tuple(texts)
 
 
 def objective_matrix(cols: dict[str, np.ndarray], study) -> np.ndarray:

@@ -10,7 +10,7 @@ from ..catalog.specs import ModelSpec
 from ..workload.spec import Workload
 from . import transformer as tf
 from .arrays import DesignBatch
-from .drafters import eagle_fc_params, eagle_head, medusa_head_params
+from .drafters import draft_tp, eagle_fc_params, eagle_head, medusa_head_params
 from .tau import largest_k
 
 
@@ -26,9 +26,9 @@ def draft_weight_bytes(w: Workload) -> float:
 
 
 def draft_weight_bytes_per_chip(w: Workload, chips):
-    """draft_weight_bytes on one of t chips: a draft model shards like the target
-    (transformer.per_chip: replicated MLA down-projections and router stay whole); EAGLE
-    and Medusa heads divide by t."""
+    """draft_weight_bytes on one of t chips: a draft model split t ways like the target
+    (transformer.per_chip: replicated MLA down-projections and router stay whole; t is its own
+    tensor parallel, drafters.draft_tp); EAGLE and Medusa heads divide by t."""
     d, wb = w.drafter, tf.WEIGHT_BYTES[w.dtype]
     t, c = w.target, np.asarray(chips, dtype=np.float64)
     if d.kind == "model":
@@ -63,9 +63,12 @@ def capacity_metrics(batch: DesignBatch, w: Workload) -> dict[str, np.ndarray]:
     lives on the target chips) + the runtime's reserve (a fraction of the capacity, for activations
     and workspace) <= capacity. Reported per chip and for the whole group (per-chip figure x chips, so
     state every chip holds whole counts once per chip), the reserve apart from what the model needs;
-    the target's and the draft chip's apart. ``chip_memory_floor`` is what a chip holds however many
-    chips share the model (transformer.per_chip and kv_shards at t -> inf: replicated weights, one KV
-    head's cache, an MLA latent cache): where it and the reserve exceed a chip, more chips cannot help.
+    the target's and the draft chip's apart. A draft model runs at the tensor parallel its heads
+    allow on the chips of its group (``draft_tp``, drafters.draft_tp): a chip holding it holds its
+    weights / draft_tp and its whole batch's cache / min(draft_tp, its KV heads).
+    ``chip_memory_floor`` is what a chip holds however many chips share the model
+    (transformer.per_chip and kv_shards at t -> inf: replicated weights, one KV head's cache, an
+    MLA latent cache): where it and the reserve exceed a chip, more chips cannot help.
     With pp pipeline stages each chip holds 1/pp of the layers and of their caches (the embedding and
     head spread the same way: an approximation within a layer's share), so per-chip figures divide by
     pp, the group's count chips x pp, and the floor is the one of L stages."""
@@ -83,7 +86,9 @@ def capacity_metrics(batch: DesignBatch, w: Workload) -> dict[str, np.ndarray]:
     t_pp = np.asarray(T.pp, dtype=np.float64)
     extra = np.maximum(K, nodes)              # draft-cache slots for the drafted tokens (chain or tree)
     d_chips = np.where(on_chip, batch.draft.chips, T.chips).astype(np.float64) if any_on else t_chips
-    # the draft's weights and KV cache on one of the chips it runs on, and however many share it (t -> inf)
+    # the draft's weights and KV cache on one of the chips it runs on, and however many share it (t -> inf);
+    # a draft model is split over the tensor parallel its heads allow on its group (draft_tp), each
+    # chip of that split holding its share of the whole batch's draft cache
     d_kv, d_shards = 0.0, None
     if d.kind == "model":
         d_kv, d_shards = tf.kv_cache_bytes(d.model, B, P + G + extra, kvb), lambda c: tf.kv_shards(d.model, c)
@@ -95,7 +100,9 @@ def capacity_metrics(batch: DesignBatch, w: Workload) -> dict[str, np.ndarray]:
         return out + d_kv / d_shards(chips) if d_shards else out + np.zeros(n)
 
     d_pp = np.where(on_chip, batch.draft.pp, T.pp).astype(np.float64) if any_on else t_pp
-    draft_chip = draft_per_chip(d_chips) / d_pp   # on the draft group, or on the target chips
+    tp = draft_tp(d, d_chips.astype(np.int64))
+    # on the draft group, or the target chips (a stage's share of the draft's layers there)
+    draft_chip = draft_per_chip(tp if d.kind == "model" else d_chips) / d_pp
     here = ~on_chip                               # the draft lives on the target chips
     kv = tf.kv_cache_bytes(tgt, B, P + G, kvb)                   # memory_per_chip, at t and at t -> inf
     chip_req = (weights_per_chip(tgt, t_chips, w.dtype) + kv / tf.kv_shards(tgt, t_chips)) / t_pp
@@ -121,7 +128,7 @@ def capacity_metrics(batch: DesignBatch, w: Workload) -> dict[str, np.ndarray]:
     else:
         reserve_d = short_d = np.broadcast_to(0.0, (n,))
         req_d, cap_d, fits = draft_chip * t_chips, cap_t, chip_short <= 0.0
-    return dict(fits=fits, memory_required_bytes=chip_req * t_chips,
+    return dict(fits=fits, draft_tp=tp, memory_required_bytes=chip_req * t_chips,
                 memory_reserve_bytes=chip_reserve * t_chips, memory_capacity_bytes=cap_t,
                 memory_shortfall_bytes=chip_short * t_chips, chip_memory_required_bytes=chip_req,
                 chip_memory_shortfall_bytes=chip_short, chip_memory_floor_bytes=chip_floor,

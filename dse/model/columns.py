@@ -24,8 +24,8 @@ BOUND_COLUMNS = ("baseline_bound", "verify_bound", "draft_bound")
 #: rank profile a tree's acceptance came from, 'eagle', 'geometric' or 'given'; '' for a chain;
 #: acceptance_source: where the row's acceptance comes from, 'given', 'table', 'model', 'table+model' or 'none')
 TEXT_METRICS = ("tree_shape", "rank_profile", "acceptance_source")
-#: integer metric columns
-INT_METRICS = ("k", "tree_nodes")
+#: integer metric columns (draft_tp: the tensor parallel of the draft's steps, dse.model.drafters.draft_tp)
+INT_METRICS = ("k", "tree_nodes", "draft_tp")
 #: model metrics in `dse eval --json` order
 MODEL_METRICS = tuple(name for name, _, _ in METRIC_COLUMNS)
 #: what a study may optimise or constrain
@@ -38,6 +38,6 @@ BASE_CONSTRAINTS = ("memory_fit_gb", "buildable")
 ID_COLUMNS = ("study", "trial", "state", "sampler", "seed")
 #: (is_pareto / pareto_rank: null in a sweep's part files, whose global flags are in the dataset's
 #: _pareto.parquet, dse.results.side_files.PARETO_FILE, joined by load_results)
-TAIL_COLUMNS = ("feasible", "constraint_violation", "is_pareto", "pareto_rank", "duplicate_of", "datetime_start",
+TAIL_COLUMNS = ("feasible", "infeasible_reason", "constraint_violation", "is_pareto", "pareto_rank", "duplicate_of", "datetime_start",
                 "datetime_complete")
 

@@ -1,13 +1,17 @@
 """What a drafter is made of, in parameters: the EAGLE head (one decoder layer of the target's
-shape) and its input fc, and a Medusa (or Hydra) head (MODEL.md section 3). Both the capacity
-check and the draft's cost are built from these."""
+shape) and its input fc, and a Medusa (or Hydra) head (MODEL.md section 3), and the tensor
+parallel a draft model runs at. Both the capacity check and the draft's cost are built from these."""
 
 from __future__ import annotations
 
 import dataclasses
+from functools import lru_cache
+from types import SimpleNamespace
+
+import numpy as np
 
 from ..catalog.specs import ModelSpec
-from ..workload.spec import EAGLE3_DRAFT_VOCAB
+from ..workload.spec import EAGLE3_DRAFT_VOCAB, DrafterSpec, shards_attention
 
 
 def eagle_head(target: ModelSpec, method: str = "eagle") -> ModelSpec:
@@ -28,3 +32,39 @@ def eagle_fc_params(target: ModelSpec, method: str = "eagle") -> int:
 def medusa_head_params(target: ModelSpec) -> int:
     """One Medusa head: a residual block Linear(d -> d) and its own LM head d*V (arXiv 2401.10774)."""
     return target.hidden_size ** 2 + target.hidden_size * target.vocab_size
+
+
+#: chip counts the tables of ``draft_tp`` cover at first (the study knob's largest, 1024)
+_TP_TABLE_CHIPS = 1024
+
+
+@lru_cache(maxsize=64)
+def _tp_table(heads: int, kv_heads: int, mla: bool, size: int) -> np.ndarray:
+    """tp[c] for c = 0..size-1: the largest t dividing c that splits the attention (each t that
+    does written onto its multiples, smallest first); tp[0] = 1 (unused)."""
+    m = SimpleNamespace(num_attention_heads=heads, num_kv_heads=kv_heads, kv_lora_rank=int(mla))
+    tp = np.ones(size, dtype=np.int64)
+    for t in range(2, min(heads, size - 1) + 1):
+        if shards_attention(m, t):
+            tp[t::t] = t
+    tp.flags.writeable = False
+    return tp
+
+
+def draft_tp(d: DrafterSpec, chips):
+    """Tensor parallel of the draft's steps on a group of ``chips`` chips, per row: a draft model
+    at the largest t' that divides the chip count and splits its attention heads
+    (workload.spec.draft_tensor_parallel, as vLLM and SGLang serve such a draft: 1 at worst); a
+    drafter made of the target's own layers (EAGLE, early exit, Medusa, Hydra heads) at the
+    group's chips; 0 where nothing drafts on the device (none, n-gram, retrieval). Qwen2.5-0.5B
+    (14 heads, 2 KV heads) beside 8 chips: 2, beside 14: 14; Qwen2.5-1.5B (12 heads) beside 8: 4."""
+    c = np.asarray(chips, dtype=np.int64)
+    if d.kind in ("none", "ngram"):
+        return np.zeros(c.shape, dtype=np.int64)
+    if d.kind != "model":
+        return c
+    m = d.model
+    key = (m.num_attention_heads, m.num_kv_heads, bool(m.kv_lora_rank))
+    top = int(c.max()) if c.size else 0
+    table = _tp_table(*key, max(_TP_TABLE_CHIPS, top) + 1)
+    return table.take(c)

@@ -46,6 +46,7 @@ class Metrics:
     draft_memory_capacity_bytes: np.ndarray
     draft_memory_shortfall_bytes: np.ndarray
     datastore_bytes: np.ndarray
+    draft_tp: np.ndarray
     baseline_s_per_token: np.ndarray
     spec_s_per_token: np.ndarray
     overhead_s_per_token: np.ndarray
@@ -122,6 +123,7 @@ METRIC_COLUMNS = (
     ("draft_memory_capacity_gb", "draft_memory_capacity_bytes", FACTOR["gb"]),
     ("draft_memory_shortfall_gb", "draft_memory_shortfall_bytes", FACTOR["gb"]),
     ("datastore_gb", "datastore_bytes", FACTOR["gb"]),
+    ("draft_tp", "draft_tp", None),
     ("baseline_ms_per_token", "baseline_s_per_token", FACTOR["ms"]),
     ("spec_ms_per_token", "spec_s_per_token", FACTOR["ms"]),
     ("overhead_ms_per_token", "overhead_s_per_token", FACTOR["ms"]),

@@ -15,7 +15,7 @@ from ..workload.spec import Workload
 from . import specdec
 from . import transformer as tf
 from .arrays import DesignBatch, HardwareArrays
-from .drafters import eagle_fc_params, eagle_head, medusa_head_params
+from .drafters import draft_tp, eagle_fc_params, eagle_head, medusa_head_params
 from .k_auto import BOUND_MARGIN, auto_k, auto_k_bound, concat_terms
 from .roofline import OVERHEAD, StepCost, step_cost, stream_factor
 from .tau import acceptance_terms, largest_k, tau_table, tree_terms
@@ -86,6 +86,10 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
 
     on_chip = batch.draft_on_chip & d.can_use_draft_chip
     D = _select(on_chip, batch.draft, T)     # the group the drafter runs on
+    if d.kind == "model":       # a draft model's steps at the tensor parallel its heads allow there (draft_tp)
+        tp = draft_tp(d, D.chips)
+        if (tp != D.chips).any():
+            D = dataclasses.replace(D, chips=tp)
     K = largest_k(w)
     ttft = prefill.time_s + wait + T.request_overhead_s
 

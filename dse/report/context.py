@@ -170,9 +170,14 @@ def known_parts(study: StudySpec, devices=DEVICES, chips=CHIPS) -> pd.DataFrame:
     workload, notes = _fixed_workload(study)
     knobs = (*workload, Knob("target_chip_device", "target_chip", "device", "cat", choices=devices),
              Knob("target_chip_chips", "target_chip", "chips", "int", choices=chips))
-    kstudy = dataclasses.replace(study, knobs=knobs)
     params = {"target_chip_device": np.repeat(np.array(devices, dtype=object), len(chips)),
               "target_chip_chips": np.tile(np.array(chips, dtype=np.int64), len(devices))}
+    ep = next((int(k.fixed) for k in workload if k.name == "ep"), study.workload.ep)
+    if ep > 1:      # each part at gcd(ep, chips) expert ranks (roofline.expert_ranks), an ep its chips can take
+        params["ep"] = np.gcd(ep, params["target_chip_chips"])
+        knobs = (*(k for k in knobs if k.name != "ep"),
+                 Knob("ep", "workload", "ep", "int", choices=tuple(sorted(set(params["ep"].tolist())))))
+    kstudy = dataclasses.replace(study, knobs=knobs)
     df = _evaluate(kstudy, params, len(devices) * len(chips))
     keep = [_fewest_fitting(g) for _, g in df.groupby("params_target_chip_device", sort=False)]
     out = df.loc[keep].reset_index(drop=True)

@@ -2,7 +2,7 @@
 
 Columns (units in every name): study, trial, state, sampler, seed, params_<knob> per searched
 knob, the hardware columns, every `dse eval` metric, derived efficiency metrics, fits,
-feasible, constraint_violation, is_pareto, pareto_rank, datetime_start, datetime_complete.
+feasible, infeasible_reason, constraint_violation, is_pareto, pareto_rank, datetime_start, datetime_complete.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..evaluation.designs import Designs, constraint_values, metric_table
+from ..evaluation.designs import Designs, constraint_values, infeasible_reasons, metric_table
 from ..model.columns import BOUND_COLUMNS, DERIVED_COLUMNS, HARDWARE_COLUMNS, INT_METRICS, TEXT_METRICS
 from ..model.evaluate import Metrics
 from ..study.space import is_conditional
@@ -52,6 +52,8 @@ def results_frame(study, designs: Designs, metrics: Metrics, params: dict[str, n
     for name in DERIVED_COLUMNS:
         data[name] = cols[name]
     data["feasible"] = feasible
+    code, texts = infeasible_reasons(cols, study, cons)
+    data["infeasible_reason"] = pd.array(np.where(code > 0, np.asarray(texts, dtype=object)[code], None), dtype="string")
     data["constraint_violation"] = np.maximum(cons, 0).sum(axis=1)
     df = pd.DataFrame(data)
     if pareto:

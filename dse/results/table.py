@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa
 
-from ..evaluation.designs import Designs, constraint_values, metric_table
+from ..evaluation.designs import Designs, constraint_values, infeasible_reasons, metric_table
 from ..model.columns import BOUND_COLUMNS, DERIVED_COLUMNS, HARDWARE_COLUMNS, INT_METRICS, TEXT_METRICS
 from ..model.evaluate import METRIC_COLUMNS, Metrics
 from ..model.roofline import BOUND_NAMES
@@ -79,6 +79,8 @@ def results_table(study, designs: Designs, metrics: Metrics, params: dict[str, n
     for name in DERIVED_COLUMNS:
         data[name] = num_array(cols[name], pa.float64())
     data["feasible"] = bool_array(feasible)
+    code, texts = infeasible_reasons(cols, study, cons)
+    data["infeasible_reason"] = string_array(texts).take(num_array(code, pa.int64(), code > 0))
     data["constraint_violation"] = num_array(np.maximum(cons, 0).sum(axis=1), pa.float64())
     data["is_pareto"] = pa.nulls(n, pa.bool_())
     data["pareto_rank"] = pa.nulls(n, pa.int64())

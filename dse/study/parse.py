@@ -30,6 +30,7 @@ from ..workload.spec import (
     check_ep,
     check_tensor_parallel,
     check_workload,
+    ep_divisor_error,
 )
 from .knob_values import StudyErrors, knob_bounds, knob_values, parse_knob
 from .objectives import parse_constraints, parse_objectives, refuse_null_metrics
@@ -146,7 +147,13 @@ def parse_study(raw: Any, path: str | Path, db: Database | None = None) -> Study
         chips = knob_values(next((k for k in knobs if k.name == "target_chip_chips"), None), 1)
         values = ep_raw if isinstance(ep_raw, list) and ep_raw else [ep_raw]
         ep_errs = [e for v in values for e in check_ep(wl["target"], v, chips, where="workload.ep",
-                                                      chips_name="space.target_chip.chips", path=p)]
+                                                      chips_name="space.target_chip.chips", path=p,
+                                                      every_chip=False)]
+        # a row whose chips its E does not divide is infeasible (invalid_combinations); refused only
+        # when no row can be valid
+        if not ep_errs and not any(int(c) % int(v) == 0 for v in values for c in chips):
+            ep_errs = [ep_divisor_error(wl["target"], ep_raw, chips, "workload.ep", "space.target_chip.chips", p,
+                                        no_row=True)]
         err.items.extend(ep_errs)
         if isinstance(ep_raw, list) and not ep_errs:     # searched per design
             kn = parse_knob(err, "workload.ep", ep_raw, EP_KNOB, None, "ep", "workload", "ep")
@@ -160,17 +167,7 @@ def parse_study(raw: Any, path: str | Path, db: Database | None = None) -> Study
         by = {k.name: k for k in knobs}
         t_chips = knob_values(by.get("target_chip_chips"), 1)
         err.items.extend(check_tensor_parallel(wl["target"], t_chips, "space.target_chip.chips", p))
-        en = by.get("draft_chip_enabled")
-        always_on = en is not None and not en.searched and en.fixed is True
-        for _, d in wl["choices"]:        # every draft model of the study
-            if d is None or d.kind != "model":
-                continue
-            if not always_on:       # on the target chips (some designs): sharded like the target
-                err.items.extend(check_tensor_parallel(d.model, t_chips, "space.target_chip.chips", p,
-                                                       role="the draft "))
-            if en is not None and (en.searched or en.fixed is True):
-                err.items.extend(check_tensor_parallel(d.model, knob_values(by.get("draft_chip_chips"), 1),
-                                                       "space.draft_chip.chips", p, role="the draft "))
+        # a draft model runs at the tensor parallel its heads allow on its chips (dse.model.drafters.draft_tp)
     choices = wl["choices"]
     if drafter is not None or choices:
         by = {k.name: k for k in knobs}
@@ -188,13 +185,19 @@ def parse_study(raw: Any, path: str | Path, db: Database | None = None) -> Study
             # with several drafts, a draft chip serves the draft models among them (elsewhere it is off)
             errs = check_workload(
                 d, acc, k_lo=k_lo, k_hi=k_hi, k_fixed=k_knob is not None and not k_knob.searched,
-                tree_nodes=wl["tree_nodes"], tree_lo=knob_bounds(by.get("tree_nodes"))[0], overlap=wl["overlap"],
+                tree_nodes=wl["tree_nodes"], tree_lo=knob_bounds(by.get("tree_nodes"))[0], overlap=False,
                 draft_chip=chip and (not several or d.can_use_draft_chip), acceptance_given=wl["acc_given"],
                 names=WorkloadNames(**{**vars(names), "draft": f"workload.draft[{i}]"}) if several else names)
-            err.items.extend(e for e in errs if not (several and d.kind == "none" and e.field in (names.k,
-                                                                                                  names.tree_nodes)))
+            # the choice 'none' among several drafts takes no k, tree or acceptance: they are the others'
+            err.items.extend(e for e in errs if not (several and d.kind == "none" and e.field in (
+                names.k, names.tree_nodes, names.acceptance)))
         if several and chip and not any(d.can_use_draft_chip for d in specs):
             err.add("space.draft_chip.enabled", True, "a draft chip holds a draft model: list one in workload.draft")
+        # overlapped drafting where a row has a draft chip holding its draft model, serial drafting
+        # elsewhere (dse.model.latency); refused only when no row can have one
+        if wl["overlap"] and not (chip and any(d.can_use_draft_chip for d in specs)):
+            err.add("workload.overlap", True, "overlapped drafting needs a draft model on a draft chip "
+                    "(space.draft_chip.enabled: true, or [true, false] to overlap where it is on); no row has one")
         link_lo = knob_bounds(by.get("draft_chip_link_bw_gb_s"))[0]
         if enabled is not None and (enabled.searched or enabled.fixed) and link_lo is not None and link_lo <= 0:
             err.add("space.draft_chip.link_bw_gb_s", link_lo,

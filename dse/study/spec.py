@@ -86,8 +86,8 @@ K_KNOB = KnobDef("int", 1, K_LIMIT, None)
 #: workload.tree_nodes given as a list or {low, high}: searched per design (0 in a list = a chain)
 TREE_NODES_KNOB = KnobDef("int", 0, TREE_NODES_MAX, None, desc="nodes of the best draft tree (depth <= k); 0 = a chain")
 
-#: workload.ep given as a list: expert-parallel ranks searched per design (each must divide the experts and
-#: every chip count)
+#: workload.ep given as a list: expert-parallel ranks searched per design (each must divide the experts; a
+#: row whose chip count its value does not divide is infeasible: dse.evaluation.designs.invalid_combinations)
 EP_KNOB = KnobDef("int", 1, 1e5, 1, desc="expert-parallel ranks of an MoE target (1 = tensor parallel)")
 WORKLOAD_KEYS = {"target", "draft", "dtype", "kv_dtype", "batch", "prompt_tokens", "output_tokens", "temperature",
                  "acceptance", "k", "runtime", "overlap", "tree_nodes", "k_max", "continuous", "ep", "rank_profile",

@@ -348,10 +348,12 @@ def _rank_acceptance(rank, field: str) -> AcceptanceSpec:
 
 
 def check_ep(target: ModelSpec, ep: Any, chips: tuple[int, ...], where: str = "--ep",
-             chips_name: str = "--chips", path: str | None = None) -> list[SpecError]:
+             chips_name: str = "--chips", path: str | None = None, every_chip: bool = True) -> list[SpecError]:
     """Expert parallel E (MODEL.md section 2): 1 (the routed experts tensor-parallel like the
     rest), or for an MoE target an integer > 1 that divides num_experts (each rank holds
-    num_experts/E whole experts) and every target chip count t (E ranks of t/E chips each)."""
+    num_experts/E whole experts) and every target chip count t (E ranks of t/E chips each).
+    ``every_chip`` False (a study's chip counts): E must divide num_experts; a row whose t it does
+    not divide is infeasible (dse.evaluation.designs.invalid_combinations), not refused here."""
     if isinstance(ep, bool) or not isinstance(ep, (int, float, str)):
         return [SpecError(path, where, ep, "expected a positive integer (1 = no expert parallel)")]
     try:
@@ -367,6 +369,10 @@ def check_ep(target: ModelSpec, ep: Any, chips: tuple[int, ...], where: str = "-
         return []
     if not target.is_moe:
         return [SpecError(path, where, val, f"expert parallel needs an MoE target; {target.name} is dense: use 1")]
+    if not every_chip:
+        if target.num_experts % val:
+            return [ep_divisor_error(target, val, chips, where, chips_name, path)]
+        return []
     g = target.num_experts
     for c in chips:
         g = math.gcd(g, int(c))
@@ -376,6 +382,19 @@ def check_ep(target: ModelSpec, ep: Any, chips: tuple[int, ...], where: str = "-
         return [SpecError(path, where, val, f"expected a divisor of both num_experts = {target.num_experts} and "
                           f"{chips_name} = {shown}: one of {', '.join(map(str, allowed))}")]
     return []
+
+
+def ep_divisor_error(target: ModelSpec, value: Any, chips: tuple[int, ...], where: str, chips_name: str,
+                     path: str | None, no_row: bool = False) -> SpecError:
+    """The one line for a study's expert parallel that no row can take: E must divide num_experts
+    and some chip count t (E ranks of t/E chips), naming the values that do; ``no_row``: said of
+    every row of the study (no value divides any chip count)."""
+    allowed = [e for e in range(1, target.num_experts + 1)
+               if target.num_experts % e == 0 and any(int(c) % e == 0 for c in chips)]
+    shown = ", ".join(str(int(c)) for c in chips[:8]) + (", ..." if len(chips) > 8 else "")
+    return SpecError(path, where, value, ("no row can exist (E expert ranks of t/E chips need E to divide the "
+                                          "chips t): " if no_row else "") + f"expected a divisor of num_experts = {target.num_experts} that divides "
+                     f"some chip count of {chips_name} = {shown}: one of {', '.join(map(str, allowed))}")
 
 
 def shards_attention(m: ModelSpec, chips: int) -> bool:
@@ -417,6 +436,22 @@ def pipeline_split(m: ModelSpec, chips: int, pp: int | None = None, where: str =
             return chips // p, p
     raise SpecError(path, where.replace("--pp", "--chips"), chips, f"no split of {chips} chips into at most {L} "
                     f"stages leaves a tensor-parallel group that splits {m.name}'s attention heads")
+
+
+def draft_tensor_parallel(m: ModelSpec, chips: int) -> int:
+    """The tensor parallel a draft model runs at beside (or on) a group of ``chips`` chips: the
+    largest t' that divides the chip count and splits the draft's attention (``shards_attention``),
+    1 at worst. Serving frameworks run a draft whose heads do not divide the target's tensor
+    parallel at a smaller one: vLLM's ``draft_tensor_parallel_size`` (1, or the target's), SGLang's
+    draft worker at 1 or replicated (docs/model.md, "Tensor parallel"). Qwen2.5-1.5B (12 heads, 2
+    KV heads) beside 8 chips: 4; Qwen2.5-0.5B (14 heads): 2.
+
+    >>> from types import SimpleNamespace as M
+    >>> draft_tensor_parallel(M(num_attention_heads=12, num_kv_heads=2, kv_lora_rank=0), 8)
+    4
+    """
+    c = int(chips)
+    return max(t for t in range(1, c + 1) if c % t == 0 and shards_attention(m, t))
 
 
 def check_tensor_parallel(m: ModelSpec, chips: tuple[int, ...], where: str = "--chips",
