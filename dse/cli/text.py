@@ -196,7 +196,7 @@ def energy_line(r: dict) -> str:
     """Energy per generated token (speculative, and the baseline's when speculating), tokens per joule,
     and the mean power it implies, every chip of the design's (a draft chip's too): continuous batching
     energy per token x tokens/s, static batching the B x G tokens of a request (its prompts' prefill
-    included) over its latency; beside its power limit, power_limit_w (the vendor TDP where known, else
+    included) over its TTFT and G tokens' time; beside its power limit, power_limit_w (the vendor TDP where known, else
     the provisioned power_w), which it never exceeds (at it, the line says so)."""
     e = r.get("energy_j_per_token")
     if e is None:
@@ -205,7 +205,8 @@ def energy_line(r: dict) -> str:
     base = (f" (baseline {num(r['baseline_energy_j_per_token'], '#.3g')} J/token)"
             if r["draft"] != "none" and r.get("baseline_energy_j_per_token") is not None else "")
     if r.get("batching") == "static" and r.get("request_latency_ms"):
-        draw = e * r["batch"] * r["output_tokens"] / (r["request_latency_ms"] * 1e-3)
+        # a request: TTFT (its prefill) + G tokens at spec_ms_per_token (request_latency_ms counts G - 1)
+        draw = e * r["batch"] * r["output_tokens"] / ((r["request_latency_ms"] + r["spec_ms_per_token"]) * 1e-3)
     else:
         draw = e * r["tokens_per_s"]
     cap = ""
