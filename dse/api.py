@@ -287,7 +287,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                draft_hw=ddev.name if ddev else None, draft_chips=draft_chips if ddev else None,
                runtime=rt.name, dtype=dtype, kv_dtype=kv_dtype, weight_format=WEIGHT_FORMATS[dtype].desc,
                weight_math=_weight_math(dev, dtype), scale_up_domain=dev.scale_up_domain,
-               **_cost_and_price(dev, total, db_tech), batch=batch,
+               **_cost_and_price(dev, total, db_tech, ddev, draft_chips), batch=batch,
                prompt_tokens=prompt, output_tokens=output, temperature=float(temperature), overlap=overlap,
                batching="continuous" if continuous else "static",
                acceptance=acc.describe() if drafter.kind != "none" else None,
@@ -321,27 +321,36 @@ def _weight_math(dev: DeviceSpec, dtype: str) -> str:
     return f"weight-only: {dev.name} has no {compute} units, so 16-bit math on {compute} weights"
 
 
-def _cost_and_price(dev: DeviceSpec, chips: int, tech) -> dict[str, Any]:
-    """The target group's manufacturing-cost estimate (the synthesised-chip estimator applied to
-    the known part, technology.known_part_estimate) and street price; its power from the same
-    energy model synthesised chips get (technology.known_part_power_w: the vendor TDP where the
-    model cannot run, ``power_basis`` says which) and the vendor TDP; all x chips (None when
-    unknown). ``tech``: the database's technology constants."""
-    cost, power, basis = _part_cost_power(tech, dev)
-    cost, power = cost * chips, power * chips
-    return {"cost_usd": cost if math.isfinite(cost) else None,
-            "price_usd": dev.price_usd * chips if dev.price_usd else None,
-            "power_w": power if math.isfinite(power) else None, "power_basis": basis or None,
-            "tdp_w": dev.tdp_w * chips if dev.tdp_w else None}
+def _cost_and_price(dev: DeviceSpec, chips: int, tech, ddev: DeviceSpec | None = None,
+                    draft_chips: int = 0) -> dict[str, Any]:
+    """The design's manufacturing-cost estimate (the synthesised-chip estimator applied to the known
+    part, technology.known_part_estimate) and street price; its provisioned power from the same
+    energy model synthesised chips get, bounded by the vendor TDP (technology.known_part_power_w: the
+    TDP where the model cannot run or reads above it, ``power_basis`` says which), the vendor TDP,
+    and the power limit, the most it draws (technology.known_part_power_limit_w: the TDP where
+    known). Each is summed over the target chips and, with a draft chip (``ddev``), its
+    ``draft_chips`` chips, as a study's columns are (None when unknown; ``power_basis`` the
+    target's). ``tech``: the database's technology constants."""
+    groups = [(dev, chips)] + ([(ddev, draft_chips)] if ddev is not None else [])
+    sums = {"cost_usd": 0.0, "price_usd": 0.0, "power_w": 0.0, "tdp_w": 0.0, "power_limit_w": 0.0}
+    for d, n in groups:
+        cost, power, _, limit = _part_cost_power(tech, d)
+        for key, v in (("cost_usd", cost), ("price_usd", d.price_usd or math.nan), ("power_w", power),
+                       ("tdp_w", d.tdp_w or math.nan), ("power_limit_w", limit)):
+            sums[key] += v * n
+    basis = _part_cost_power(tech, dev)[2]
+    out = {k: v if math.isfinite(v) else None for k, v in sums.items()}
+    out["power_basis"] = basis or None
+    return out
 
 
 @functools.lru_cache(maxsize=64)
-def _part_cost_power(tech, dev: DeviceSpec) -> tuple[float, float, str]:
-    """(cost, power, power basis) of one chip of a known part: a pure function of the (frozen)
-    technology constants and device spec, so computed once per pair."""
-    from .model.technology import known_part_estimate, known_part_power_w
+def _part_cost_power(tech, dev: DeviceSpec) -> tuple[float, float, str, float]:
+    """(cost, power, power basis, power limit) of one chip of a known part: a pure function of the
+    (frozen) technology constants and device spec, so computed once per pair."""
+    from .model.technology import known_part_estimate, known_part_power_limit_w, known_part_power_w
     power, basis = known_part_power_w(tech, dev)
-    return float(known_part_estimate(tech, dev)[0]), float(power), basis
+    return float(known_part_estimate(tech, dev)[0]), float(power), basis, known_part_power_limit_w(tech, dev)
 
 
 _BOUND_TEXT = tuple(BOUND_NAMES.tolist())

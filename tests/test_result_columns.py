@@ -183,29 +183,32 @@ def device(name: str, chips: int) -> dict:
                 lat=d.get("link_latency_us", LINKS[d["link_class"]]["latency_us"]["value"]) * 1e-6,
                 link_eff=d.get("link_efficiency", LINKS[d["link_class"]]["efficiency"]["value"]),
                 cost=chip_cost("n4", d["memory_type"], d["die_area_mm2"], KNOWN_STACKS[name], cap),
-                price=d["price_usd"], power=known_power("n4", d), area=d["die_area_mm2"],
-                **energy_constants("n4", d["memory_type"], d["die_area_mm2"], known_power("n4", d)))
+                price=d["price_usd"], power=min(known_power("n4", d), d["tdp_w"]), area=d["die_area_mm2"],
+                **energy_constants("n4", d["memory_type"], d["die_area_mm2"], min(known_power("n4", d), d["tdp_w"]),
+                                   limit=d["tdp_w"]))
 
 
-def energy_constants(node: str, mem: str, area: float, power: float) -> dict:
+def energy_constants(node: str, mem: str, area: float, power: float, limit: float | None = None) -> dict:
     """Per chip (technology/nodes.yaml and memory.yaml): J per byte of its memory ((pJ/bit + the on-chip
     pJ per DRAM bit) x 8), J per BF16 FLOP of an inference step (the node's pJ/FLOP x (1 + the operand
     delivery factor)), busy W (leakage W/mm^2 x its silicon + the active-idle fraction x (its power -
-    leakage)), its power limit (its provisioned power), J per link byte (the SerDes pJ/bit x 8)."""
+    leakage)), its power limit (a known part's vendor TDP, ``limit``; else its provisioned power), J per
+    link byte (the SerDes pJ/bit x 8)."""
     tech, g = _tech()
     n = {k: v["value"] for k, v in tech["nodes"][node].items()}
     pj_bit = _y("technology/memory.yaml")["memory"][mem]["pj_per_bit"]["value"]
     static = n["static_w_per_mm2"] * area
     return dict(mem_j=(pj_bit + g["onchip_pj_per_dram_bit"]) * 8e-12,
                 j_flop=n["pj_per_flop"] * (1 + g["operand_delivery_factor"]) * 1e-12,
-                idle=static + g["active_idle_fraction"] * (power - static), limit=power,
+                idle=static + g["active_idle_fraction"] * (power - static), limit=power if limit is None else limit,
                 link_j=g["link_pj_per_bit"] * 8e-12)
 
 
 def known_power(node: str, d: dict) -> float:
-    """A known part's power: the energy model a synthesised chip gets (synth below), from its own BF16
-    rate, bandwidth, die area and link: u x FLOP/s x J/FLOP + BW x 8 x J/bit + static W/mm^2 x area
-    + link x 8 x link J/bit (not the vendor TDP: like for like, issue 9)."""
+    """A known part's power estimate: the energy model a synthesised chip gets (synth below), from its own
+    BF16 rate, bandwidth, die area and link: u x FLOP/s x J/FLOP + BW x 8 x J/bit + static W/mm^2 x area
+    + link x 8 x link J/bit (not the vendor TDP: like for like, issue 9); its power_w is this bounded by
+    its vendor TDP (device() above)."""
     tech, g = _tech()
     n = {k: v["value"] for k, v in tech["nodes"][node].items()}
     pj_bit = _y("technology/memory.yaml")["memory"][d["memory_type"]]["pj_per_bit"]["value"]
@@ -294,13 +297,17 @@ def metrics(tm: dict, dm: dict, T: dict, D: dict | None, *, B: int, P: int, G: i
     # energy per generated token (MODEL.md section 5): the iteration's verify, k draft steps and link bytes
     # (int32 ids at the SerDes J/byte), plus every chip's busy power (target + draft chips) for the
     # whole iteration, at most every chip's power limit x its time, over the B x tau tokens it emits;
-    # the baseline: one plain step on the target chips
+    # the baseline: one plain step on the target chips. Static batching: both add the B prompts'
+    # prefill on the target chips (its bytes, FLOPs and busy power, at most their limit x its time)
+    # over the B x G tokens generated after it
     idle = T["idle"] * t + (D["idle"] * td if on else 0.0)
     limit = T["limit"] * t + (D["limit"] * td if on else 0.0)
     e_link = (B * k * 4 + 2 * B * 4) * T["link_j"] if on else 0.0
-    e_iter = min(verify["energy"] + k * one_draft["energy"] + e_link + idle * t_iter, limit * t_iter)
-    e_base = min(base["energy"] + T["idle"] * t * base["time"], T["limit"] * t * base["time"]) / B
-    pre_t = step(tm, T, B=B, q=P, S=0, prefill=True)["time"]
+    pre = step(tm, T, B=B, q=P, S=0, prefill=True)
+    prompts = min(pre["energy"] + T["idle"] * t * pre["time"], T["limit"] * t * pre["time"]) / (B * G)
+    e_iter = min(verify["energy"] + k * one_draft["energy"] + e_link + idle * t_iter, limit * t_iter) + prompts * B * tau
+    e_base = min(base["energy"] + T["idle"] * t * base["time"], T["limit"] * t * base["time"]) / B + prompts
+    pre_t = pre["time"]
     pre_d = step(dm, Dg, B=B, q=P, S=0, prefill=True)["time"]
     # TTFT: both prefills (in parallel on a draft chip, after its link latency) + the runtime's
     # per-request cost, once (graphs.yaml request_overhead_us = 2,400)
@@ -649,9 +656,18 @@ def test_known_part_on_two_chips_every_column(known):
     # 19.044403 J; FLOPs 2 x 69,501,714,432 + 4 x 64 x 128 x 80 x 641 = 140,683,771,904 x 1.21e-12 = 0.170227 J;
     # two ring all-reduces a layer of 16,384 B, 2 x (2-1) x 16,384 B sent each: 80 x 2 x 32,768 B x 4e-11 =
     # 0.000210 J; 19.214840 J + 300.03 W x the step's time, for B = 1 token: 1,181 W, under the two chips'
-    # 1,262.54 W limit
+    # provisioned 1,262.54 W (their limit, the 2 x 700 W TDP, higher still). Static batching adds the prompt's
+    # prefill over the 256 tokens: each chip reads the weights and writes 512 x 327,680 / 2 B of KV,
+    # 69,585,600,512 B x 2 x 1.368e-10 = 19.038620 J; FLOPs 2 x 68,451,041,280 x 512 + 2 x 1,050,673,152 (the LM
+    # head at the last position) + 4 x 64 x 128 x 80 x 512 x 256.5 = 70,440,217,001,984 x 1.21e-12 = 85.232663 J;
+    # 2,684,354,560 B of all-reduces x 4e-11 = 0.107374 J: 104.378657 J in the 64.676 ms prefill (the roofline
+    # above), 1,914 W + the busy 300 W, over the 1,400 W limit: 1,400 W x 64.676 ms / 256 = 0.353700 J a token
+    pre = step(M70, device("h200", 2), B=1, q=512, S=0, prefill=True)
+    assert pre["energy"] == pytest.approx(19.038620 + 85.232663 + 0.107374, rel=1e-6)
+    assert pre["energy"] / pre["time"] + 2 * 150.01498 > 1400.0
     assert h.baseline_energy_j_per_token - 2 * 150.01498 * h.baseline_ms_per_token * 1e-3 == pytest.approx(
-        19.214840, rel=1e-6)
+        19.214840 + 1400.0 * pre["time"] / 256, rel=1e-6)
+    assert 1400.0 * pre["time"] / 256 == pytest.approx(0.353700, rel=1e-5)
     assert h.baseline_energy_j_per_token / (h.baseline_ms_per_token * 1e-3) < h.power_w
     assert h.tokens_per_j == pytest.approx(1.0 / h.energy_j_per_token, rel=GLUE)
     # speculation: tau 3.3616 tokens for one verify (5 tokens), 4 steps of the 1B and 100 us of overhead

@@ -205,20 +205,28 @@ def memory_lines(r: dict) -> list[str]:
 
 def energy_line(r: dict) -> str:
     """Energy per generated token (speculative, and the baseline's when speculating), tokens per joule,
-    and the mean power it implies (energy per token x tokens/s) beside the provisioned power_w, which it
-    never exceeds (at it, the line says so)."""
+    and the mean power it implies, every chip of the design's (a draft chip's too): continuous batching
+    energy per token x tokens/s, static batching the B x G tokens of a request (its prompts' prefill
+    included) over its TTFT and G tokens' time; beside its power limit, power_limit_w (the vendor TDP where known, else
+    the provisioned power_w), which it never exceeds (at it, the line says so)."""
     e = r.get("energy_j_per_token")
     if e is None:
         return (f"energy       - (no energy model for {r['hw']}: its process node or memory type is outside "
                 "hardware_db/technology)")
     base = (f" (baseline {num(r['baseline_energy_j_per_token'], '#.3g')} J/token)"
             if r["draft"] != "none" and r.get("baseline_energy_j_per_token") is not None else "")
-    draw = e * r["tokens_per_s"]
+    if r.get("batching") == "static" and r.get("request_latency_ms"):
+        # a request: TTFT (its prefill) + G tokens at spec_ms_per_token (request_latency_ms counts G - 1)
+        draw = e * r["batch"] * r["output_tokens"] / ((r["request_latency_ms"] + r["spec_ms_per_token"]) * 1e-3)
+    else:
+        draw = e * r["tokens_per_s"]
     cap = ""
-    if r.get("power_w") is not None and not r.get("draft_hw"):
-        # a chip draws at most its provisioned power (model/latency.energy_metrics): say when it is there
-        limit = " (at its power limit: a real chip would lower its clocks)" if draw >= r["power_w"] * (1 - 1e-9) else ""
-        cap = f" of {fmt(r['power_w'])} W provisioned{limit}"
+    limit_w = r.get("power_limit_w")
+    if limit_w is not None:
+        # no chip draws more than its limit (model/latency.energy_metrics): say when it is there
+        at = " (at its power limit: a real chip would lower its clocks)" if draw >= limit_w * (1 - 1e-9) else ""
+        what = "TDP" if r.get("tdp_w") is not None and abs(r["tdp_w"] - limit_w) <= 1e-9 * limit_w else "limit"
+        cap = f" of its {fmt(limit_w)} W {what}{at}"
     return (f"energy       {num(e, '#.3g')} J/token  {num(r['tokens_per_j'], '#.3g')} tokens/J{base}; "
             f"draws {fmt(draw)} W{cap}")
 

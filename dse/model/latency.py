@@ -81,7 +81,7 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
     x_base = share
     base = step_cost(tgt, T, batch=B, q=1.0, context=S, prefill_tokens=x_base, prefill_len=P, **kw_t)
     B_pre = np.ones_like(B) if cont else B
-    prefill = step_cost(tgt, T, batch=B_pre, q=P, context=0.0, lm_head_last_only=True, energy=False, **kw_t)
+    prefill = step_cost(tgt, T, batch=B_pre, q=P, context=0.0, lm_head_last_only=True, energy=not cont, **kw_t)
     wait = 0.5 * base.time_s + prefill_queue_s(prefill.time_s, B, G, base.time_s) if cont else 0.0
 
     on_chip = batch.draft_on_chip & d.can_use_draft_chip
@@ -97,6 +97,10 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
     # (energy_metrics prices the FLOPs and adds busy power per design, after any dedupe gather) ----
     energy_in = dict(_e_base=np.broadcast_to(base.energy_j, (n,)), _fl_base=np.broadcast_to(base.group_flops_lin, (n,)),
                      _fa_base=np.broadcast_to(base.group_flops_att, (n,)))
+    if not cont:        # static batching: the B prompts' prefill, charged per output token (energy_metrics)
+        energy_in.update(_e_pre=np.broadcast_to(prefill.energy_j, (n,)), _t_pre=np.broadcast_to(prefill.time_s, (n,)),
+                         _fl_pre=np.broadcast_to(prefill.group_flops_lin, (n,)),
+                         _fa_pre=np.broadcast_to(prefill.group_flops_att, (n,)))
 
     if d.kind == "none":
         one = np.ones(n)
@@ -475,11 +479,18 @@ def energy_metrics(metrics: dict, batch: DesignBatch, w: Workload) -> dict:
     draft chip, priced at each group's J/FLOP (linear at the weight format's compute dtype, attention
     at the KV dtype), plus every chip's busy power (idle_w: leakage, clock tree, control) for the
     iteration's time (a draft chip idles, it is not off), over the B x tau tokens it emits; the
-    baseline's: one plain step on the target chips, B tokens. No chip draws more than its provisioned
-    power (power_limit_w): an iteration's energy is at most the chips' limits x its time (a chip at its
-    limit lowers its clocks; dse does not lengthen the time, so its tokens/s there is optimistic).
-    Applied per design after any dedupe gather, so designs that differ only in these constants
-    (silicon area, process node) share their latency row."""
+    baseline's: one plain step on the target chips, B tokens. No chip draws more than its power limit
+    (power_limit_w: the vendor TDP of a known part that has one, else its provisioned power): an
+    iteration's energy is at most the chips' limits x its time (a chip at its limit lowers its clocks;
+    dse does not lengthen the time, so its tokens/s there is optimistic).
+
+    Static batching adds the prompts' energy, which continuous batching carries in every step's
+    prefill share: the B prompts' prefill (one step of B x P tokens on the target chips, at most
+    their limit x its time t_pre) amortised over the B x G tokens generated after it,
+    E_token += min(E_mem + E_link + F_lin x J/FLOP + F_att x J/FLOP_att + P_busy x t_pre,
+    P_limit x t_pre) / (B x G), for the baseline and the speculative figure alike (a draft's own
+    prefill is not charged). Applied per design after any dedupe gather, so designs that differ
+    only in these constants (silicon area, process node) share their latency row."""
     T, D = batch.target, batch.draft
     on_chip = batch.draft_on_chip & w.drafter.can_use_draft_chip
     B = batch.batch.astype(np.float64)
@@ -487,6 +498,13 @@ def energy_metrics(metrics: dict, batch: DesignBatch, w: Workload) -> dict:
     step = metrics["baseline_s_per_token"]
     base = np.fmin(metrics.pop("_e_base") + metrics.pop("_fl_base") * T.j_per_flop
                    + metrics.pop("_fa_base") * T.attention_j_per_flop + idle_t * step, limit_t * step) / B
+    prompts = 0.0
+    if "_e_pre" in metrics:         # static batching: the prefill per generated token
+        t_pre = metrics.pop("_t_pre")
+        prompts = np.fmin(metrics.pop("_e_pre") + metrics.pop("_fl_pre") * T.j_per_flop
+                          + metrics.pop("_fa_pre") * T.attention_j_per_flop + idle_t * t_pre, limit_t * t_pre) \
+            / (B * batch.output_tokens.astype(np.float64))
+        base = base + prompts
     if w.drafter.kind == "none":            # the iteration is the baseline step
         for key in ("_e_iter", "_fl_t", "_fa_t", "_fl_d", "_fa_d"):
             metrics.pop(key)
@@ -500,7 +518,7 @@ def energy_metrics(metrics: dict, batch: DesignBatch, w: Workload) -> dict:
         e_iter = e_iter + np.where(on_chip, fl_d * D.j_per_flop + fa_d * D.attention_j_per_flop
                                    + D.idle_w * D.chips * it, 0.0)
         limit_t = limit_t + np.where(on_chip, D.power_limit_w * D.chips, 0.0)
-    energy = np.fmin(e_iter, limit_t * it) / (B * metrics["tau"])
+    energy = np.fmin(e_iter, limit_t * it) / (B * metrics["tau"]) + prompts
     metrics.update(energy_j_per_token=energy, baseline_energy_j_per_token=base, tokens_per_j=1.0 / energy)
     return metrics
 

@@ -65,16 +65,39 @@ def allreduce_time_s(nbytes, chips, link_bw_bytes_s, link_latency_s, link_effici
     return np.where(t > 1, ring, 0.0)
 
 
+def tree_allreduce_time_s(nbytes, chips, link_bw_bytes_s, link_latency_s, link_efficiency=1.0):
+    """Double-binary-tree all-reduce of ``nbytes`` over n ranks (NCCL's tree between nodes):
+    2 x bytes / (eta_link * link_bw/2) + 2 floor(log2 n) * lat.
+
+    A reduce up a binary tree and a broadcast down it, each floor(log2 n) hops deep, pipelined;
+    the two complementary trees each carry half the data, so every rank sends and receives
+    2 x bytes one way (a ring: 2(n-1)/n x bytes), at the latency of 2 log2 n hops instead of the
+    ring's 2(n-1) (Sanders, Speck and Traeff 2009, "Two-tree algorithms for full bandwidth
+    broadcast, reduction and scan", Parallel Computing 35(12); NCCL src/graph/tuning.cc: tree
+    latency 2 x log2i(nNodes) x the network hop, algorithm bandwidth half the bus bandwidth).
+    Zero for n = 1."""
+    n = np.asarray(chips, dtype=np.float64)
+    bw = 0.5 * link_bw_bytes_s * link_efficiency
+    with np.errstate(divide="ignore", invalid="ignore"):
+        depth = np.floor(np.log2(np.maximum(n, 1.0)))
+        tree = 2.0 * nbytes / bw + 2.0 * depth * link_latency_s
+    return np.where(n > 1, tree, 0.0)
+
+
 def group_allreduce_time_s(nbytes, hw, chips=None):
     """All-reduce of ``nbytes`` over ``chips`` (default hw.chips) chips of the group ``hw``:
     a ring over the scale-up link (allreduce_time_s) within one scale-up domain of D =
-    hw.scale_up_domain chips; beyond it, hierarchical (NCCL's ring/tree across nodes does the
-    same amount of traffic): reduce-scatter and all-gather among the d = D chips of each domain
-    over the scale-up link (together one ring all-reduce of the d chips) and, between them, an
-    all-reduce of each chip's 1/d shard over the n = t/d domains on the scale-out network, each
-    chip over its own NIC: ring(bytes, d, scale-up) + ring(bytes/d, n, scale-out). A group with
-    no scale-out network (bandwidth 0) takes infinite time there (studies mark it not
-    buildable, dse eval refuses it)."""
+    hw.scale_up_domain chips; beyond it, hierarchical, as NCCL runs it across nodes:
+    reduce-scatter and all-gather among the d = D chips of each domain over the scale-up link
+    (together one ring all-reduce of the d chips) and, between them, an all-reduce of each
+    chip's 1/d shard over the n = t/d domains on the scale-out network, each chip over its own
+    NIC, by whichever of a ring and a double binary tree is faster at that size (NCCL picks the
+    algorithm its model says is fastest, src/graph/tuning.cc and enqueue.cc; a tree's 2 log2 n
+    network hops win for the small messages of a decode step, a ring's lesser traffic for large
+    ones): ring(bytes, d, scale-up) + min(ring, tree)(bytes/d, n, scale-out). Within a domain
+    NCCL's tree is a chain with the ring's 2(d-1) hops and twice its traffic, so a ring stays.
+    A group with no scale-out network (bandwidth 0) takes infinite time there (studies mark it
+    not buildable, dse eval refuses it)."""
     t = hw.chips if chips is None else chips
     up = (hw.link_bw_bytes_s, hw.link_latency_s, hw.link_efficiency)
     flat = allreduce_time_s(nbytes, t, *up)
@@ -86,9 +109,10 @@ def group_allreduce_time_s(nbytes, hw, chips=None):
     if not beyond.any():
         return flat
     d = np.minimum(t, dom)
+    out = (hw.scale_out_bw_bytes_s, hw.scale_out_latency_s, hw.scale_out_efficiency)
     with np.errstate(divide="ignore", invalid="ignore"):
-        inter = allreduce_time_s(np.asarray(nbytes, dtype=np.float64) / d, t / d, hw.scale_out_bw_bytes_s,
-                                 hw.scale_out_latency_s, hw.scale_out_efficiency)
+        shard, n = np.asarray(nbytes, dtype=np.float64) / d, t / d
+        inter = np.fmin(allreduce_time_s(shard, n, *out), tree_allreduce_time_s(shard, n, *out))
     return np.where(beyond, allreduce_time_s(nbytes, d, *up) + inter, flat)
 
 
@@ -149,7 +173,8 @@ def collectives(m: ModelSpec, hw, tokens, act_bytes: float, layers: int, ep=1):
     = B*q tokens (MODEL.md section 2).
 
     Tensor parallel (ep = 1): 2 all-reduces of T*d*b_act per layer (after attention and after
-    the FFN), rings within a scale-up domain, hierarchical beyond it (group_allreduce_time_s). Expert parallel over E ranks (ep = E > 1, MoE only; E divides t):
+    the FFN), rings within a scale-up domain, hierarchical beyond it (group_allreduce_time_s: a ring or a
+    tree between domains, whichever is faster). Expert parallel over E ranks (ep = E > 1, MoE only; E divides t):
     attention, the dense FFN layers and the shared experts stay tensor-parallel over the t chips
     (one all-reduce after attention in every layer, one after the FFN of each dense layer and,
     where the model has shared experts, one for their partial sums in each MoE layer); the routed
@@ -160,7 +185,8 @@ def collectives(m: ModelSpec, hw, tokens, act_bytes: float, layers: int, ep=1):
     With E < t each expert is further split over the t/E chips of its rank (Megatron-Core's expert
     tensor parallel), whose partial sums of those copies are all-reduced among the t/E chips.
     Bytes (for energy) are what all chips send: an all-reduce of n bytes over t chips 2(t-1)*n
-    (a ring, or the hierarchical one: the same traffic), an all-to-all of n bytes per rank
+    (a ring, or the hierarchical one: the same traffic; a tree between domains sends each shard
+    2 x instead of 2(n-1)/n x, not counted: a decode step's few KB), an all-to-all of n bytes per rank
     (E-1)/E*n per rank, at the mean rank's share.
     """
     t = np.asarray(hw.chips, dtype=np.float64)

@@ -500,43 +500,63 @@ def known_part_estimate(tech: TechConstants, dev) -> tuple[float, dict]:
     return float(cost[0]), how
 
 
-def known_part_power_w(tech: TechConstants, dev) -> tuple[float, str]:
-    """(power_w, basis) for a database device: the energy model synthesised chips get (``power_w``:
+def known_part_model_power_w(tech: TechConstants, dev) -> float:
+    """A database device's provisioned power from the energy model synthesised chips get (``power_w``:
     70% of the BF16 peak at the node's J/FLOP + peak bandwidth at the memory's J/bit + leakage per
-    mm^2 of its silicon + its link at the link J/bit; MODEL.md section 5), so that fronts mixing
-    known and synthesised chips compare like with like, basis "estimate". Where the node or the
-    memory type is outside the technology tables the model cannot run: the vendor's TDP
-    (``tdp_w``, with its source in the device file), basis "tdp"; else NaN, basis "".
-    """
+    mm^2 of its silicon + its link at the link J/bit; MODEL.md section 5), W; NaN where its node or
+    memory type is outside the technology tables."""
     node, mem_i, _, area, _ = _known_part_shape(tech, dev)
-    if node >= 0 and mem_i >= 0:
-        mem, nodes = tech.memory_table(), tech.node_table()
-        total = power_w(tech, peak_bf16_flop_s=dev.peak_bf16_flop_s, j_per_flop=nodes.j_per_flop[node],
-                        mem_bw_bytes_s=dev.mem_bw_bytes_s, j_per_bit=mem.j_per_bit[mem_i], die_area_mm2=area,
-                        static_w_per_mm2=nodes.static_w_per_mm2[node], link_bw_bytes_s=dev.link_bw_bytes_s)[0]
-        return float(total), "estimate"
-    if dev.tdp_w:
+    if node < 0 or mem_i < 0:
+        return float("nan")
+    mem, nodes = tech.memory_table(), tech.node_table()
+    return float(power_w(tech, peak_bf16_flop_s=dev.peak_bf16_flop_s, j_per_flop=nodes.j_per_flop[node],
+                         mem_bw_bytes_s=dev.mem_bw_bytes_s, j_per_bit=mem.j_per_bit[mem_i], die_area_mm2=area,
+                         static_w_per_mm2=nodes.static_w_per_mm2[node], link_bw_bytes_s=dev.link_bw_bytes_s)[0])
+
+
+def known_part_power_w(tech: TechConstants, dev) -> tuple[float, str]:
+    """(power_w, basis) for a database device: the energy model's estimate (``known_part_model_power_w``),
+    so that fronts mixing known and synthesised chips compare like with like, basis "estimate",
+    bounded by the vendor's TDP (``tdp_w``, with its source in the device file): P = min(estimate,
+    TDP), basis "tdp" where the TDP binds (B200: 1,291 W estimated, 1,000 W TDP; MI300X 853 W, 750 W).
+    Where the node or the memory type is outside the technology tables the model cannot run: the
+    TDP, basis "tdp"; else NaN, basis "".
+    """
+    est = known_part_model_power_w(tech, dev)
+    if dev.tdp_w and not est <= dev.tdp_w:          # the TDP binds, or stands in for a missing estimate
         return float(dev.tdp_w), "tdp"
-    return float("nan"), ""
+    return est, "estimate" if est == est else ""
+
+
+def known_part_power_limit_w(tech: TechConstants, dev) -> float:
+    """The most a known part draws, W: its vendor TDP where the device file has one (the board
+    power the part is built and shipped to sustain: nvidia-smi's default power limit of an SXM
+    part), else its provisioned power (``known_part_power_w``). An H100 SXM may draw 700 W though
+    the energy model provisions it 586.67 W: ML.ENERGY measured 610-690 W on one at batch
+    64-256 (hardware_db/measurements/energy_measurements_public.csv)."""
+    return float(dev.tdp_w) if dev.tdp_w else known_part_power_w(tech, dev)[0]
 
 
 def known_part_energy(tech: TechConstants, dev) -> dict[str, float]:
     """Per-chip energy constants of a database device from the tables synthesised chips use (MODEL.md
     section 5, ``energy_constants``): ``mem_j_per_byte`` (its memory's pJ/bit, plus the on-chip path
     of a DRAM bit, x 8), ``j_per_flop`` (a BF16 FLOP of an inference step at its node), ``static_w``
-    (its node's leakage per mm^2 x its silicon, as in ``power_w``), ``idle_w`` (what it burns while
-    busy whatever it computes), ``power_limit_w`` (its provisioned power, ``known_part_power_w``: the
-    most it draws) and ``link_j_per_byte`` (the SerDes pJ/bit x 8). NaN for what the tables cannot
-    give (a node or memory type outside them): energy per token is then undefined, not guessed."""
+    (its node's leakage per mm^2 x its silicon, as in ``power_w``), ``power_w`` (its provisioned power,
+    ``known_part_power_w``: the estimate bounded by the TDP), ``idle_w`` (what it burns while busy
+    whatever it computes, from ``power_w``), ``power_limit_w`` (the most it draws,
+    ``known_part_power_limit_w``: the vendor TDP where known) and ``link_j_per_byte`` (the SerDes
+    pJ/bit x 8). NaN for what the tables cannot give (a node or memory type outside them): energy per
+    token is then undefined, not guessed."""
     node, mem_i, _, area, _ = _known_part_shape(tech, dev)
     nan = float("nan")
     if node < 0 or mem_i < 0 or area <= 0:
-        return {"mem_j_per_byte": nan, "j_per_flop": nan, "static_w": nan, "idle_w": nan, "power_limit_w": nan,
-                "link_j_per_byte": tech.link_j_per_bit * _BITS_PER_BYTE}
+        return {"mem_j_per_byte": nan, "j_per_flop": nan, "static_w": nan, "power_w": nan, "idle_w": nan,
+                "power_limit_w": nan, "link_j_per_byte": tech.link_j_per_bit * _BITS_PER_BYTE}
     mem, nodes = tech.memory_table(), tech.node_table()
     static = float(nodes.static_w_per_mm2[node]) * area
-    limit = known_part_power_w(tech, dev)[0]
+    provisioned = known_part_power_w(tech, dev)[0]
     j_byte, j_flop, idle = energy_constants(tech, j_per_bit=mem.j_per_bit[mem_i], is_sram=mem.is_sram[mem_i],
-                                            j_per_flop=nodes.j_per_flop[node], static_w=static, power_w=limit)
-    return {"mem_j_per_byte": float(j_byte), "j_per_flop": float(j_flop), "static_w": static, "idle_w": float(idle),
-            "power_limit_w": limit, "link_j_per_byte": tech.link_j_per_bit * _BITS_PER_BYTE}
+                                            j_per_flop=nodes.j_per_flop[node], static_w=static, power_w=provisioned)
+    return {"mem_j_per_byte": float(j_byte), "j_per_flop": float(j_flop), "static_w": static, "power_w": provisioned,
+            "idle_w": float(idle), "power_limit_w": known_part_power_limit_w(tech, dev),
+            "link_j_per_byte": tech.link_j_per_bit * _BITS_PER_BYTE}

@@ -179,12 +179,12 @@ def _fit_energy(cs: list[Case], db: Database) -> dict[str, float]:
     assert len(devs) == 1, devs          # the pairs are all H100s
     e = known_part_energy(tech, db.device(devs.pop()))
     p_idle = statistics.fmean(c.measured for c in idle)
-    out["nodes.active_idle_fraction"] = (p_idle - e["static_w"]) / (e["power_limit_w"] - e["static_w"])
+    out["nodes.active_idle_fraction"] = (p_idle - e["static_w"]) / (e["power_w"] - e["static_w"])
 
     def energy(c, x, f):
         t = tech.with_overrides({"onchip_pj_per_dram_bit": x, "operand_delivery_factor": f})
         r = evaluate_design(db=db, tech=t, **c.design)
-        assert r["energy_j_per_token"] * r["tokens_per_s"] < r["power_w"], c.id     # below its power limit
+        assert r["energy_j_per_token"] * r["tokens_per_s"] < r["power_limit_w"], c.id     # below its power limit
         return r["energy_j_per_token"]
 
     rows, rhs = [], []
