@@ -261,9 +261,10 @@ def metrics(tm: dict, dm: dict, T: dict, D: dict | None, *, B: int, P: int, G: i
     reserve = RESERVE * T["cap"]                              # the runtime's, per chip (not the model's need)
     chip_short = max(0.0, chip_req + reserve - T["cap"])     # per chip: what one chip lacks
     # what a chip holds however many chips share the model: dense weights all shard (t -> inf: 0), the KV
-    # cache stops shrinking at h_kv chips (one KV head's cache each) -- the target's and, on these chips, the draft's
+    # cache stops shrinking at h_kv chips (one KV head's cache each) -- the target's and, on these chips, the
+    # draft's -- and in L pipeline stages (the target's layers) each chip holds 1/L of that
     floor = (B * (P + G) * tm["kv_per_token_bytes"] / tm["hkv"]
-             + (0.0 if on else B * (P + G + K_MAX) * dm["kv_per_token_bytes"] / dm["hkv"]))
+             + (0.0 if on else B * (P + G + K_MAX) * dm["kv_per_token_bytes"] / dm["hkv"])) / tm["L"]
     cap_t = T["cap"] * t
     cap_d = D["cap"] * td if on else cap_t
     req_d = draft_chip * td if on else draft_chip * t
@@ -458,7 +459,7 @@ def expected_known() -> dict[tuple, dict]:
             # e.g. h100-sxm x 2: 3.35 TB/s, 989.4 TFLOP/s, street price $30,000 x 2 = $60,000,
             # 700 W x 2 = 1,400 W, 814 mm^2 x 2 = 1,628 mm^2; cost = the manufacturing estimate x 2
             # chip_memory_capacity_gb is per chip (80 GiB = 85.899 GB); memory_capacity_gb below is the group's
-            r.update(buildable=True, chips=chips, mem_bw_tb_s=T["bw"] / 1e12, peak_tflops=T["peak"] / 1e12,
+            r.update(buildable=True, chips=chips, tp=chips, pp=1, mem_bw_tb_s=T["bw"] / 1e12, peak_tflops=T["peak"] / 1e12,
                      chip_memory_capacity_gb=T["cap"] / OUT_GB,
                      die_area_mm2=T["area"], chip_cost_usd=T["cost"], chip_power_w=T["power"],
                      chip_price_usd=T["price"], price_usd=T["price"] * chips,
@@ -487,7 +488,7 @@ def expected_synth() -> dict[tuple, dict]:
             T = _synth_group(TARGET_KNOBS, stacks, link=on)
             r = dict(params_target_chip_memory_stacks=stacks, params_draft_chip_enabled=on)
             nan = math.nan          # a synthesised chip has no street price: chip_price_usd, price_usd null
-            r.update(chips=1, mem_bw_tb_s=T["bw"] / 1e12, peak_tflops=T["peak"] / 1e12, die_area_mm2=T["area"],
+            r.update(chips=1, tp=1, pp=1, mem_bw_tb_s=T["bw"] / 1e12, peak_tflops=T["peak"] / 1e12, die_area_mm2=T["area"],
                      chip_memory_capacity_gb=T["cap"] / OUT_GB,
                      chip_cost_usd=T["cost"], chip_power_w=T["power"], chip_price_usd=nan)
             # draft chip: per-chip figures where it exists, NaN (and 0 chips) where it does not
@@ -642,8 +643,9 @@ def test_known_part_on_two_chips_every_column(known):
     assert h.memory_reserve_gb == pytest.approx(15.1397597184, rel=GLUE)
     assert h.memory_shortfall_gb == 0.0 and h.chip_memory_shortfall_gb == 0.0
     # however many chips: dense weights all shard, the caches stop at 8 KV heads: 768 x 327,680 / 8
-    # + 784 x 32,768 / 8 = 31,457,280 + 3,211,264 = 34,668,544 B a chip
-    assert h.chip_memory_floor_gb == pytest.approx(0.034668544, rel=GLUE)
+    # + 784 x 32,768 / 8 = 31,457,280 + 3,211,264 = 34,668,544 B, and in 80 stages (70B's layers) a chip
+    # holds 1/80 of it: 433,356.8 B
+    assert h.chip_memory_floor_gb == pytest.approx(0.034668544 / 80, rel=GLUE)
     # h100-sxm x 1: 143.854 GB needed + 4.295 GB reserve (5% of 80 GiB), 85.899 GB there: short by 62.249
     s = df[(df.params_target_chip_device == "h100-sxm") & (df.params_target_chip_chips == 1)].iloc[0]
     assert s.memory_shortfall_gb == pytest.approx(143.853617152 + 0.05 * 80 * 2 ** 30 / 1e9 - 80 * 2 ** 30 / 1e9,
@@ -847,7 +849,7 @@ def test_evaluate_design_agrees_with_the_row(known):
 # The schema: no column without a pinned value, and each column's type
 # ---------------------------------------------------------------------------------------------
 
-INT = ("trial", "seed", "chips", "draft_chips", "k", "tree_nodes", "draft_tp", "pareto_rank", "duplicate_of", "params_target_chip_chips",
+INT = ("trial", "seed", "chips", "tp", "pp", "draft_chips", "k", "tree_nodes", "draft_tp", "pareto_rank", "duplicate_of", "params_target_chip_chips",
        "params_target_chip_memory_stacks")
 BOOL = ("buildable", "fits", "feasible", "is_pareto", "params_draft_chip_enabled")
 STR = ("study", "state", "sampler", "params_target_chip_device", "baseline_bound", "verify_bound", "draft_bound",

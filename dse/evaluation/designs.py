@@ -10,15 +10,17 @@ returns every hardware, metric and derived column by name in display units, and
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import numpy as np
 
 from ..catalog.database import Database
-from ..catalog.links import SCALE_OUT_CLASS, SYNTHESISED_LINK_CLASS
+from ..catalog.links import DIE_TO_DIE_CLASS, ON_DIE_CLASS, SCALE_OUT_CLASS, SYNTHESISED_LINK_CLASS
 from ..catalog.specs import DeviceSpec, RuntimeSpec
 from ..catalog.technology import TechConstants
+from ..errors import SpecError
 from ..model.arrays import DesignBatch, HardwareArrays
 from ..model.dedupe import distinct_rows
 from ..model.evaluate import MIN_ROWS_DEDUPE, Metrics, evaluate, join_metrics
@@ -34,6 +36,7 @@ from ..model.transformer import WEIGHT_FORMATS, default_kv_dtype
 from ..study.space import category_codes, fill_inactive, knob_names
 from ..study.spec import DEFAULT_SCALE_OUT_GB_S, DEFAULT_SCALE_UP_DOMAIN, StudySpec
 from ..units import FACTOR
+from ..workload.spec import pipeline_split
 
 _NAN = float("nan")
 _BITS_PER_BYTE = 8.0
@@ -98,6 +101,7 @@ def _device_table(devs: list[DeviceSpec], dtype: str, kv_dtype: str) -> dict[str
         "scale_out_bw_bytes_s": col(lambda d: d.scale_out_bw_bytes_s),
         "scale_out_latency_s": col(lambda d: d.scale_out_latency_s),
         "scale_out_efficiency": col(lambda d: d.scale_out_efficiency),
+        "layer_regions": col(lambda d: float(d.layer_regions)), "dies": col(lambda d: d.dies),
     }
 
 
@@ -106,7 +110,7 @@ RUNTIME_ARRAY_FIELDS = ("kernel_launch_s", "kernels_per_layer", "mla_extra_kerne
                         "shared_expert_kernels", "step_overhead_s", "spec_overhead_s", "ngram_draft_s",
                         "memory_reserve_fraction", "sequence_overhead_s", "request_overhead_s", "roofline_p",
                         "int8_stream_factor", "int4_stream_factor", "tree_kernels_per_layer",
-                        "draft_step_overhead_s")
+                        "draft_step_overhead_s", "layer_sync_s")
 #: a synthesised chip's mem_efficiency when its study does not set one: the rule known parts
 #: follow (docs/calibration.md section 4): DRAM 0.83 (the A100's measured streaming fraction),
 #: on-die SRAM 0.9; and its compute_efficiency: 0.66 (TensorRT-LLM prefill MFU, every device)
@@ -124,8 +128,11 @@ def _runtime_columns(runtimes: list[RuntimeSpec], code: np.ndarray | None) -> di
 
 def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db: Database,
                tech: TechConstants, rt: RuntimeSpec | str | None, kv_dtype: str | None = None,
-               names: dict[str, tuple] | None = None) -> tuple[HardwareArrays, dict[str, np.ndarray]]:
+               names: dict[str, tuple] | None = None, model=None) -> tuple[HardwareArrays, dict[str, np.ndarray]]:
     """One chip group (target_chip_* or draft_chip_* knobs) -> HardwareArrays and SI columns.
+    With ``model`` (the target's group) the ``chips`` are split into pp pipeline stages of tensor
+    parallel groups (``pipeline_rows``: the ``pp`` knob, or auto); a row with no valid split is not
+    buildable.
     Categorical knobs are names, or codes into ``names[knob]`` (knob_arrays_and_masks).
 
     The software stack: ``rt`` (a RuntimeSpec or a name: the study's workload.runtime) for every
@@ -185,6 +192,7 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
         out_lat, out_eff = col["scale_out_latency_s"], col["scale_out_efficiency"]
         mem_j, j_bf16, idle_w, link_j = col["mem_j_per_byte"], col["j_per_flop"], col["idle_w"], col["link_j_per_byte"]
         limit_w = col["power_limit_w"]
+        regions, dies = col["layer_regions"] > 0, col["dies"]
         buildable = np.ones(n, dtype=bool)
     else:
         node_names, node_codes = coded("process_node")
@@ -246,6 +254,7 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
                                                  static_w=chip.static_power_w, power_w=chip.power_w)
         limit_w = chip.power_w
         link_j = np.full(n, tech.link_j_per_bit * _BITS_PER_BYTE)
+        regions, dies = is_sram, chip.num_dies      # an SRAM-only chip holds each layer in a region of it
     hw = HardwareArrays(chips=chips, capacity_bytes=cap, mem_bw_bytes_s=bw, peak_flop_s=peak,
                         mem_efficiency=eff_m, compute_efficiency=eff_c, link_bw_bytes_s=link_bw,
                         link_latency_s=lat, link_efficiency=eta_link, peak_attention_flop_s=peak_att,
@@ -254,18 +263,53 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
                         # a FLOP at a dtype costs the BF16 FLOP's energy x peak BF16 / peak at that dtype
                         mem_j_per_byte=mem_j, j_per_flop=j_bf16 * peak_bf16 / peak,
                         attention_j_per_flop=j_bf16 * peak_bf16 / peak_att, link_j_per_byte=link_j, idle_w=idle_w,
-                        power_limit_w=limit_w,
+                        power_limit_w=limit_w, layer_regions=regions, dies=dies,
+                        region_hop_s=db.link_class(ON_DIE_CLASS).latency_s,
+                        die_hop_s=db.link_class(DIE_TO_DIE_CLASS).latency_s,
                         **rcols)
-    # past its scale-up domain a group must be whole domains on a scale-out network
+    tp, pp, split_ok = chips, np.ones(n, dtype=np.int64), True
+    if model is not None:
+        tp, pp, split_ok = pipeline_rows(model, chips, get("pp"), np.broadcast_to(regions, (n,)),
+                                         np.broadcast_to(link_bw, (n,)) <= 0)
+        hw = dataclasses.replace(hw, chips=tp, pp=pp)
+    # past its scale-up domain a tensor-parallel group must be whole domains on a scale-out network,
+    # and stages that leave a domain need that network too
     dom_b = np.broadcast_to(domain, (n,))
-    beyond = chips > dom_b
-    domains_ok = ~beyond | ((np.fmod(chips, np.where(beyond, dom_b, 1.0)) == 0) & (np.broadcast_to(out_bw, (n,)) > 0))
+    out_ok = np.broadcast_to(out_bw, (n,)) > 0
+    beyond = tp > dom_b
+    domains_ok = ~beyond | ((np.fmod(tp, np.where(beyond, dom_b, 1.0)) == 0) & out_ok)
+    domains_ok &= (pp == 1) | (tp * pp <= dom_b) | out_ok
     cols = {"capacity_bytes": cap, "mem_bw_bytes_s": bw, "peak_bf16_flop_s": peak_bf16, "die_area_mm2": area,
             "chip_cost_usd": cost_chip, "chip_power_w": power_chip, "chips": chips, "chip_price_usd": price_chip,
-            # a group needs memory bandwidth, and a link when it spans chips
-            "buildable": buildable & (bw > 0) & ((chips == 1) | (link_bw > 0)) & domains_ok,
+            "tp": tp, "pp": pp,
+            # a group needs memory bandwidth, and a link when it spans chips (within its domain)
+            "buildable": (buildable & (bw > 0) & ((chips == 1) | (link_bw > 0) | ((tp == 1) & (tp * pp > dom_b)))
+                          & domains_ok & split_ok),
             "link_bw_bytes_s": link_bw}
     return hw, cols
+
+
+def pipeline_rows(model, chips, pp_knob, regions, no_link):
+    """Per row (tensor parallel t, stages pp, valid) for ``chips`` chips of a group
+    (workload.spec.pipeline_split, once per distinct (chips, pp, layer regions, link) combination):
+    the ``pp`` knob where given, else auto (1 where the chips split the heads, else the fewest stages;
+    the most on an SRAM part; t = 1 on a part with no scale-up link). A combination with no valid
+    split keeps t = chips, pp = 1 and is not valid (the row is not buildable)."""
+    n = chips.size
+    want = np.zeros(n, dtype=np.int64) if pp_knob is None else np.nan_to_num(
+        np.asarray(pp_knob, dtype=np.float64), nan=0.0).astype(np.int64) + np.zeros(n, dtype=np.int64)
+    keys = np.stack([chips, want, regions.astype(np.int64), no_link.astype(np.int64)], axis=1)
+    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    out = np.empty((len(uniq), 3), dtype=np.int64)
+    for i, (c, p, r, nl) in enumerate(uniq):
+        try:
+            out[i, :2] = pipeline_split(model, int(c), int(p) if p > 0 else None, max_tp=1 if nl else None,
+                                        most_stages=bool(r))
+            out[i, 2] = 1
+        except SpecError:
+            out[i] = (c, 1, 0)
+    inv = inv.reshape(-1)
+    return out[inv, 0], out[inv, 1], out[inv, 2] > 0
 
 
 #: chip fields chip_group reads (synthesized_chips gathers these)
@@ -302,7 +346,8 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
     knob_arrays_and_masks."""
     kn, active, names = knob_arrays_and_masks(study, params, n, masks)
     rt = db.runtime(study.runtime) if study.runtime else None
-    target, tc = chip_group("target_chip_", kn, n, study.dtype, db, tech, rt, study.kv_dtype, names)
+    target, tc = chip_group("target_chip_", kn, n, study.dtype, db, tech, rt, study.kv_dtype, names,
+                            model=study.workload.target)
     has_draft = "draft_chip_enabled" in kn
     on = np.asarray(kn["draft_chip_enabled"], dtype=bool) if has_draft else np.zeros(n, dtype=bool)
     if has_draft and (on.any() or study.knob("draft_chip_enabled").searched):
@@ -318,7 +363,7 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
                         ep=np.asarray(kn["ep"], dtype=np.int64) if "ep" in kn else 0)
     chips = tc["chips"]
     hwcols = {
-        "chips": chips,
+        "chips": chips, "tp": tc["tp"], "pp": tc["pp"],
         "mem_bw_tb_s": tc["mem_bw_bytes_s"] / FACTOR["tb_s"],
         "chip_memory_capacity_gb": tc["capacity_bytes"] / FACTOR["gb"],
         "peak_tflops": tc["peak_bf16_flop_s"] / FACTOR["tflops"],

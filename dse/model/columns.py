@@ -12,7 +12,7 @@ from .evaluate import METRIC_COLUMNS
 #: hardware columns (display units): per chip, except cost_usd, power_w and total_die_area_mm2, which
 #: are whole-system (target chips + draft chips). The group totals of capacity are the model's
 #: memory_capacity_gb and draft_memory_capacity_gb (the fit's denominators), hence chip_ here.
-HARDWARE_COLUMNS = ("buildable", "chips", "mem_bw_tb_s", "chip_memory_capacity_gb", "peak_tflops", "die_area_mm2",
+HARDWARE_COLUMNS = ("buildable", "chips", "tp", "pp", "mem_bw_tb_s", "chip_memory_capacity_gb", "peak_tflops", "die_area_mm2",
                     "chip_cost_usd", "chip_power_w", "draft_chips", "draft_mem_bw_tb_s", "draft_chip_memory_capacity_gb",
                     "draft_peak_tflops", "draft_die_area_mm2", "draft_chip_cost_usd", "draft_chip_power_w",
                     "cost_usd", "power_w", "total_die_area_mm2", "chip_price_usd", "price_usd")

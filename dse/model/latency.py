@@ -494,7 +494,8 @@ def energy_metrics(metrics: dict, batch: DesignBatch, w: Workload) -> dict:
     T, D = batch.target, batch.draft
     on_chip = batch.draft_on_chip & w.drafter.can_use_draft_chip
     B = batch.batch.astype(np.float64)
-    idle_t, limit_t = T.idle_w * T.chips, T.power_limit_w * T.chips
+    n_t = T.chips * T.pp                   # every chip of every stage (busy power, limits)
+    idle_t, limit_t = T.idle_w * n_t, T.power_limit_w * n_t
     step = metrics["baseline_s_per_token"]
     base = np.fmin(metrics.pop("_e_base") + metrics.pop("_fl_base") * T.j_per_flop
                    + metrics.pop("_fa_base") * T.attention_j_per_flop + idle_t * step, limit_t * step) / B
@@ -516,8 +517,8 @@ def energy_metrics(metrics: dict, batch: DesignBatch, w: Workload) -> dict:
     fl_d, fa_d = metrics.pop("_fl_d"), metrics.pop("_fa_d")
     if on_chip.any():
         e_iter = e_iter + np.where(on_chip, fl_d * D.j_per_flop + fa_d * D.attention_j_per_flop
-                                   + D.idle_w * D.chips * it, 0.0)
-        limit_t = limit_t + np.where(on_chip, D.power_limit_w * D.chips, 0.0)
+                                   + D.idle_w * D.chips * D.pp * it, 0.0)
+        limit_t = limit_t + np.where(on_chip, D.power_limit_w * D.chips * D.pp, 0.0)
     energy = np.fmin(e_iter, limit_t * it) / (B * metrics["tau"]) + prompts
     metrics.update(energy_j_per_token=energy, baseline_energy_j_per_token=base, tokens_per_j=1.0 / energy)
     return metrics

@@ -59,7 +59,8 @@ def hop_time_s(hw, tokens, hidden: int, act_bytes: float, layers) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         up = hw.link_latency_s + per_chip / (0.5 * hw.link_bw_bytes_s * hw.link_efficiency)
         out = hw.scale_out_latency_s + per_chip / (0.5 * hw.scale_out_bw_bytes_s * hw.scale_out_efficiency)
-    chip_hops = np.where(n_hops > n_out, (n_hops - n_out) * up, 0.0) + np.where(n_out > 0, n_out * out, 0.0)
+    with np.errstate(invalid="ignore"):
+        chip_hops = np.where(n_hops > n_out, (n_hops - n_out) * up, 0.0) + np.where(n_out > 0, n_out * out, 0.0)
     R = regions_per_chip(layers, hw)
     crossings = np.minimum(R, hw.dies) - 1.0
     on_chip = np.where(hw.layer_regions, (R - 1.0) * hw.region_hop_s + crossings * hw.die_hop_s, 0.0)

@@ -36,7 +36,7 @@ def results_frame(study, designs: Designs, metrics: Metrics, params: dict[str, n
         data[f"params_{k.name}"] = _param_column(k, np.asarray(params[k.name]), designs.active.get(k.name))
     for name in HARDWARE_COLUMNS:
         if name in cols:
-            kind = bool if name == "buildable" else np.int64 if name in ("chips", "draft_chips") else np.float64
+            kind = bool if name == "buildable" else np.int64 if name in ("chips", "tp", "pp", "draft_chips") else np.float64
             data[name] = np.asarray(cols[name], dtype=kind)
     for name, arr in metrics.columns().items():
         if name in BOUND_COLUMNS:

@@ -62,7 +62,7 @@ def results_table(study, designs: Designs, metrics: Metrics, params: dict[str, n
     for name in HARDWARE_COLUMNS:
         if name in cols:
             data[name] = (bool_array(cols[name]) if name == "buildable" else
-                          num_array(cols[name], pa.int64() if name in ("chips", "draft_chips") else pa.float64()))
+                          num_array(cols[name], pa.int64() if name in ("chips", "tp", "pp", "draft_chips") else pa.float64()))
     bounds = string_array(BOUND_NAMES)
     for name, attr, _scale in METRIC_COLUMNS:
         if name in BOUND_COLUMNS:      # codes into BOUND_NAMES; null where the design does not fit

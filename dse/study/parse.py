@@ -28,7 +28,7 @@ from ..workload.spec import (
     Workload,
     WorkloadNames,
     check_ep,
-    check_tensor_parallel,
+    check_some_split,
     check_workload,
     ep_divisor_error,
 )
@@ -166,7 +166,9 @@ def parse_study(raw: Any, path: str | Path, db: Database | None = None) -> Study
     if wl["target"] is not None:
         by = {k.name: k for k in knobs}
         t_chips = knob_values(by.get("target_chip_chips"), 1)
-        err.items.extend(check_tensor_parallel(wl["target"], t_chips, "space.target_chip.chips", p))
+        pp_knob = by.get("target_chip_pp")
+        err.items.extend(check_some_split(wl["target"], t_chips, knob_values(pp_knob, None) if pp_knob else (None,),
+                                          "space.target_chip.chips", p))
         # a draft model runs at the tensor parallel its heads allow on its chips (dse.model.drafters.draft_tp)
     choices = wl["choices"]
     if drafter is not None or choices:

@@ -41,7 +41,10 @@ CHIP_KNOBS = {
     "memory_stacks": KnobDef("int", 1, 64, 4, desc="HBM stacks, or GDDR/LPDDR devices"),
     "stack_height": KnobDef("int", 1, 16, 8, desc="HBM dies per stack"),
     "sram_mb": KnobDef("float", 0.0, 1e6, 0.0, desc="on-die SRAM"),
-    "chips": KnobDef("int", 1, 1024, 1, desc="chips in the group (tensor parallel)"),
+    "chips": KnobDef("int", 1, 1024, 1, desc="chips in the group: pp stages of chips/pp in tensor parallel"),
+    "pp": KnobDef("int", 1, 1024, None, desc="pipeline stages of the target's chips (divides chips, at most the "
+                                             "layers); absent = auto: 1 where the chips split the heads, else the "
+                                             "fewest stages (the most on an SRAM part)"),
     "link_bw_gb_s": KnobDef("float", 0.0, 1e5, 900.0, desc="scale-up link, both directions added"),
     "link_class": KnobDef("cat", default=None, choices=SCALE_UP_CLASSES,
                           desc="kind of scale-up link: its latency per ring step and efficiency "
@@ -73,7 +76,7 @@ DEVICE_OWNED_KNOBS = ("process_node", "peak_tflops", "memory", "memory_stacks", 
 DEFAULT_SCALE_UP_DOMAIN = CHIP_KNOBS["scale_up_domain"].default
 DEFAULT_SCALE_OUT_GB_S = CHIP_KNOBS["scale_out_bw_gb_s"].default
 DRAFT_CHIP_KNOBS = {"enabled": KnobDef("bool", default=False, desc="a colocated draft chip holds the draft"),
-                    **{k: v for k, v in CHIP_KNOBS.items() if k != "spec_overhead_us"},
+                    **{k: v for k, v in CHIP_KNOBS.items() if k not in ("spec_overhead_us", "pp")},
                     "memory": KnobDef("cat", default="lpddr5x", desc="memory type of the draft chip"),
                     "memory_stacks": KnobDef("int", 1, 64, 2, desc="stacks or devices"),
                     "link_bw_gb_s": KnobDef("float", 0.0, 1e5, 128.0, desc="link between target and draft chip")}

@@ -426,7 +426,7 @@ def pipeline_split(m: ModelSpec, chips: int, pp: int | None = None, where: str =
                             f"{m.name}'s {L} layers (each stage holds at least one layer)")
         if not shards_attention(m, chips // pp):
             ok = [p for p in range(1, min(chips, L) + 1) if chips % p == 0 and shards_attention(m, chips // p)]
-            raise SpecError(path, where, pp, f"{chips} chips in {pp} stages leave {chips // pp} per stage, which "
+            raise SpecError(path, where, pp, f"{chips} chips in {pp} stage{'s' if pp > 1 else ''} leave {chips // pp} per stage, which "
                             f"does not split {m.name}'s {m.num_attention_heads} attention heads; use one of "
                             f"{', '.join(map(str, ok)) or 'none (no split works)'}")
         return chips // pp, pp
@@ -452,6 +452,23 @@ def draft_tensor_parallel(m: ModelSpec, chips: int) -> int:
     """
     c = int(chips)
     return max(t for t in range(1, c + 1) if c % t == 0 and shards_attention(m, t))
+
+
+def check_some_split(m: ModelSpec, chips, pps, where: str, path: str | None = None) -> list[SpecError]:
+    """A study's chip counts (and ``pp`` values, None = auto) are refused only when no combination
+    splits into stages whose tensor-parallel group splits the heads (``pipeline_split``); a row whose
+    combination does not is infeasible (dse.evaluation.designs.pipeline_rows)."""
+    for c in chips:
+        for p in pps:
+            try:
+                pipeline_split(m, int(c), None if p is None else int(p))
+                return []
+            except SpecError:
+                pass
+    shown = ", ".join(str(int(c)) for c in list(chips)[:8]) + (", ..." if len(chips) > 8 else "")
+    return [SpecError(path, where, list(chips) if len(chips) > 1 else chips[0],
+                      f"no chip count ({shown}) splits into at most {m.num_layers} pipeline stages whose "
+                      f"tensor-parallel group divides {m.name}'s {m.num_attention_heads} attention heads")]
 
 
 def check_tensor_parallel(m: ModelSpec, chips: tuple[int, ...], where: str = "--chips",

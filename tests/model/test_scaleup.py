@@ -147,23 +147,29 @@ def test_a_synthesised_chip_has_a_domain_knob(db):
 
 # ---- chips that do not split the heads -----------------------------------------------------
 
-def test_chips_that_do_not_divide_the_heads_are_refused(db):
+def test_chips_that_do_not_divide_the_heads_run_in_stages_or_are_refused(db):
+    # 3 chips do not split Llama-3.1-8B's 32 heads: 3 pipeline stages of 1 (dse.model.pipeline)
     res = CliRunner().invoke(main, ["eval", "--hw", "a100-80gb", "--chips", "3", "--target", "llama-3.1-8b"])
+    assert res.exit_code == 0 and "in 3 pipeline stages of 1" in res.output
+    # asked for one stage, they are refused, with the stage counts that work
+    res = CliRunner().invoke(main, ["eval", "--hw", "a100-80gb", "--chips", "3", "--pp", "1", "--target",
+                                    "llama-3.1-8b"])
     assert res.exit_code == 2
-    assert res.output == ("error: --chips = 3: tensor parallel splits attention by heads: llama-3.1-8b has 32 "
-                          "attention heads / 8 KV heads; use a chip count that divides them: 1, 2, 4, 8, 16, 32\n")
-    # a draft model whose heads do not split the target's chips runs at a smaller tensor parallel
-    # (tests/model/test_draft_tp.py): Qwen2.5-0.5B's 14 heads / 2 KV heads beside Qwen2.5-7B on 4 chips: 2
-    assert evaluate_design(hw="h100-sxm", chips=4, target="qwen2.5-7b", draft="qwen2.5-0.5b",
-                           alpha=0.7, db=db)["draft_tp"] == 2
-    # MLA: only the query heads count (DeepSeek-V3: 128)
-    with pytest.raises(SpecError, match="deepseek-v3 has 128 attention heads;"):
-        evaluate_design(hw="h200", chips=6, target="deepseek-v3", dtype="fp8")
+    assert res.output == ("error: --pp = 1: 3 chips in 1 stage leave 3 per stage, which does not split "
+                          "llama-3.1-8b's 32 attention heads; use one of 3\n")
+    # MLA: only the query heads count (DeepSeek-V3: 128): 6 chips run as 3 stages of 2
+    r = evaluate_design(hw="h200", chips=6, target="deepseek-v3", dtype="fp8")
+    assert (r["tp"], r["pp"]) == (2, 3)
+    # a study keeps such chip counts: they run in stages (every count from 1 to 6 splits somehow)
     s = {"name": "s", "workload": {"target": "llama-3.1-8b"}, "objectives": [{"metric": "spec_ms_per_token"}],
          "space": {"target_chip": {"device": ["h100-sxm"], "chips": {"low": 1, "high": 6}}}}
+    parse_study(s, "s.yaml", db)
+    # refused only when no chip count can split: of 33 chips (3 x 11) only t = 1 divides the 32 heads,
+    # which leaves 33 stages for 32 layers
+    s["space"]["target_chip"]["chips"] = [33]
     with pytest.raises((SpecError, SpecErrors)) as e:
         parse_study(s, "s.yaml", db)
-    assert "space.target_chip.chips = [3, 5, 6]" in str(e.value)
+    assert "no chip count (33) splits" in str(e.value)
 
 
 # ---- fp8 on a part without fp8 units ------------------------------------------------------
