@@ -17,7 +17,7 @@ OBJECTIVES = [{"metric": "spec_ms_per_token", "direction": "minimize"},
 
 
 def meta(study="toy", **extra):
-    m = {"schema_version": 4, "dse_version": "0.0.test",
+    m = {"schema_version": 5, "dse_version": "0.0.test",
          "study": {"name": study, "workload": {"target": "llama-70b", "alpha": 0.8, "k": 4},
                    "objectives": OBJECTIVES},
          "objectives": OBJECTIVES, "constraints": [{"metric": "power_w", "max": 700.0}],
@@ -123,7 +123,7 @@ def test_load_errors(tmp_path, dataset_dir):
 
 def test_newer_schema_version_refused(tmp_path):
     path = tmp_path / "r.parquet"
-    pq.write_table(table(3, m=meta(schema_version=5)), path)
+    pq.write_table(table(3, m=meta(schema_version=6)), path)
     with pytest.raises(DseError, match="schema_version"):
         da.load_results(path)
 
@@ -216,6 +216,7 @@ def test_hypervolume_history(dataset_dir):
     (1, "schema_version 1: written by a dse whose cost_usd of known parts was their street price"),
     (2, "schema_version 2: written before power_w of known parts"),   # the vendor TDP in power_w
     (3, "schema_version 3: written by an older model \\(no overhead_ms_per_token"),   # free TP past a domain
+    (4, "schema_version 4: written before pipeline stages and SRAM layer regions"),
     (3, "trees from alpha at the geometric rank profile"),   # and no rank_profile column (issue 17, trees)
     (3, "memory_required_gb then included the runtime reserve"),   # and no energy (issue 17, energy)
     (3, "; no acceptance band and its source: tau_low"),     # no tau_low, ..., acceptance_source

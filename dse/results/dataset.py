@@ -55,7 +55,7 @@ def _warn_old_schema(root: Path, metas) -> None:
         why = ("written before power_w of known parts came from the energy model synthesised chips get (it "
                "held the vendor TDP) and before expert parallel (ep); re-run the study to compare power with "
                "current results")
-    else:
+    elif v < 4:
         why = ("written by an older model (no overhead_ms_per_token; synthesised chips' links at class 'other' "
                "with 2 us, tensor parallel free past a scale-up domain, one kernel count for every layer, fp8 on "
                "parts without fp8 units slower than bf16; trees from alpha at the geometric rank profile, no "
@@ -65,6 +65,11 @@ def _warn_old_schema(root: Path, metas) -> None:
                "full aggregate bandwidth; no acceptance band and its source: tau_low, tau_high, "
                "speedup_low, speedup_high, spec_ms_per_token_low/_high, acceptance_source); "
                "re-run the study to compare with current results")
+    else:
+        why = ("written before pipeline stages and SRAM layer regions (no tp, pp, draft_tp or infeasible_reason "
+               "columns; SRAM parts one roofline over their whole bandwidth; all-reduces across domains by ring "
+               "only; power above some parts' TDP, no prompt energy under static batching); re-run the study "
+               "to compare with current results")
     warnings.warn(f"{where}: results schema_version {v}: {why}", stacklevel=5)
 
 
