@@ -131,7 +131,7 @@ def one(seed: int, trials: int, db, tmp: Path, save: Path | None) -> dict:
 def markdown(rows: list[dict], base: int, trials: int, load: tuple[float, float]) -> str:
     hv = np.array([r["hv_auto"] for r in rows])
     worst = rows[int(np.argmin(hv))]
-    out = [f"Seeds {base}-{base + len(rows) - 1}, auto at {trials} trials (seed 0), load average "
+    out = [f"Seeds {base}-{base + len(rows) - 1}, auto at {trials:,} trials (seed 0), load average "
            f"{load[0]:.1f} at the start and {load[1]:.1f} at the end. **Median HV ratio of auto "
            f"{np.median(hv):.4f}, worst {hv.min():.4f}** (seed {worst['seed']}); the grid alone: median "
            f"{np.median([r['hv_grid'] for r in rows]):.4f}, worst {min(r['hv_grid'] for r in rows):.4f}.", "",
