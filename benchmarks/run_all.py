@@ -5,7 +5,8 @@ Run:  python benchmarks/run_all.py [--quick]
 Each script's output is shown as it runs, then a summary of exit codes and wall times.
 --quick runs bench_search.py's peak-memory sweep at 1,000,000 rows instead of 10,000,000, and
 bench_versus_pinned.py (this tree against commit 5832b82, same run) at its smaller sizes: a 294,912-point
-sweep, 300 evaluate_design calls and 1,000 trials instead of 2,370,816 points, 2,000 calls and 10,000 trials.
+sweep, 300 evaluate_design calls and 1,000 trials instead of 2,370,816 points, 2,000 calls and 10,000 trials,
+and bench_sweep_ranking.py on grids of under a million points, without its targets.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 #: extra arguments per script in --quick mode
-QUICK_ARGS = {"bench_search.py": ["--quick"], "bench_versus_pinned.py": ["--quick"]}
+QUICK_ARGS = {"bench_search.py": ["--quick"], "bench_versus_pinned.py": ["--quick"], "bench_sweep_ranking.py": ["--quick"]}
 #: arguments always given: the full search-quality table takes about half an hour (run it by hand)
 ALWAYS_ARGS = {"bench_search_quality.py": ["--quick"]}
 

@@ -11,11 +11,12 @@ Ctrl-C is completed, never duplicated), and readers name the parts still missing
 Each part is written once: its rows become an Arrow table straight from numpy
 (dse.results.table), encoded on a writer thread while the next chunk is evaluated. The parts
 hold is_pareto / pareto_rank null; the shard that finds every part of the grid on disk writes the
-global flags (front and non-dominated ranks over all rows, dse.results.pareto.front_flags on their
-concatenation in file order) to ``_pareto.parquet``, from the objectives it kept per chunk and
-the objective columns of parts other shards wrote, and the full rows of the front to
-``_front.parquet`` (each chunk's non-dominated rows are kept as it is evaluated: the global front
-is a subset of their union). ``load_results`` joins the flags; ``dse pareto DIR`` reads the front.
+global flags to ``_pareto.parquet`` (the front over all rows in file order: is_pareto, pareto_rank
+0; every row's rank only when asked, as ranking millions of rows costs more than evaluating them),
+from the objectives it kept per chunk and the objective columns of parts other shards wrote, and
+the full rows of the front to ``_front.parquet`` (each chunk's non-dominated rows are kept as it is
+evaluated: the global front is the front of their union). ``load_results`` joins the flags (and
+ranks the rows when ``pareto_rank`` is read); ``dse pareto DIR`` reads the front.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from ..results.dataset import open_dataset
 from ..results.guard import check_writable
 from ..results.manifest import check_manifest, dataset_conflict, dataset_manifest, write_manifest
 from ..results.pareto import pareto_mask
-from ..results.side_files import side_files_current, write_front_file, write_pareto_file
+from ..results.side_files import expand_flags, side_files_current, write_front_file, write_pareto_file
 from ..results.store import read_metadata, study_metadata, write_table
 from ..results.table import results_table
 from ..study import Knob, StudySpec, open_study
@@ -247,12 +248,14 @@ def prepare_sweep(study: StudySpec | str | Path, *, points: int | None = None, s
 
 def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tuple[int, int] | None = None,
           out: str | Path | None = None, chunk_size: int | None = None, progress: bool = True,
-          db: Database | None = None, force: bool = False) -> SweepResult:
+          db: Database | None = None, force: bool = False, ranks: bool = False) -> SweepResult:
     """Evaluate this shard's chunks of the grid and write one part file per chunk (of
     :func:`auto_chunk_size` rows unless ``chunk_size`` is given; a chunk with no distinct design is
     an empty part). A shard with no chunk (more shards than chunks) writes nothing and says so in
     ``SweepResult.note``. A directory that holds another dataset (another fingerprint,
-    grid or shard count) is refused, naming what differs, or with ``force`` cleared of it first."""
+    grid or shard count) is refused, naming what differs, or with ``force`` cleared of it first.
+    The side files hold the front; ``ranks`` also stores every feasible row's non-dominated rank
+    (else load_results computes them when asked: on millions of rows they cost more than the sweep)."""
     study, db, tech = open_study(study, db)
     shard = shard or shard_from_env() or (0, 1)
     si, sn = shard
@@ -301,7 +304,7 @@ def sweep(study: StudySpec | str | Path, *, points: int | None = None, shard: tu
             parts += [p for f, p in pending if f.done() and not f.cancelled() and f.exception() is None]
             bar.close()
         if not stop.signum and objs:
-            _write_side_files(out_dir, manifest["parts"], usable, objs, meta["fingerprint"])
+            _write_side_files(out_dir, manifest["parts"], usable, objs, meta["fingerprint"], ranks)
     rows = sum(usable[p.name].rows for p in parts if p.name in usable)     # the parts this run wrote
     written = {p.name for p in parts if p.name in usable}
     points_done = sum(min(total, (c + 1) * chunk_size) - c * chunk_size for c in todo if part_name(c, sn) in written)
@@ -348,18 +351,21 @@ class Usable:
         return cls(table.num_rows, np.flatnonzero(ok), vals[ok], front, rows)
 
 
-def _write_side_files(out_dir: Path, names: list[str], usable: dict[str, Usable], objs, fp: str) -> None:
+def _write_side_files(out_dir: Path, names: list[str], usable: dict[str, Usable], objs, fp: str,
+                      ranks: bool = False) -> None:
     """Once every part of the grid is on disk (the last shard to finish does it), write the global
     Pareto flags (dse.results.side_files.PARETO_FILE) and the front's full rows (FRONT_FILE), from what
     this run kept of its parts and, for the parts other shards wrote, their objective and feasible
     columns (read one part at a time) and their front rows. The parts' own is_pareto and
-    pareto_rank stay null."""
+    pareto_rank stay null. The front is the front of the union of the parts' fronts (a row that its
+    own part dominates is dominated globally): no pass over every row; every row's rank only with
+    ``ranks``."""
     files = [out_dir / n for n in sorted(names)]
     if not all(f.is_file() for f in files):
         return
     if not all(f.name in usable for f in files):
         counts = [pq.read_metadata(f).num_rows for f in files]
-        if side_files_current(out_dir, files, counts, objs, fp):
+        if side_files_current(out_dir, files, counts, objs, fp, ranks):
             return                              # a re-run with nothing new: the side files are written
     if not all(f.name in usable for f in files):
         open_dataset(out_dir, files)        # other shards' parts: one dataset, every column dse writes (DseError)
@@ -368,11 +374,13 @@ def _write_side_files(out_dir: Path, names: list[str], usable: dict[str, Usable]
     counts = [u.rows for u in parts]
     starts = np.cumsum([0] + counts)
     rows = np.concatenate([s + u.usable for s, u in zip(starts, parts)])
-    write_pareto_file(out_dir, files, counts, rows, np.concatenate([u.values for u in parts]), objs, fp)
     # the global front: the non-dominated rows of the union of the parts' fronts
     cand = np.concatenate([s + u.front for s, u in zip(starts, parts)])
     cand_vals = np.concatenate([u.values[np.searchsorted(u.usable, u.front)] for u in parts])
     front = cand[pareto_mask(cand_vals, [d for _, d in objs])]
+    flags = expand_flags(int(starts[-1]), rows, np.concatenate([u.values for u in parts]), [d for _, d in objs],
+                         ranks=ranks, front=np.searchsorted(rows, front))
+    write_pareto_file(out_dir, files, counts, rows, flags, objs, fp)
     tables = []
     for i, u in enumerate(parts):
         local = front[(front >= starts[i]) & (front < starts[i + 1])] - starts[i]

@@ -21,7 +21,7 @@ from .arrow import num_array, to_numpy, usable_rows
 from .checks import check_columns, check_trials
 from .identity import describe, fingerprint, identity_of, part_digest
 from .manifest import MANIFEST, incomplete_message, missing_parts, read_manifest
-from .side_files import expand_flags, read_front_file, read_pareto_file
+from .side_files import Flags, expand_flags, read_front_file, read_pareto_file
 from .store import SCHEMA_VERSION, read_footer
 
 
@@ -248,17 +248,23 @@ class Dataset:
         want = pa.schema([self.schema.field(c) for c in t.schema.names], metadata=self.schema.metadata)
         return t if t.schema.equals(want) else t.cast(want)
 
-    def global_flags(self) -> tuple[np.ndarray, np.ndarray]:
-        """(is_pareto, pareto_rank) over every row of the dataset (rank -1 where not usable): from
+    def global_flags(self, ranks: bool = True) -> Flags:
+        """The Pareto :class:`~.side_files.Flags` of every row of the dataset: from
         :data:`PARETO_FILE` when it covers exactly these parts, else computed from the objective
-        and feasible columns (dse.results.pareto.front_flags over the concatenation in file order)."""
+        and feasible columns (over the concatenation in file order). Every row's rank only with
+        ``ranks`` (a sweep's side file holds the front only: the ranks are then computed here)."""
         objs = self.objectives()
         side = read_pareto_file(self.root, self.files, self.counts, objs, self.fingerprint, self.digests())
-        if side is not None:
+        if side is not None and (side.ranks is not None or not ranks):
             return side
         self.check_trials()
         rows, vals = self.usable(objs)
-        return expand_flags(sum(self.counts), rows, vals, [d for _, d in objs])
+        if side is None:
+            return expand_flags(sum(self.counts), rows, vals, [d for _, d in objs], ranks=ranks)
+        from .pareto import pareto_ranks
+        full = np.full(sum(self.counts), -1, dtype=np.int64)
+        full[rows] = pareto_ranks(vals, [d for _, d in objs])
+        return side._replace(ranks=full)
 
 
 def open_results(path) -> Dataset:

@@ -47,7 +47,10 @@ def load_results(path, columns: Sequence[str] | None = None) -> pd.DataFrame:
 
     In a dataset directory is_pareto / pareto_rank are global, over all parts: from the sweep's
     ``_pareto.parquet`` when it covers exactly these parts, else recomputed from the objective and
-    feasible columns (a sweep's part files themselves hold them null).
+    feasible columns (a sweep's part files themselves hold them null). A sweep stores the front
+    only, so ``pareto_rank`` past 0 is computed here, when it is read (non-dominated sorting of
+    every feasible row: tens of seconds at millions of feasible rows; leave the column out when
+    only the front matters).
 
     Returns:
         The rows of all part files, with ``df.attrs["dse"]`` set to the parsed ``b"dse"``
@@ -79,11 +82,10 @@ def load_results(path, columns: Sequence[str] | None = None) -> pd.DataFrame:
     df = restore_nullable(table.to_pandas(self_destruct=True, split_blocks=True), schema)  # frees as it goes
     del table
     if flags:
-        mask, ranks = dataset.global_flags()
-        usable = ranks >= 0
+        got = dataset.global_flags(ranks="pareto_rank" in df.columns)
         if "is_pareto" in df.columns:
-            df["is_pareto"] = pd.array(np.where(usable, mask, None), dtype="boolean")
+            df["is_pareto"] = pd.array(np.where(got.usable, got.is_pareto, None), dtype="boolean")
         if "pareto_rank" in df.columns:
-            df["pareto_rank"] = pd.array(np.where(usable, ranks, None), dtype="Int64")
+            df["pareto_rank"] = pd.array(np.where(got.usable, got.ranks, None), dtype="Int64")
     df.attrs["dse"] = meta
     return df

@@ -51,13 +51,26 @@ def _prepare(values, directions, feasible=None):
     if v.shape[1] != len(flags):
         raise ValueError(f"values has {v.shape[1]} objective columns but {len(flags)} "
                          f"directions were given")
-    ok = np.isfinite(v).all(axis=1)
+    ok = finite_rows(v)
     if feasible is not None:
         f = np.asarray(feasible, dtype=bool)
         if f.shape != (v.shape[0],):
             raise ValueError(f"feasible must have shape ({v.shape[0]},), but got {f.shape}")
         ok &= f
     return v, flags, ok
+
+
+def finite_rows(v: np.ndarray) -> np.ndarray:
+    """``np.isfinite(v).all(axis=1)`` of a 2-D array, column by column (a reduction along short rows
+    is several times slower than a few passes over columns).
+
+    >>> finite_rows(np.array([[1.0, 2.0], [np.nan, 1.0], [3.0, np.inf]])).tolist()
+    [True, False, False]
+    """
+    ok = np.ones(v.shape[0], dtype=bool)
+    for j in range(v.shape[1]):
+        ok &= np.isfinite(v[:, j])
+    return ok
 
 
 def first_of_equal(values, mask) -> np.ndarray:

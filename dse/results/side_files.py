@@ -3,6 +3,11 @@ which the parts hold null) and :data:`FRONT_FILE` (the front's full rows), writt
 A side file is used only when its metadata names exactly the parts read (names, row counts,
 footer digests), the objectives and the dataset's fingerprint; else a warning says it is not
 used and the reader recomputes from the parts.
+
+A sweep writes the front only (``pareto_rank`` 0 on its rows, null on the other feasible rows;
+metadata ``"ranks": "front"``): ranking every row costs more than evaluating it on grids of
+millions of rows (moocore's non-dominated sorting peels one front at a time), so the full ranks
+are computed from the parts when a reader asks for ``pareto_rank`` (:class:`Flags`).
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -32,14 +38,38 @@ FRONT_FILE = "_front.parquet"
 _FRONT_KEY = b"dse_front"
 
 
-def expand_flags(n: int, rows: np.ndarray, values: np.ndarray, directions) -> tuple[np.ndarray, np.ndarray]:
-    """front_flags over the usable rows ``rows`` (ascending) of n, spread back to all n rows."""
-    from .pareto import front_flags
-    mask, ranks = np.zeros(n, dtype=bool), np.full(n, -1, dtype=np.int64)
+class Flags(NamedTuple):
+    """The global Pareto flags of a dataset's rows."""
+    is_pareto: np.ndarray           # (n,) bool: the first row (row order) of each point of the front
+    front: np.ndarray               # (n,) bool: every non-dominated usable row (rank 0, ties included)
+    usable: np.ndarray              # (n,) bool: feasible with finite objectives
+    ranks: np.ndarray | None        # (n,) int64 non-dominated rank, -1 where not usable; None: not computed
+
+
+def expand_flags(n: int, rows: np.ndarray, values: np.ndarray, directions, ranks: bool = True,
+                 front: np.ndarray | None = None) -> Flags:
+    """The :class:`Flags` of n rows whose usable rows are ``rows`` (ascending) with objective
+    ``values``: the front (``front``, positions in ``rows``, when the caller found it already,
+    e.g. from the parts' own fronts; else dse.results.pareto.pareto_mask), its first rows
+    (first_of_equal), and with ``ranks`` every usable row's rank (pareto_ranks, the slow part)."""
+    from .pareto import first_of_equal, pareto_mask, pareto_ranks
+    usable, on_front = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    usable[rows] = True
+    local = np.zeros(rows.size, dtype=bool)
     if rows.size:
-        m, r = front_flags(values, directions, None)
-        mask[rows], ranks[rows] = m, r
-    return mask, ranks
+        if front is None:
+            local = pareto_mask(values, directions)
+        else:
+            local[front] = True
+    on_front[rows] = local
+    first = np.zeros(n, dtype=bool)
+    first[rows] = first_of_equal(values, local)
+    full = None
+    if ranks:
+        full = np.full(n, -1, dtype=np.int64)
+        if rows.size:
+            full[rows] = pareto_ranks(values, directions)
+    return Flags(first, on_front, usable, full)
 
 
 def parts_identity(files: list[Path], counts: list[int], digests: list[str] | None = None) -> list[list]:
@@ -69,9 +99,10 @@ def _side_file_matches(path: Path, meta, files: list[Path], counts: list[int], o
     return ok
 
 
-def side_files_current(root: Path, files: list[Path], counts: list[int], objs, fp: str) -> bool:
+def side_files_current(root: Path, files: list[Path], counts: list[int], objs, fp: str, ranks: bool = False) -> bool:
     """Both side files are on disk and were written for exactly these parts, objectives and
-    fingerprint (what a re-run of a finished sweep checks before rewriting them)."""
+    fingerprint, with every row's rank when ``ranks`` (what a re-run of a finished sweep checks
+    before rewriting them)."""
     for name, key in ((PARETO_FILE, _PARETO_KEY), (FRONT_FILE, _FRONT_KEY)):
         path = Path(root) / name
         try:
@@ -80,21 +111,29 @@ def side_files_current(root: Path, files: list[Path], counts: list[int], objs, f
             return False
         if not _side_file_matches(path, meta, files, counts, objs, fp, None, warn=False):
             return False
+        if ranks and key == _PARETO_KEY and meta.get("ranks", "all") != "all":
+            return False
     return True
 
 
-def write_pareto_file(root: Path, files: list[Path], counts: list[int], rows: np.ndarray, values: np.ndarray,
+def write_pareto_file(root: Path, files: list[Path], counts: list[int], rows: np.ndarray, flags: Flags,
                       objs, fp: str) -> Path:
     """Write :data:`PARETO_FILE` for parts ``files`` (``counts`` rows each) of the dataset of
-    fingerprint ``fp`` from the usable rows' global row numbers and objective values."""
-    mask, ranks = expand_flags(sum(counts), rows, values, [d for _, d in objs])
+    fingerprint ``fp``: one row per usable row (``rows``, global row numbers, ascending) with its
+    is_pareto and pareto_rank from ``flags``; without ranks (``flags.ranks`` None) pareto_rank is
+    0 on the front and null past it, and the metadata says ``"ranks": "front"``."""
     starts = np.cumsum([0] + list(counts))
     part = np.searchsorted(starts, rows, side="right") - 1
-    meta = {**_side_meta(files, counts, objs, fp), "rows": int(rows.size)}
+    meta = {**_side_meta(files, counts, objs, fp), "rows": int(rows.size),
+            "ranks": "front" if flags.ranks is None else "all"}
     names = string_array([f.name for f in files])
+    if flags.ranks is None:
+        rank = num_array(np.zeros(rows.size, dtype=np.int64), pa.int64(), valid=flags.front[rows])
+    else:
+        rank = num_array(flags.ranks[rows], pa.int64())
     table = pa.Table.from_arrays([pa.DictionaryArray.from_arrays(num_array(part, pa.int32()), names),
-                                  num_array(rows - starts[part], pa.int64()), bool_array(mask[rows]),
-                                  num_array(ranks[rows], pa.int64())], names=["part", "row", "is_pareto", "pareto_rank"])
+                                  num_array(rows - starts[part], pa.int64()), bool_array(flags.is_pareto[rows]),
+                                  rank], names=["part", "row", "is_pareto", "pareto_rank"])
     table = table.replace_schema_metadata({_PARETO_KEY: json.dumps(meta).encode()})
     return write_table(table, Path(root) / PARETO_FILE)
 
@@ -105,20 +144,23 @@ def _side_file_meta(schema: pa.Schema, key: bytes):
 
 
 def read_pareto_file(root: Path, files: list[Path], counts: list[int], objs, fp: str,
-                     digests: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
-    """(is_pareto, pareto_rank) of every row from :data:`PARETO_FILE`, or None when it is absent,
-    unreadable, out of range or was written for other parts, objectives or another dataset."""
+                     digests: list[str]) -> Flags | None:
+    """The :class:`Flags` of every row from :data:`PARETO_FILE` (``ranks`` None when it holds the
+    front only), or None when it is absent, unreadable, out of range or was written for other
+    parts, objectives or another dataset."""
     path = Path(root) / PARETO_FILE
     if not path.is_file() or objs is None:
         return None
     try:
         pf = pq.ParquetFile(path)
-        if not _side_file_matches(path, _side_file_meta(pf.schema_arrow, _PARETO_KEY), files, counts, objs, fp,
-                                  digests):
+        meta = _side_file_meta(pf.schema_arrow, _PARETO_KEY)
+        if not _side_file_matches(path, meta, files, counts, objs, fp, digests):
             return None
         t = pf.read()
-        if t.num_rows != _side_file_meta(pf.schema_arrow, _PARETO_KEY).get("rows"):
+        if t.num_rows != meta.get("rows"):
             raise ValueError("rows missing or added")
+        if meta.get("ranks", "all") not in ("all", "front"):
+            raise ValueError(f"ranks {meta.get('ranks')!r}")
         starts = np.cumsum([0] + list(counts))
         position = {f.name: i for i, f in enumerate(files)}
         part = []
@@ -133,14 +175,20 @@ def read_pareto_file(root: Path, files: list[Path], counts: list[int], objs, fp:
             raise ValueError("a row number outside its part")
         rows = starts[part] + local.astype(np.int64)
         n = sum(counts)
-        mask, ranks = np.zeros(n, dtype=bool), np.full(n, -1, dtype=np.int64)
+        mask, usable, front = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+        usable[rows] = True
         mask[rows] = to_numpy(t["is_pareto"])
-        ranks[rows] = np.nan_to_num(to_numpy(t["pareto_rank"]), nan=-1).astype(np.int64)
+        rank = np.nan_to_num(to_numpy(t["pareto_rank"]), nan=-1).astype(np.int64)
+        front[rows] = rank == 0
+        ranks = None
+        if meta.get("ranks", "all") == "all":
+            ranks = np.full(n, -1, dtype=np.int64)
+            ranks[rows] = rank
     except (pa.ArrowException, OSError, KeyError, ValueError, TypeError, IndexError) as exc:
         warnings.warn(f"{path}: not used: unreadable ({type(exc).__name__}: {str(exc)[:100]}); the flags are "
                       "recomputed from the parts", stacklevel=5)
         return None
-    return mask, ranks
+    return Flags(mask, front, usable, ranks)
 
 
 def write_front_file(root: Path, files: list[Path], counts: list[int], rows: np.ndarray, table: pa.Table,
