@@ -314,7 +314,7 @@ def pipeline_rows(model, chips, pp_knob, regions, no_link):
 
 #: chip fields chip_group reads (synthesized_chips gathers these)
 _CHIP_FIELDS = ("capacity_bytes", "mem_bw_bytes_s", "peak_bf16_flop_s", "peak_fp8_flop_s", "cost_usd",
-                "die_area_mm2", "shoreline_ok", "stack_height_ok", "static_power_w")
+                "die_area_mm2", "shoreline_ok", "stack_height_ok", "static_power_w", "num_dies")
 
 
 def synthesized_chips(tech: TechConstants, n: int, *, link_bw_gb_s, **knobs):

@@ -77,6 +77,7 @@ DEFAULT_SCALE_UP_DOMAIN = CHIP_KNOBS["scale_up_domain"].default
 DEFAULT_SCALE_OUT_GB_S = CHIP_KNOBS["scale_out_bw_gb_s"].default
 DRAFT_CHIP_KNOBS = {"enabled": KnobDef("bool", default=False, desc="a colocated draft chip holds the draft"),
                     **{k: v for k, v in CHIP_KNOBS.items() if k not in ("spec_overhead_us", "pp")},
+                    "chips": KnobDef("int", 1, 1024, 1, desc="draft chips, in tensor parallel"),
                     "memory": KnobDef("cat", default="lpddr5x", desc="memory type of the draft chip"),
                     "memory_stacks": KnobDef("int", 1, 64, 2, desc="stacks or devices"),
                     "link_bw_gb_s": KnobDef("float", 0.0, 1e5, 128.0, desc="link between target and draft chip")}
