@@ -284,7 +284,8 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
             "tp": tp, "pp": pp,
             # a group needs memory bandwidth, and a link when it spans chips (within its domain)
             "buildable": (buildable & (bw > 0) & ((chips == 1) | (link_bw > 0) | ((tp == 1) & (tp * pp > dom_b)))
-                          & domains_ok & split_ok),
+                          & domains_ok),
+            "split_ok": np.broadcast_to(split_ok, (n,)),
             "link_bw_bytes_s": link_bw}
     return hw, cols
 
@@ -298,13 +299,16 @@ def pipeline_rows(model, chips, pp_knob, regions, no_link):
     n = chips.size
     want = np.zeros(n, dtype=np.int64) if pp_knob is None else np.nan_to_num(
         np.asarray(pp_knob, dtype=np.float64), nan=0.0).astype(np.int64) + np.zeros(n, dtype=np.int64)
-    keys = np.stack([chips, want, regions.astype(np.int64), no_link.astype(np.int64)], axis=1)
-    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-    out = np.empty((len(uniq), 3), dtype=np.int64)
-    for i, (c, p, r, nl) in enumerate(uniq):
+    cu, ci = np.unique(chips, return_inverse=True)          # 1-D uniques: fast on a million rows
+    wu, wi = np.unique(want, return_inverse=True)
+    code = ((ci.reshape(-1) * wu.size + wi.reshape(-1)) * 2 + regions.astype(np.int64)) * 2 + no_link.astype(np.int64)
+    codes, inv = np.unique(code, return_inverse=True)
+    out = np.empty((codes.size, 3), dtype=np.int64)
+    for i, k in enumerate(codes.tolist()):
+        nl, r, rest = k % 2, (k // 2) % 2, k // 4
+        c, p = int(cu[rest // wu.size]), int(wu[rest % wu.size])
         try:
-            out[i, :2] = pipeline_split(model, int(c), int(p) if p > 0 else None, max_tp=1 if nl else None,
-                                        most_stages=bool(r))
+            out[i, :2] = pipeline_split(model, c, p if p > 0 else None, max_tp=1 if nl else None, most_stages=bool(r))
             out[i, 2] = 1
         except SpecError:
             out[i] = (c, 1, 0)
@@ -393,7 +397,7 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
         hwcols["buildable"] = tc["buildable"] & (~on | draft_ok)
     else:
         hwcols["buildable"] = tc["buildable"]
-    hwcols["invalid"] = invalid_combinations(study, kn, chips)
+    hwcols["invalid"] = invalid_combinations(study, kn, tc["tp"], tc["split_ok"])
     hwcols["cost_usd"] = tc["chip_cost_usd"] * chips + d_cost            # manufacturing estimate
     hwcols["price_usd"] = tc["chip_price_usd"] * chips + d_price         # street price (NaN if unknown)
     hwcols["power_w"] = tc["chip_power_w"] * chips + d_power
@@ -408,16 +412,20 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
 
 #: combinations of knob values that cannot exist, as bits of ``invalid_combinations`` (the study is
 #: refused only where no row could avoid them: dse.study.parse)
-INVALID_REASONS = ("expert-parallel ranks (ep) do not divide the chips",)
+INVALID_REASONS = ("expert-parallel ranks (ep) do not divide the chips",
+                   "no split of the chips into at most L pipeline stages leaves a group that splits the heads (pp)")
 
 
-def invalid_combinations(study: StudySpec, kn: dict[str, np.ndarray], chips: np.ndarray) -> np.ndarray:
+def invalid_combinations(study: StudySpec, kn: dict[str, np.ndarray], chips: np.ndarray,
+                         split_ok=True) -> np.ndarray:
     """Per row, the bits (1 << i: INVALID_REASONS[i]) of what cannot exist in it; 0 where all can.
-    Expert parallel over E ranks needs E to divide the target's t chips (E ranks of t/E chips:
-    MODEL.md section 2); E is the row's ``ep`` knob or the workload's."""
+    Expert parallel over E ranks needs E to divide the t chips of a stage (E ranks of t/E chips:
+    MODEL.md section 2); E is the row's ``ep`` knob or the workload's. ``split_ok``: the row's chips
+    split into pipeline stages (designs.pipeline_rows)."""
     ep = np.asarray(kn["ep"], dtype=np.int64) if "ep" in kn else np.int64(study.workload.ep)
     bad = np.asarray(chips, dtype=np.int64) % np.maximum(ep, 1) != 0
-    return np.broadcast_to(bad.astype(np.int64), np.shape(chips))
+    bits = bad.astype(np.int64) | (~np.asarray(split_ok, dtype=bool)).astype(np.int64) << 1
+    return np.broadcast_to(bits, np.shape(chips))
 
 
 def evaluate_study(study: StudySpec, params: dict[str, np.ndarray], n: int, db: Database,

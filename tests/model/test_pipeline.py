@@ -185,3 +185,19 @@ def test_no_sram_design_beats_its_layer_sequential_bound(db):
     weights = 16.06e9                    # Llama-3.1-8B bf16: 8.03 B parameters x 2 B
     bound = 32 * weights / bw
     assert np.all(np.asarray(m.baseline_s_per_token)[ok] >= bound[ok])
+
+
+def test_a_row_whose_chips_cannot_be_staged_is_infeasible_with_its_reason(db):
+    # Llama-3.1-70B has 80 layers and 64 heads: 576 WSE-3 systems (no scale-up link: one a stage) would
+    # need 576 stages; 4 run as 4 stages. The study runs; the 576-chip row says why it cannot exist.
+    from dse.evaluation.designs import evaluate_study, infeasible_reasons, metric_table
+    from dse.study.parse import parse_study
+    s = {"name": "s", "workload": {"target": "llama-3.1-70b"}, "objectives": [{"metric": "spec_ms_per_token"}],
+         "space": {"target_chip": {"device": ["cerebras-wse-3"], "chips": [4, 576]}}}
+    st = parse_study(s, "s.yaml", db)
+    d, m = evaluate_study(st, {"target_chip_device": np.array(["cerebras-wse-3"] * 2),
+                               "target_chip_chips": np.array([4, 576])}, 2, db, st.tech)
+    cols = metric_table(d, m)
+    assert cols["pp"].tolist() == [4, 1] and cols["tp"].tolist() == [1, 576]
+    code, texts = infeasible_reasons(cols, st)
+    assert texts[code[0]] == "" and "pipeline stages" in texts[code[1]]
