@@ -126,17 +126,20 @@ def check_group(dev: DeviceSpec, chips: int, where: str = "--chips") -> None:
                         f"network (scale_out_bw_gb_s = 0): use at most {dom}, or --set scale_out_bw_gb_s=...")
 
 
-def check_stages(dev: DeviceSpec, chips: int, pp: int, where: str = "--pp") -> None:
+def check_stages(dev: DeviceSpec, chips: int, pp: int, where: str = "--pp", value=None) -> None:
     """pp > 1 stages of ``chips`` chips hand their activations on over the scale-up link within a
     scale-up domain and over the scale-out network beyond it; a part without the link it needs
     cannot be staged (one SpecError naming the flag)."""
     if pp <= 1:
         return
     dom = dev.scale_up_domain or math.inf
+    value = pp if value is None else value
+    if dev.link_bw_bytes_s <= 0 and dev.scale_out_bw_bytes_s <= 0:
+        raise SpecError(None, where, value, f"{dev.name} has no scale-up link (link_bw_gb_s = 0); use 1")
     if chips * pp <= dom and dev.link_bw_bytes_s <= 0:
-        raise SpecError(None, where, pp, f"{dev.name} has no scale-up link (link_bw_gb_s = 0) to join {pp} stages")
+        raise SpecError(None, where, value, f"{dev.name} has no scale-up link (link_bw_gb_s = 0); use 1")
     if chips * pp > dom and dev.scale_out_bw_bytes_s <= 0:
-        raise SpecError(None, where, pp, f"{pp} stages of {chips} chips leave {dev.name}'s scale-up domain of {dom} "
+        raise SpecError(None, where, value, f"{pp} stages of {chips} chips leave {dev.name}'s scale-up domain of {dom} "
                         f"chips and it has no scale-out network (scale_out_bw_gb_s = 0)")
 
 
@@ -240,12 +243,13 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     if datastore_gb and drafter.kind != "ngram":
         raise SpecError(None, "--datastore-gb", datastore_gb, "a datastore belongs to a retrieval draft "
                         "(--draft retrieval or ngram)")
-    total = chips
+    total, pp_asked = chips, pp
     chips, pp = pipeline_split(tgt, total, None if pp is None or str(pp).strip().lower() == "auto"
                                else as_number(pp, "--pp", rng=Range(integer=True, lo=1, hi=1024)),
                                max_tp=1 if dev.link_bw_bytes_s <= 0 else None, most_stages=dev.layer_regions)
     check_group(dev, chips)
-    check_stages(dev, chips, pp)
+    auto = pp_asked is None or str(pp_asked).strip().lower() == "auto"
+    check_stages(dev, chips, pp, "--chips" if auto else "--pp", total if auto else None)
     # a draft model runs at the tensor parallel its heads allow on its chips (draft_tp: dse.model.drafters)
     from .catalog.technology import load_technology
     db_tech = load_technology(db.root)

@@ -52,9 +52,10 @@ def test_group_shortfall_and_per_chip_shortfall():
     assert r["chip_memory_shortfall_gb"] == pytest.approx(3.192946688, rel=1e-9)
     assert r["memory_shortfall_gb"] == pytest.approx(8 * 3.192946688, rel=1e-9)
     assert r["memory_required_gb"] == pytest.approx(8 * chip, rel=1e-12)
-    # however many chips share it, a chip keeps the replicated MLA down-projections and routers (1,029,898,240 B
-    # at fp8) and the whole latent cache: 1.047887872 GB; here more chips would help
-    assert r["chip_memory_floor_gb"] == pytest.approx((1_029_898_240 + 256 * 70_272) / 1e9, rel=1e-12)
+    # however many chips share a stage, a chip keeps the replicated MLA down-projections and routers (1,029,898,240 B
+    # at fp8) and the whole latent cache of its layers: 1.047887872 GB over 61 stages of one layer each, 17.18 MB;
+    # here more chips would help
+    assert r["chip_memory_floor_gb"] == pytest.approx((1_029_898_240 + 256 * 70_272) / 61 / 1e9, rel=1e-12)
     from dse.cli.text import eval_table
     text = eval_table(r)
     assert "short by 3.19 GB a chip (25.54 GB over 8 chips)" in text
@@ -63,16 +64,23 @@ def test_group_shortfall_and_per_chip_shortfall():
 
 def test_more_chips_cannot_help_when_the_replicated_state_exceeds_a_chip():
     # batch 256 of 8,192 + 1,024 tokens: the latent cache 256 x 9,216 x 70,272 B = 165,792,448,512 B is whole on
-    # every chip; with the replicated weights 1,029,898,240 B a chip holds at least 166.822346752 GB however many
-    # chips share the model, beyond an H200's 151.40 GB less its 7.57 GB reserve
+    # every chip of a stage; with the replicated weights 1,029,898,240 B a chip holds 166.822346752 GB over all
+    # 61 layers, beyond an H200's 151.40 GB less its 7.57 GB reserve -- but in 61 pipeline stages of one layer a
+    # chip holds 1/61 of it, 2.73 GB: more chips (in stages) do help
     r = evaluate_design(hw="h200", chips=8, target="deepseek-v3", dtype="fp8", batch=256, prompt=8192, output=1024)
-    assert r["chip_memory_floor_gb"] == pytest.approx((1_029_898_240 + 256 * 9216 * 70_272) / 1e9, rel=1e-12)
-    assert r["chip_memory_floor_gb"] == pytest.approx(166.822346752, rel=1e-12)
+    assert r["chip_memory_floor_gb"] == pytest.approx((1_029_898_240 + 256 * 9216 * 70_272) / 61 / 1e9, rel=1e-12)
+    assert r["chip_memory_floor_gb"] == pytest.approx(166.822346752 / 61, rel=1e-12)
     from dse.cli.text import eval_table
-    assert "more chips cannot help: a chip holds at least 166.82 GB at any chip count" in eval_table(r)
-    # a GQA model's floor is one KV head's cache: Llama-3.1-70B, 8 KV heads, 256 tokens x 327,680 B / 8
+    assert "more chips cannot help" not in eval_table(r)
+    # at batch 8,192 even one layer's latent cache is too much for an L4 (24 GiB, 5% reserve): 8,192 x 9,216
+    # x 70,272 B / 61 + 1,029,898,240 B / 61 = 86.99 GB a chip at any chip count
+    r = evaluate_design(hw="l4", chips=8, target="deepseek-v3", dtype="fp8", batch=8192, prompt=8192, output=1024)
+    floor = (1_029_898_240 + 8192 * 9216 * 70_272) / 61 / 1e9
+    assert r["chip_memory_floor_gb"] == pytest.approx(floor, rel=1e-12) and floor > 86.9
+    assert f"more chips cannot help: a chip holds at least {floor:.2f} GB at any chip count" in eval_table(r)
+    # a GQA model's floor is one KV head's cache in 80 stages: Llama-3.1-70B, 8 KV heads, 256 tokens x 327,680 B / 8 / 80
     g = evaluate_design(hw="h100-sxm", chips=2, target="llama-3.1-70b")
-    assert g["chip_memory_floor_gb"] == pytest.approx(256 * 327_680 / 8 / 1e9, rel=1e-12)
+    assert g["chip_memory_floor_gb"] == pytest.approx(256 * 327_680 / 8 / 80 / 1e9, rel=1e-12)
 
 
 def test_hw_list_and_show_give_both_units():
