@@ -159,7 +159,7 @@ def _overhead_line(r: dict, per_token_ms: float) -> str:
     share = ovh / per_token_ms if per_token_ms else 0.0
     return (f"overhead     {num(ovh, '.3f')} ms/token ({num(100 * share, '.0f')}%) fixed costs of the "
             f"{r['runtime']} runtime "
-            "(kernel launches, per step, per iteration)")
+            "(kernel launches, layer syncs, per step, per iteration)")
 
 
 def memory_lines(r: dict) -> list[str]:
