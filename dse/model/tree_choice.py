@@ -1,7 +1,8 @@
 """A method's tree re-chosen for each design (MODEL.md section 3, "Trees"): when the user fixes
 neither k nor a tree size, each of the workload's tree sizes (Workload.tree_choices: a chain, the
-smaller trees and the method's published tree) is evaluated with k = auto over every row, and each
-row keeps the one with the least seconds per token."""
+smaller trees and the method's published tree) is evaluated with k = auto, and each row keeps the
+one with the least seconds per token. A tree is evaluated only on the rows where a lower bound
+says it may beat the chain."""
 
 from __future__ import annotations
 
@@ -11,24 +12,71 @@ import numpy as np
 
 from ..workload.spec import Workload
 from .arrays import DesignBatch
-from .latency import latency_metrics
+from .k_auto import BOUND_MARGIN
+from .latency import latency_metrics, tree_verify_s
+from .tau import acceptance_terms, largest_k
+
+#: (row, tree size) pairs evaluated in one pass: at least every row once (the pass a single size
+#: takes), and a search batch of 64 designs with all its sizes at once (the per-pass cost dominates
+#: there); a pass over 5 x 131,072 stacked rows would hold 5 times the arrays
+STACK_ROWS = 16384
 
 
 def chosen_tree_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> dict[str, np.ndarray]:
     """latency_metrics of every row at its fastest tree size among ``w.tree_choices``:
-    min over N in the choices of T_iter(N, k*(N)) / tau(N, k*(N)), k*(N) the k = auto of that
-    size (speculation off where no size beats plain decoding). One pass per size over every row,
-    then a row-wise select of every column: a tie keeps the earlier (smaller) size, a NaN loses
-    to any number. The columns k, tree_nodes and tree_shape say what was chosen."""
-    best, t_best = None, None
-    for nodes in w.tree_choices:
-        m = latency_metrics(batch, dataclasses.replace(w, tree_nodes=int(nodes), tree_choices=()), k_bound)
-        v = np.asarray(m["spec_s_per_token"])
-        if best is None:
-            best, t_best = m, v
-            continue
-        better = (v < t_best) | (np.isnan(t_best) & ~np.isnan(v))
-        if better.any():
-            best = {key: np.where(better, m[key], old) for key, old in best.items()}
-            t_best = np.where(better, v, t_best)
-    return best
+    min over N in the choices of T_iter(N, k*(N)) / tau(N, k*(N)), k*(N) the k = auto of that size
+    (speculation off where no size beats plain decoding): a chain up to k_max (as --k auto), a tree
+    its best shape up to the published tree's depth. A tie keeps the earlier (smaller) size, a NaN
+    loses to any number. The columns k, tree_nodes and tree_shape say what was chosen.
+
+    A tree of N nodes is skipped on a row where it cannot beat the chain's s/token c:
+    T_iter >= T_verify(N) + t_spec (latency.tree_verify_s; q = N + 1 positions whatever k) and
+    tau <= tau(N, deepest k) (a deeper bound only adds shapes), so where
+    (T_verify(N) + t_spec) / tau_max(N) x (1 - 1e-9) >= c it is strictly slower than the chain.
+    The rest, as (row, size) pairs, in passes of at most max(rows, STACK_ROWS) pairs (each pair a
+    row with its DesignBatch.tree_nodes): the same bits as one pass per size over every row."""
+    n = batch.n
+    shape = w.drafter.default_shape()
+    w_tree = dataclasses.replace(w, tree_nodes=0, k_max=w.k_max if shape is None else min(w.k_max, shape.depth),
+                                 tree_choices=())
+    trees = [int(c) for c in w.tree_choices if c]
+    chain = None
+    if 0 in w.tree_choices:
+        chain = latency_metrics(batch, dataclasses.replace(w, tree_nodes=0, tree_choices=()), k_bound)
+    best = np.broadcast_to(chain["spec_s_per_token"], (n,)) if chain is not None else np.full(n, np.nan)
+    rows, sizes = [], []
+    for i, nodes in enumerate(trees):
+        w_n = dataclasses.replace(w_tree, tree_nodes=nodes)
+        tau_max = float(acceptance_terms(w_n, largest_k(w_n), nodes)[0])
+        floor = (tree_verify_s(batch, w, nodes) + batch.target.spec_overhead_s) / tau_max
+        may = ~(floor * (1.0 - BOUND_MARGIN) >= best)          # a NaN best: evaluate
+        rows.append(np.flatnonzero(may))
+        sizes.append(np.full(rows[-1].size, i))
+    rows, sizes = np.concatenate(rows or [[]]).astype(np.int64), np.concatenate(sizes or [[]]).astype(np.int64)
+    if not rows.size:
+        return chain
+    step = max(n, STACK_ROWS)
+    passes = [latency_metrics(dataclasses.replace(batch.take(rows[a:a + step]),
+                                                  tree_nodes=np.asarray(trees)[sizes[a:a + step]]), w_tree, k_bound)
+              for a in range(0, rows.size, step)]
+    pairs = {key: np.concatenate([np.broadcast_to(p[key], (min(step, rows.size - a),))
+                                  for p, a in zip(passes, range(0, rows.size, step))]) for key in passes[0]}
+    # per row: the least s/token over the chain (size 0) and its evaluated trees, the first of equals
+    table = np.full((len(trees) + 1, n), np.inf)
+    if chain is not None:
+        table[0] = np.where(np.isnan(best), np.inf, best)
+    spec = pairs["spec_s_per_token"]
+    table[sizes + 1, rows] = np.where(np.isnan(spec), np.inf, spec)
+    pick = np.argmin(table, axis=0)
+    where = np.full((len(trees), n), -1)
+    where[sizes, rows] = np.arange(rows.size)
+    if chain is None:           # no chain: every row takes a tree (each evaluated on every row: best NaN)
+        return {key: v[where[np.maximum(pick, 1) - 1, np.arange(n)]] for key, v in pairs.items()}
+    won = np.flatnonzero(pick > 0)
+    at = where[pick[won] - 1, won]
+    out = {}
+    for key, v in chain.items():
+        col = np.array(np.broadcast_to(v, (n,)), dtype=np.result_type(np.asarray(v), pairs[key]))
+        col[won] = pairs[key][at]
+        out[key] = col
+    return out
