@@ -88,7 +88,9 @@ WORKLOAD_KNOBS = {
 }
 K_KNOB = KnobDef("int", 1, K_LIMIT, None)
 #: workload.tree_nodes given as a list or {low, high}: searched per design (0 in a list = a chain)
-TREE_NODES_KNOB = KnobDef("int", 0, TREE_NODES_MAX, None, desc="nodes of the best draft tree (depth <= k); 0 = a chain")
+TREE_NODES_KNOB = KnobDef("int", 0, TREE_NODES_MAX, None, desc="nodes of the best draft tree (depth <= k); 0 = a "
+                          "chain; published = each tree method's published tree [default: each tree method's tree "
+                          "chosen per design]")
 
 #: workload.ep given as a list: expert-parallel ranks searched per design (each must divide the experts; a
 #: row whose chip count its value does not divide is infeasible: dse.evaluation.designs.invalid_combinations)
