@@ -273,15 +273,17 @@ def test_k_auto_past_8_in_the_broadcast_pass_and_for_trees(db, alpha):
 
 # ---- a tree method's tree re-chosen per row ----
 
-def test_tree_choice_is_the_least_of_each_size_alone(db, monkeypatch):
+@pytest.mark.parametrize("continuous", [False, True])
+def test_tree_choice_is_the_least_of_each_size_alone(db, monkeypatch, continuous):
     """An EAGLE-3 workload choosing among a chain and trees of 4-59 nodes (Workload.tree_choices):
     each row's columns, bit for bit, those of the size with the least s/token evaluated alone over
     every row (a chain up to k = 16, a tree up to the published depth 6; the first of equals), with
     the trees skipped where the bound rules them out, stacked in one pass or one pass per size, and
-    deduped; rows without bandwidth (infinite or NaN times) and batches 1-128 mixed in."""
+    deduped; rows without bandwidth (infinite or NaN times) and batches 1-128 mixed in; static and
+    continuous batching (whose prompt tokens ride in the verify pass: the bound leaves them out)."""
     import dataclasses
     TC = sys.modules["dse.model.tree_choice"]
-    w = _workload(db, draft="eagle3")
+    w = _workload(db, draft="eagle3", continuous=continuous)
     sizes = w.drafter.tree_choices()
     w = dataclasses.replace(w, tree_nodes=59, tree_choices=sizes)
     batch = _designs(db, 600, np.random.default_rng(7), pathological=True, max_batch=128)
