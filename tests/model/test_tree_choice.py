@@ -88,3 +88,29 @@ def test_the_published_tree_is_asked_for_by_name():
         evaluate_design(hw="h200", target="llama-3.1-70b", draft="llama-3.2-1b", tree_nodes="published")
     with pytest.raises(SpecError, match="--tree-nodes = 'abc': expected an integer in"):
         evaluate_design(**H200_70B, tree_nodes="abc")
+
+
+def test_a_study_asks_for_the_published_tree_by_name(tmp_path):
+    """workload.tree_nodes: published keeps each tree method's published tree (k auto up to its
+    depth) and survives the round trip through results metadata; with a k, or without a tree
+    method among the drafts, it is refused in one line."""
+    from dse.errors import SpecErrors
+    from dse.report.context import study_from_mapping, study_mapping
+    from dse.study import load_study
+
+    def study(**wl):
+        raw = yaml.safe_load((Path(__file__).parents[2] / "studies" / "quickstart.yaml").read_text())
+        raw["workload"] = dict(target="llama-3.1-70b", dtype="fp8", draft=["none", "eagle3"], batch=[1, 32], **wl)
+        raw["space"], raw["constraints"], raw["output"] = {"target_chip": {"device": "h200"}}, [], str(tmp_path / "o")
+        (tmp_path / "s.yaml").write_text(yaml.safe_dump(raw))
+        return load_study(tmp_path / "s.yaml")
+    s = study(tree_nodes="published")
+    w = s.drafts.workload("eagle3")
+    assert (w.tree_nodes, w.k_max, w.tree_choices) == (59, 6, ())
+    assert study_from_mapping(study_mapping(s.resolved())).drafts.workload("eagle3").tree_nodes == 59
+    with pytest.raises((SpecError, SpecErrors), match="workload.tree_nodes = 'published': each method's published "
+                                                      "tree is drafted at its own depth: give no k"):
+        study(tree_nodes="published", k=3)
+    with pytest.raises((SpecError, SpecErrors), match="expected an integer in \\[0, 1024\\], a list of them, "
+                                                      "\\{low, high\\}, or published"):
+        study(tree_nodes="pub")
