@@ -18,6 +18,9 @@ Run:  python benchmarks/bench_eval.py [--calls 200] [--rows 1000000] [--repeats 
     draft, three Llama draft models, prompt lookup, an early exit at layers 8-24: 22 groups),
     split by draft and evaluated per group with the acceptance (and its band) from the model:
     target >= 1,000,000 design points per second, as (b).
+(f) A tree method's tree re-chosen per row (EAGLE-3: a chain, trees of 4-32 nodes, the published
+    59) against the published tree alone, on --tree-rows random designs (batch 1-255, and batch 1,
+    8, 32 or 128) and one search batch of 64: seconds and their ratio. No target.
 (d) The study path against its floor: studies/quickstart.yaml's grid at --points (11: 814,572
     distinct designs of 1,054,152 grid points), in sweep chunks of 131,072, categorical knobs as
     grid indices. ns per design, min of --study-repeats passes, for dse.model.evaluate plain
@@ -216,6 +219,31 @@ def study_floor(points: int, repeats: int) -> None:
     print("    passes = ns/design over one elementwise numpy pass; the machine may be shared: compare within one run")
 
 
+def tree_choice(db, rows: int, repeats: int, rng: np.random.Generator) -> None:
+    """(f): EAGLE-3 on llama-3.1-8b, the tree re-chosen per row (a chain, trees of 4-32 nodes and the
+    published 59, dse.model.tree_choice) against the published tree alone (k auto up to its depth 6),
+    on the rows of (b) at batch 1-255 and at batch 1, 8, 32 or 128, and on one search batch of 64."""
+    import dataclasses
+    tgt = db.model("llama-3.1-8b")
+    d = parse_drafter("eagle3", tgt, db)
+    w = Workload(target=tgt, drafter=d, acceptance=make_acceptance(0.75))
+    published = dataclasses.replace(w, tree_nodes=59, k_max=6)
+    chosen = dataclasses.replace(w, tree_nodes=59, tree_choices=d.tree_choices())
+    print(f"(f) a tree method's tree re-chosen per row: EAGLE-3 (alpha 0.75) on llama-3.1-8b, random designs as (b); "
+          f"min of {repeats} calls")
+    print(f"{'rows':<44}{'published s':>12}{'re-chosen s':>12}{'ratio':>7}")
+    for label, n, batches in ((f"{rows:,}, batch 1-255", rows, None), (f"{rows:,}, batch 1, 8, 32 or 128", rows,
+                                                                        (1, 8, 32, 128)), ("64 (a search batch)", 64, None)):
+        b = random_batch(db, n, 0, rng)
+        if batches is not None:
+            b = dataclasses.replace(b, batch=rng.choice(batches, n))
+        reps = max(repeats, 20 if n < 1000 else 1)
+        t = [best_of(lambda wl=wl, b=b: evaluate(b, wl), reps) for wl in (published, chosen)]
+        print(f"{label:<44}{t[0]:>12.4f}{t[1]:>12.4f}{t[1] / t[0]:>7.2f}")
+    print("    no target: the re-chosen tree evaluates up to six sizes, each tree where a bound says it may beat "
+          "the chain")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=200)
@@ -224,6 +252,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cli-runs", type=int, default=5)
     ap.add_argument("--points", type=int, default=11, help="(d) grid points of studies/quickstart.yaml")
     ap.add_argument("--study-repeats", type=int, default=3)
+    ap.add_argument("--tree-rows", type=int, default=100_000, help="(f) rows of the tree-choice comparison")
     args = ap.parse_args(argv)
     results = []          # (check, measured text, target text, ok)
 
@@ -299,6 +328,10 @@ def main(argv=None) -> int:
     del big
     results.append(("evaluate throughput, draft as a knob", f"{args.rows / med:,.0f} pts/s", ">= 1,000,000 pts/s",
                     args.rows / med >= 1e6))
+
+    # ---- (f) a tree method's tree re-chosen per row, against its published tree on the same rows ----
+    print()
+    tree_choice(db, args.tree_rows, args.repeats, rng)
 
     # ---- (d) the study path against its floor ----
     print()

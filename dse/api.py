@@ -166,7 +166,7 @@ def apply_overrides(dev: DeviceSpec, rt: RuntimeSpec, assignments: dict[str, Any
 def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1,
                     draft_hw: str | None = None, draft_chips: int = 1, k: int | str | None = None,
                     alpha: float | None = None, acceptance=None, tau: float | None = None,
-                    rank_acceptance=None, rank_profile: str | None = None, tree_nodes: int | None = None,
+                    rank_acceptance=None, rank_profile: str | None = None, tree_nodes: int | str | None = None,
                     datastore_gb: float = 0.0, batch: int = 1, prompt: int = 128, output: int = 128,
                     dtype: str = "bf16", kv_dtype: str | None = None, temperature: float = 0.0, task: Any = "chat",
                     overlap: bool = False, runtime: str | None = None, baseline_ms: float | None = None,
@@ -181,7 +181,9 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     published table or the acceptance model (dse.acceptance.fit) for ``task`` and ``temperature``,
     with a band (tau_low/tau_high, speedup_low/speedup_high); ``acceptance_origin`` says which.
     Without k and tree_nodes a tree method (eagle, eagle2, eagle3, medusa:H, hydra, retrieval)
-    drafts its published default tree at its depth (dse.workload.spec.DEFAULT_SHAPES); k = None is
+    drafts the fastest of a chain, smaller trees and its published tree (DrafterSpec.tree_choices)
+    with k = auto, chosen for the design and batch (dse.model.tree_choice); ``tree_nodes``
+    'published' is the published tree at its depth (dse.workload.spec.DEFAULT_SHAPES); k = None is
     'auto' otherwise. ``chips`` is the whole group: ``pp`` stages of chips/pp chips in tensor parallel
     (None or 'auto': dse.workload.spec.pipeline_split).
 
@@ -192,9 +194,16 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     """
     db = db or load_database()
     # the bounds of the study knobs (dse.study.spec): an int64 overflow or a nonsense size is bad input
+    if isinstance(tree_nodes, str) and tree_nodes.strip().lower() != "published":
+        try:
+            tree_nodes = int(tree_nodes)
+        except ValueError:
+            raise SpecError(None, "--tree-nodes", tree_nodes, f"expected an integer in [0, {TREE_NODES_MAX}] or "
+                            "'published' (the method's published tree at its depth)") from None
     for name, value, lo, hi in (("--chips", chips, 1, 1024), ("--draft-chips", draft_chips, 1, 1024),
                                 ("--batch", batch, 1, 1e6), ("--prompt", prompt, 0, 1e7), ("--output", output, 1, 1e7),
-                                ("--tree-nodes", tree_nodes or 0, 0, TREE_NODES_MAX)):
+                                ("--tree-nodes", 0 if isinstance(tree_nodes, str) else tree_nodes or 0, 0,
+                                 TREE_NODES_MAX)):
         if isinstance(value, np.integer):
             value = int(value)
         Range(integer=True, lo=lo, hi=hi).check(value, None, name)
@@ -205,7 +214,6 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         raise one_of(None, "--kv-dtype", kv_dtype, DTYPES)
     as_number(temperature, "--temperature", rng=Range(lo=0.0, hi=2.0))
     task_mix = task if isinstance(task, TaskMix) else parse_task(task)
-    Range(integer=True, lo=0, hi=TREE_NODES_MAX).check(tree_nodes or 0, None, "--tree-nodes")
     as_number(datastore_gb, "--datastore-gb", rng=Range(lo=0.0, unit="GB of host memory"))
     dev = db.device(hw, where="--hw: ")
     tgt = db.model(target, where="--target: ")
@@ -218,9 +226,17 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     drafter = parse_drafter(draft, tgt, db)
     on_chip = draft_hw is not None
     given = any(x is not None for x in (alpha, acceptance, tau, rank_acceptance))
-    shape = drafter.default_shape() if k is None and tree_nodes is None and drafter.kind != "none" else None
+    published = isinstance(tree_nodes, str) and tree_nodes.strip().lower() == "published"
+    if published and (k is not None or drafter.default_shape() is None):
+        raise SpecError(None, "--tree-nodes", tree_nodes, "the published tree is the method's own depth: give no --k"
+                        if k is not None else f"{drafter.label} has no published tree (a chain method): give an "
+                        "integer number of nodes")
+    shape = drafter.default_shape() if ((k is None and tree_nodes is None) or published) \
+        and drafter.kind != "none" else None
+    # without k or a tree size, the tree (and k) is re-chosen per design among the method's sizes
+    choices = drafter.tree_choices() if shape and not published else ()
     tree_nodes = shape.nodes if shape else (tree_nodes or 0)
-    k = shape.depth if shape else ("auto" if k is None else k)
+    k = shape.depth if published else ("auto" if k is None else k)
     resolution = None
     if drafter.kind == "none" and not on_chip:
         k_val, acc = parse_k(k, drafter), AcceptanceSpec(kind="alpha", alpha=0.0)
@@ -233,7 +249,9 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         from .acceptance.fit import resolve
         k_val = parse_k(k, drafter)
         k_fixed = k_val if k_val else None
-        row_shape = (None, tree_nodes, k_fixed) if tree_nodes else ((k_fixed, None, None) if k_fixed else None)
+        # the table's rows of the method's published tree where it is the default (re-chosen or not)
+        row_shape = (None, tree_nodes, shape.depth) if shape else (None, tree_nodes, k_fixed) if tree_nodes else \
+            ((k_fixed, None, None) if k_fixed else None)
         resolution = resolve(tgt, drafter, task_mix, float(temperature), db, row_shape)
         acc = resolution.spec("alpha")
     k_given = k_val if k_val else None
@@ -278,7 +296,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                  temperature=float(temperature), overlap=overlap, tree_nodes=tree_nodes,
                  datastore_bytes=float(datastore_gb) * FACTOR["gb"], continuous=bool(continuous), ep=ep,
                  k_max=k_max if drafter.kind not in ("medusa", "hydra") else drafter.heads,
-                 rank_profile=None if profile.geometric else profile, task=task_mix, **band)
+                 rank_profile=None if profile.geometric else profile, task=task_mix, tree_choices=choices, **band)
     design = DesignBatch(target=target_hw, draft=draft_arrays, draft_on_chip=on_chip,
                          draft_link_bw_bytes_s=link_bw, draft_link_latency_s=link_lat,
                          batch=batch, prompt_tokens=prompt, output_tokens=output, k=k_val)
@@ -297,7 +315,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                acceptance=acc.describe() if drafter.kind != "none" else None,
                alpha_meaning=("i.i.d. conditional per-token acceptance rate (Leviathan et al. 2023)"
                               if acc.kind == "alpha" else
-                              "none: a tree's tau maps to no single chain alpha" if tree_nodes else
+                              "none: a tree's tau maps to no single chain alpha" if out["tree_nodes"] else
                               "i.i.d. rate that gives the same tau at this k (input was "
                               + {"per_position": "per-position rates", "tau": "tau", "rank": "per-rank rates",
                                  "mixture": "a text mix, one rate per task"}[acc.kind]
@@ -309,11 +327,21 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                                          alpha_high=t.high, origin=t.origin, detail=t.detail)
                                     for t in resolution.tasks] if resolution else None,
                default_tree=shape.source if shape else None,
-               k_mode=("the method's default tree" if shape else "auto" if k_val == 0 else "fixed"), anchor=anchor,
+               tree_choices=list(choices) or None,
+               k_mode=(f"tree and k chosen for batch {batch} among {_sizes(choices)}; the published tree: "
+                       f"--tree-nodes published" if choices else
+                       "the method's published tree" if shape else "auto" if k_val == 0 else "fixed"), anchor=anchor,
                rank_profile_source=(None if not out["rank_profile"] else "given per rank (--rank-acceptance)"
                                     if out["rank_profile"] == "given" else
                                     ("ESTIMATE: " if profile.estimate else "") + profile.source))
     return out
+
+
+def _sizes(choices) -> str:
+    """(0, 4, 8, 59) -> 'a chain and trees of 4, 8 and 59 nodes'."""
+    trees = [str(c) for c in choices if c]
+    text = ", ".join(trees[:-1]) + f" and {trees[-1]}" if len(trees) > 1 else "".join(trees)
+    return ("a chain and " if 0 in choices else "") + f"tree{'s' if len(trees) > 1 else ''} of {text} nodes"
 
 
 def _weight_math(dev: DeviceSpec, dtype: str) -> str:

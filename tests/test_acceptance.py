@@ -173,13 +173,16 @@ def test_a_table_row_wins_over_the_model():
     ids = [i for i, r in rows.items() if r.target_model == "vicuna-7b" and r.draft_kind == "eagle2"
            and r.task == "mix" and r.temperature == 0.0]
     want = np.mean([f.rows[i]["alpha"] for i in ids])
-    r = evaluate_design(hw="a100-80gb", target="vicuna-7b", draft="eagle2", task="mix")
+    r = evaluate_design(hw="a100-80gb", target="vicuna-7b", draft="eagle2", task="mix", tree_nodes="published")
     assert r["acceptance_source"] == "table" and r["alpha"] == pytest.approx(want, rel=1e-12)
     assert r["acceptance_per_task"][0]["alpha"] == pytest.approx(want, rel=1e-12)
     assert r["tau_low"] == r["tau"] == r["tau_high"]                          # a measured row has no band
     # and the published tree as the method runs it: 59 nodes, depth 6 (k fixed at the depth)
-    assert r["tree_nodes"] == 59 and r["k"] == 6 and r["k_mode"] == "the method's default tree"
+    assert r["tree_nodes"] == 59 and r["k"] == 6 and r["k_mode"] == "the method's published tree"
     assert r["tau"] == pytest.approx(4.34, rel=0.02)
+    # the default re-chooses the tree for the batch, with the same table rows (of the published tree)
+    d = evaluate_design(hw="a100-80gb", target="vicuna-7b", draft="eagle2", task="mix")
+    assert d["alpha"] == r["alpha"] and d["tree_choices"] == [0, 4, 8, 16, 32, 59]
 
 
 def test_explicit_alpha_still_wins():
@@ -319,7 +322,12 @@ def test_study_parses_draft_lists_and_ranges(tmp_path):
     assert (layer.low, layer.high, layer.conditional) == (8, 40, True)
     assert s.knob("draft_chip_enabled").conditional
     w = s.drafts.workload("eagle3")
-    assert (w.tree_nodes, w.k_max, w.acceptance_source, w.task.label) == (59, 6, "model", "mix")
+    # the acceptance of the published tree (59 nodes, depth 6), the tree re-chosen per design with k <= 16
+    assert (w.tree_nodes, w.k_max, w.acceptance_source, w.task.label) == (59, 16, "model", "mix")
+    assert w.tree_choices == (0, 4, 8, 16, 32, 59) and s.drafts.workload("llama-3.2-1b").tree_choices == ()
+    assert s.drafts.workload("medusa:4").k_max == 4
+    p = load_study(_study(tmp_path, draft=DRAFTS, task="mix", tree_nodes="published")).drafts.workload("eagle3")
+    assert (p.tree_nodes, p.k_max, p.tree_choices, p.acceptance) == (59, 6, (), w.acceptance)
     assert s.drafts.workload("early-exit", 20).drafter.label == "early-exit:20"
     assert s.drafts.workload("none").acceptance_source == "none"
     assert s.resolved()["knobs"]["draft"] == list(draft.choices)
@@ -480,7 +488,7 @@ def test_a_row_of_the_designs_own_shape_is_its_measurement():
     """Vicuna-7B + EAGLE on MT-bench at T = 0: the table holds the default tree's tau 3.94 (eagle-01)
     and the chain's per-position rates (eagle-02, tau 3.3086 at k = 5). The default tree takes the
     first, a chain of 5 the second: each reproduces its published tau."""
-    tree = evaluate_design(hw="a100-80gb", target="vicuna-7b", draft="eagle")
+    tree = evaluate_design(hw="a100-80gb", target="vicuna-7b", draft="eagle", tree_nodes="published")
     chain = evaluate_design(hw="a100-80gb", target="vicuna-7b", draft="eagle", k=5, tree_nodes=0)
     assert "eagle-01" in tree["acceptance_origin"] and tree["tau"] == pytest.approx(3.94, rel=1e-5)
     assert "eagle-02" in chain["acceptance_origin"] and chain["tau"] == pytest.approx(3.3086458, rel=1e-6)

@@ -61,6 +61,24 @@ class Collector(HTMLParser):
                 self.external.append((tag, a[key]))
 
 
+def test_front_caption_says_what_known_parts_run():
+    """Known parts that run the study's best draft and batch (dse.report.context.known_parts
+    ``runs``) are named with them in the front's caption, and what was fixed for them; without
+    ``runs`` the caption says they run the study's draft and batch."""
+    known = pd.DataFrame({"name": ["h200 x1", "b200 x1"], "spec_ms_per_token": [6.0, 4.0], "cost_usd": [3.0e4, 4e4],
+                          "runs": ["eagle3 (k 6, a tree of 59 nodes), batch 1", "eagle3 (a chain of 3), batch 1"],
+                          "note": ["prompt_tokens = 512 (searched in the study: its first value)"] * 2})
+    objs = [("spec_ms_per_token", "minimize"), ("cost_usd", "minimize")]
+    text = page.known_caption(known, objs)
+    assert ("with the study's draft and batch (those it searches) that give it the least spec_ms_per_token: "
+            "h200 x1 eagle3 (k 6, a tree of 59 nodes), batch 1; b200 x1 eagle3 (a chain of 3), batch 1.") in text
+    assert "Fixed for them: prompt_tokens = 512 (searched in the study: its first value)." in text
+    plain = page.known_caption(known.drop(columns=["runs", "note"]), objs)
+    assert "each at the fewest chips that hold it (the draft on the target chips), with the study's draft and batch." \
+        in plain and "same workload" not in text + plain
+    assert "greatest tokens_per_s" in page.known_caption(known, [("tokens_per_s", "maximize")] + objs)
+
+
 @pytest.mark.parametrize("objectives", [2, 3])
 def test_write_report(tmp_path, objectives):
     df = results(objectives=objectives)

@@ -134,10 +134,48 @@ def test_known_parts_keeps_the_most_chips_when_none_fits(study):
 
 
 def test_known_parts_fixes_searched_workload_knobs_and_says_so(study):
-    knobs = tuple(Knob("batch", "workload", "batch", "int", choices=(4, 16)) if k.name == "batch" else k
-                  for k in study.knobs) + (Knob("k", "k", "k", "int", low=1, high=6),)
+    """A searched prompt length is fixed at its first value (said in ``note``); a searched batch is
+    a serving choice: each part runs the batch with the least latency (batch 4 of 4 and 16), said
+    in ``runs``, at the figures dse eval gives for it."""
+    knobs = tuple(Knob("batch", "workload", "batch", "int", choices=(16, 4)) if k.name == "batch" else
+                  Knob("prompt_tokens", "workload", "prompt_tokens", "int", choices=(512, 2048))
+                  if k.name == "prompt_tokens" else k for k in study.knobs) + (Knob("k", "k", "k", "int", low=1, high=6),)
     kp = reporting.known_parts(dataclasses.replace(study, knobs=knobs), devices=("h200",))
-    assert "batch = 4" in kp["note"].iloc[0] and "k auto" in kp["note"].iloc[0]
+    assert "prompt_tokens = 512" in kp["note"].iloc[0] and "k auto" in kp["note"].iloc[0]
+    one = {b: evaluate_design(hw="h200", target="llama-3.1-70b", draft="llama-3.2-1b", alpha=0.8, batch=b,
+                              prompt=512, output=256, dtype="fp8", kv_dtype="fp8", runtime=study.runtime)
+           for b in (4, 16)}
+    assert one[4]["spec_ms_per_token"] < one[16]["spec_ms_per_token"]
+    assert kp["runs"].iloc[0] == f"llama-3.2-1b (a chain of {one[4]['k']}), batch 4"
+    assert kp["spec_ms_per_token"].iloc[0] == pytest.approx(one[4]["spec_ms_per_token"], rel=1e-9)
+
+
+def test_known_parts_run_the_studys_best_draft_and_batch(tmp_path):
+    """The draft and the batch knobs: each part evaluated at every (draft, batch) and kept at the
+    least spec_ms_per_token, worked out here from dse eval: on an H200, 70B fp8 with EAGLE-3 at
+    batch 1 (3.57x, its tree chosen for the batch) beats the 1B draft model and plain decoding at
+    batch 1 and 32."""
+    import yaml
+
+    from dse.study import load_study
+    raw = {"name": "kp", "workload": {"target": "llama-3.1-70b", "dtype": "fp8", "draft": ["none", "llama-3.2-1b",
+                                                                                           "eagle3"],
+                                      "batch": [32, 1], "prompt_tokens": 128, "output_tokens": 128},
+           "space": {"target_chip": {"peak_tflops": [400, 1600], "memory": "hbm3e", "memory_stacks": 6}},
+           "objectives": [{"metric": "spec_ms_per_token"}, {"metric": "cost_usd"}],
+           "output": str(tmp_path / "kp.parquet")}
+    (tmp_path / "kp.yaml").write_text(yaml.safe_dump(raw))
+    study = load_study(tmp_path / "kp.yaml")
+    kp = reporting.known_parts(study, devices=("h200",), chips=(1, 2))
+    ms = {(d, b): evaluate_design(hw="h200", target="llama-3.1-70b", dtype="fp8", draft=d, batch=b,
+                                  runtime=study.runtime)["spec_ms_per_token"]
+          for d in ("none", "llama-3.2-1b", "eagle3") for b in (32, 1)}
+    assert min(ms, key=ms.get) == ("eagle3", 1)
+    best = evaluate_design(hw="h200", target="llama-3.1-70b", dtype="fp8", draft="eagle3", batch=1,
+                           runtime=study.runtime)
+    assert kp["name"].tolist() == ["h200 x1"] and kp["spec_ms_per_token"].iloc[0] == pytest.approx(ms["eagle3", 1],
+                                                                                                    rel=1e-9)
+    assert kp["runs"].iloc[0] == f"eagle3 (k {best['k']}, a tree of {best['tree_nodes']} nodes), batch 1"
 
 
 def test_analysis_known_parts_accepts_results(run, study):

@@ -214,7 +214,7 @@ def _kv(ctx, param, values):
 @click.option("--draft-chips", default=1, show_default=True, type=int, help="Draft chips (with --draft-hw).")
 @click.option("--k", "k", default=None,
               help="Drafted tokens per iteration (1-32), or auto (the best k up to 16, or 0 = no speculation) "
-                   "[default: a tree method's published tree at its depth, else auto].")
+                   "[default: auto; a tree method also re-chooses its tree for the batch (--tree-nodes)].")
 @click.option("--alpha", type=float, default=None,
               help="i.i.d. conditional per-token acceptance rate in [0, 1] [default: from the published table or the "
                    "acceptance model, with a band].")
@@ -226,9 +226,10 @@ def _kv(ctx, param, values):
 @click.option("--rank-profile", default=None,
               help="Tree rank profile scaled to --alpha (default: the drafter kind's measured one; geometric = the "
                    "optimistic limit alpha(1-alpha)^(r-1)); see hardware_db/acceptance/rank_profiles.yaml.")
-@click.option("--tree-nodes", default=None, type=int,
-              help="Verify the best draft tree of N nodes, N <= 1024 (depth <= k); 0 = a chain of k drafts "
-                   "[default: the method's published tree].")
+@click.option("--tree-nodes", default=None,
+              help="Verify the best draft tree of N nodes, N <= 1024 (depth <= k); 0 = a chain of k drafts; "
+                   "published = the method's published tree at its depth [default, without --k: a tree method's "
+                   "fastest of a chain, trees of 4-32 nodes and its published tree, with k auto, for this batch].")
 @click.option("--datastore-gb", default=0.0, show_default=True, type=float,
               help="Retrieval datastore in host memory (--draft ngram), never device memory.")
 @click.option("--batch", default=1, show_default=True, type=int, help="Concurrent sequences per step.")

@@ -104,7 +104,13 @@ def eval_table(r: dict) -> str:
                 f"{r['rank_profile']})" if r.get("tree_nodes") else "")
         acc = r["acceptance"] if r.get("acceptance_origin") in (None, "given") else r["acceptance_origin"]
         task = f"task {r['task']}, T={r['temperature']:g}; " if r.get("acceptance_origin") not in (None, "given") else ""
-        out.append(f"draft {r['draft']} {where}; {task}{acc}; k={r['k']} ({r['k_mode']}){tree}")
+        if r.get("tree_choices"):       # the method's tree re-chosen for the batch
+            what = ("no speculation (no size beats plain decoding)" if not r["k"] else
+                    f"tree of {r['tree_nodes']} nodes" if r.get("tree_nodes") else f"chain of {r['k']}")
+            shape = f" (per depth {r['tree_shape']}; rank profile {r['rank_profile']})" if r.get("tree_nodes") else ""
+            out.append(f"draft {r['draft']} {where}; {task}{acc}; k={r['k']}, {what}{shape}: {r['k_mode']}")
+        else:
+            out.append(f"draft {r['draft']} {where}; {task}{acc}; k={r['k']} ({r['k_mode']}){tree}")
     out.append("")
     out += memory_lines(r)
     if r.get("datastore_gb"):

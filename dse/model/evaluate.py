@@ -27,6 +27,7 @@ from .capacity import capacity_metrics
 from .dedupe import distinct_latency_rows
 from .latency import energy_metrics, latency_metrics
 from .roofline import BOUND_NAMES
+from .tree_choice import chosen_tree_metrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,16 +209,24 @@ def _unfinished(batch: DesignBatch, w: Workload, dedupe: bool, k_bound: bool):
         caps = capacity_metrics(batch, w)
         rows = distinct_latency_rows(batch) if dedupe and batch.n >= MIN_ROWS_DEDUPE else None
         if rows is None:
-            return energy_metrics(latency_metrics(batch, w, k_bound), batch, w), caps, True
+            return energy_metrics(_latency(batch, w, k_bound), batch, w), caps, True
         first, inverse = rows
         # gather, and blank latencies of designs that do not fit on the way: row m is NaN
         blanked = np.where(caps["fits"], inverse, first.size)
         out = {}
-        for attr, v in latency_metrics(batch.take(first), w, k_bound).items():
+        for attr, v in _latency(batch.take(first), w, k_bound).items():
             v = np.asarray(v)
             out[attr] = np.take(np.append(v, np.nan), blanked) if attr in _LATENCY_ATTRS and v.dtype.kind == "f" \
                 else np.take(v, inverse)
         return energy_metrics(out, batch, w), caps, False
+
+
+def _latency(batch: DesignBatch, w: Workload, k_bound: bool) -> dict[str, np.ndarray]:
+    """The latency terms, at each row's fastest tree size where the workload chooses it
+    (Workload.tree_choices: tree_choice.chosen_tree_metrics)."""
+    if w.tree_choices and w.drafter.kind != "none":
+        return chosen_tree_metrics(batch, w, k_bound)
+    return latency_metrics(batch, w, k_bound)
 
 
 def join_metrics(parts, rows, n: int) -> Metrics:

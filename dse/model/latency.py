@@ -473,6 +473,17 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
         _e_iter=e_iter, _fl_t=fl_t, _fa_t=fa_t, _fl_d=fl_d, _fa_d=fa_d, **energy_in)
 
 
+def tree_verify_s(batch: DesignBatch, w: Workload, nodes: int) -> np.ndarray:
+    """The target's pass verifying a tree of ``nodes`` nodes under its mask (q = nodes + 1), with no
+    prompt tokens riding along: latency_metrics' verify pass of a tree row under static batching,
+    and at most it under continuous batching (which adds prompt tokens). Every iteration drafting
+    that tree takes at least this plus t_spec (specdec.iteration_time_s), whatever k."""
+    S = batch.prompt_tokens.astype(np.float64) + 0.5 * batch.output_tokens.astype(np.float64)
+    return step_cost(w.target, batch.target, batch=batch.batch.astype(np.float64), q=float(nodes) + 1.0, context=S,
+                     tree_mask=True, prefill_len=batch.prompt_tokens.astype(np.float64), energy=False,
+                     **tf.step_kwargs(w.dtype, w.kv_dtype), ep=np.where(batch.ep > 0, batch.ep, w.ep)).time_s
+
+
 def energy_metrics(metrics: dict, batch: DesignBatch, w: Workload) -> dict:
     """Energy per generated token (MODEL.md section 5) from latency_metrics' ingredients (popped from
     ``metrics``): an iteration's memory and link energy (J), its FLOPs on the target chips and on a

@@ -16,6 +16,7 @@ so the reference points and curves share the results' columns and units.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import sys
 import warnings
@@ -142,50 +143,139 @@ def _evaluate(study: StudySpec, params: dict[str, np.ndarray], n: int) -> pd.Dat
 
 # --------------------------------------------------------------------------- known parts
 
-def _fixed_workload(study: StudySpec) -> tuple[list[Knob], list[str]]:
-    """The study's workload knobs and k, each fixed; notes for those the study searches."""
-    knobs, notes = [], []
+#: workload knobs a known part is evaluated over when the study searches them, keeping its best: the
+#: choices a deployment makes (which draft, its exit layer and tree size, how many sequences a step)
+SERVING_KNOBS = ("draft", "draft_exit_layer", "tree_nodes", "batch")
+#: values of a serving knob given as a range: every value up to this many, else this many spread over it
+RANGE_POINTS = 5
+
+
+def _serving_values(k: Knob) -> tuple:
+    """A searched serving knob's values: its choices, or ``RANGE_POINTS`` of its range (geometric for
+    a log range), on its step."""
+    if k.choices:
+        return tuple(k.choices)
+    lo, hi, step = int(k.low), int(k.high), int(k.step or 1)
+    every = range(lo, hi + 1, step)
+    if len(every) <= RANGE_POINTS:
+        return tuple(every)
+    raw = np.geomspace(lo, hi, RANGE_POINTS) if k.log else np.linspace(lo, hi, RANGE_POINTS)
+    return tuple(sorted({lo + step * int(round((x - lo) / step)) for x in raw}))
+
+
+def _fixed_workload(study: StudySpec) -> tuple[list[Knob], list[str], dict[str, tuple]]:
+    """The study's workload knobs and k, each fixed (the first value of a searched one, with a note)
+    but the searched serving knobs (SERVING_KNOBS), returned apart with their values."""
+    knobs, notes, serving = [], [], {}
     for k in study.knobs:
         if k.section not in ("workload", "k"):
             continue
         if k.searched and k.name == "k":
             notes.append("k auto (searched in the study)")
             continue
+        if k.searched and k.name in SERVING_KNOBS:
+            serving[k.name] = _serving_values(k)
+            continue
         if k.searched:
             value = k.choices[0] if k.choices else (int(k.low) if k.kind == "int" else k.low)
-            notes.append(f"{k.name} = {value} (searched in the study)")
+            notes.append(f"{k.name} = {value} (searched in the study: its first value)")
             k = Knob(k.name, k.section, k.key, k.kind, fixed=value)
         knobs.append(k)
-    return knobs, notes
+    return knobs, notes, serving
+
+
+def _combos(study: StudySpec, serving: dict[str, tuple]) -> list[dict]:
+    """Every combination of the serving knobs' values, a knob that does not act on it (the exit
+    layer but for the early-exit range, a tree size without a draft) at its first value, once."""
+    out, seen = [], set()
+    for values in itertools.product(*serving.values()):
+        c = dict(zip(serving, values))
+        if "draft" in c and study.drafts is not None:
+            if c["draft"] != "early-exit" and "draft_exit_layer" in c:
+                c["draft_exit_layer"] = serving["draft_exit_layer"][0]
+            if study.drafts.kind(c["draft"]) == "none" and "tree_nodes" in c:
+                c["tree_nodes"] = serving["tree_nodes"][0]
+        key = tuple(c.values())
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
+
+
+def _runs(row: pd.Series, serving: dict[str, tuple], study: StudySpec) -> str:
+    """What a known part runs where the study searches serving knobs: 'eagle3 (k 6, a tree of 59
+    nodes), batch 1', 'early exit at layer 16 (a chain of 3), batch 8', 'no draft, batch 128'."""
+    draft = str(row["params_draft"]) if "draft" in serving else study.drafter.label
+    if draft == "none":
+        bits = ["no draft"]
+    else:
+        name = f"early exit at layer {int(row['params_draft_exit_layer'])}" if draft == "early-exit" else draft
+        k, nodes = int(row["k"]) if pd.notna(row["k"]) else 0, int(row["tree_nodes"]) if pd.notna(row["tree_nodes"]) else 0
+        how = "speculation off" if not k else f"k {k}, a tree of {nodes} nodes" if nodes else f"a chain of {k}"
+        bits = [f"{name} ({how})"]
+    if "batch" in serving:
+        bits.append(f"batch {int(row['params_batch'])}")
+    return ", ".join(bits)
 
 
 def known_parts(study: StudySpec, devices=DEVICES, chips=CHIPS) -> pd.DataFrame:
     """Each device on the study's workload at the fewest of ``chips`` that fit (else the most).
 
-    Columns: ``name`` ("h100-sxm x2"), ``device``, ``note``, then the results columns
+    Where the study searches its draft, exit layer, tree size or batch (SERVING_KNOBS), each device
+    runs every combination of their values (a range: RANGE_POINTS of it) and keeps the one with the
+    best first objective among its feasible rows (else those that fit), each at its fewest chips:
+    a known part serves the study's workload as well as the study lets it, not at the first value
+    of each knob. ``runs`` says what it runs then ('eagle3 (k 6, a tree of 59 nodes), batch 1'; ''
+    when the study searches none of them). Other searched workload knobs take their first value
+    (``note`` says which).
+
+    Columns: ``name`` ("h100-sxm x2"), ``device``, ``runs``, ``note``, then the results columns
     (``params_target_chip_device``, ``params_target_chip_chips``, hardware, metrics, ``fits``,
     ``feasible`` under the study's constraints). The draft runs on the target chips.
     """
     devices, chips = tuple(devices), tuple(sorted(int(c) for c in chips))
-    workload, notes = _fixed_workload(study)
-    knobs = (*workload, Knob("target_chip_device", "target_chip", "device", "cat", choices=devices),
+    workload, notes, serving = _fixed_workload(study)
+    combos = _combos(study, serving) if serving else [{}]
+    per_device = len(combos) * len(chips)
+    knobs = (*workload, *(Knob(name, "workload", name, "cat" if name == "draft" else "int", choices=vals)
+                          for name, vals in serving.items()),
+             Knob("target_chip_device", "target_chip", "device", "cat", choices=devices),
              Knob("target_chip_chips", "target_chip", "chips", "int", choices=chips))
-    params = {"target_chip_device": np.repeat(np.array(devices, dtype=object), len(chips)),
-              "target_chip_chips": np.tile(np.array(chips, dtype=np.int64), len(devices))}
+    params = {"target_chip_device": np.repeat(np.array(devices, dtype=object), per_device),
+              "target_chip_chips": np.tile(np.array(chips, dtype=np.int64), len(devices) * len(combos))}
+    for name in serving:
+        col = np.array([c[name] for c in combos], dtype=object if name == "draft" else np.int64)
+        params[name] = np.tile(np.repeat(col, len(chips)), len(devices))
     ep = next((int(k.fixed) for k in workload if k.name == "ep"), study.workload.ep)
     if ep > 1:      # each part at gcd(ep, chips) expert ranks (roofline.expert_ranks), an ep its chips can take
         params["ep"] = np.gcd(ep, params["target_chip_chips"])
         knobs = (*(k for k in knobs if k.name != "ep"),
                  Knob("ep", "workload", "ep", "int", choices=tuple(sorted(set(params["ep"].tolist())))))
     kstudy = dataclasses.replace(study, knobs=knobs)
-    df = _evaluate(kstudy, params, len(devices) * len(chips))
-    keep = [_fewest_fitting(g) for _, g in df.groupby("params_target_chip_device", sort=False)]
-    out = df.loc[keep].reset_index(drop=True)
+    df = _evaluate(kstudy, params, len(devices) * per_device)
+    df["_combo"] = np.tile(np.repeat(np.arange(len(combos)), len(chips)), len(devices))
+    keep = [_fewest_fitting(g) for _, g in df.groupby(["params_target_chip_device", "_combo"], sort=False)]
+    out = df.loc[keep]
+    if len(combos) > 1:
+        out = out.loc[[_best(g, study) for _, g in out.groupby("params_target_chip_device", sort=False)]]
+    out = out.drop(columns="_combo").reset_index(drop=True)
     dev = out["params_target_chip_device"].astype(str)
+    runs = [_runs(r, serving, study) for _, r in out.iterrows()] if serving else [""] * len(out)
     out.insert(0, "note", pd.array(["; ".join(notes)] * len(out), dtype="string"))
+    out.insert(0, "runs", pd.array(runs, dtype="string"))
     out.insert(0, "device", pd.array(dev, dtype="string"))
     out.insert(0, "name", pd.array(dev + " x" + out["chips"].astype(str), dtype="string"))
     return out
+
+
+def _best(g: pd.DataFrame, study: StudySpec):
+    """Index of the row of ``g`` (one device, one row per serving combination) with the best first
+    objective among the feasible rows, else among those that fit, else the first; the earlier of equals."""
+    o = study.objectives[0]
+    v = pd.to_numeric(g[o.metric], errors="coerce").to_numpy(np.float64)
+    v = np.where(np.isnan(v), np.inf, v if o.direction == "minimize" else -v)
+    rank = np.lexsort((np.arange(len(g)), v, ~g["fits"].to_numpy(bool), ~g["feasible"].to_numpy(bool)))
+    return g.index[rank[0]]
 
 
 def _fewest_fitting(g: pd.DataFrame):

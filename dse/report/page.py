@@ -89,7 +89,7 @@ def workload_title(df: pd.DataFrame) -> str:
     return f"{line1}\n{line2}" if line2 else line1
 
 
-def _known_caption(known: pd.DataFrame | None, objs) -> str:
+def known_caption(known: pd.DataFrame | None, objs) -> str:
     """Which known parts are marked, and which lack an objective value and are not."""
     if known is None or not len(known):
         return ""
@@ -99,7 +99,18 @@ def _known_caption(known: pd.DataFrame | None, objs) -> str:
     have = known.reindex(columns=cols).apply(pd.to_numeric, errors="coerce").notna()
     missing = [f"{names[i]} (no {', '.join(c for c in cols if not have.at[i, c])})"
                for i in known.index if not have.loc[i].all()]
-    text = " Open black markers: known parts on the same workload."
+    text = (" Open black markers: known parts on the study's workload, each at the fewest chips that hold it (the"
+            " draft on the target chips)")
+    runs = known["runs"].fillna("").astype(str) if "runs" in known.columns else None
+    if runs is not None and (runs != "").any():         # the study searches its draft or batch: each part's best
+        best = f"{'least' if objs[0][1] == 'minimize' else 'greatest'} {objs[0][0]}"
+        text += (f", with the study's draft and batch (those it searches) that give it the {best}: "
+                 + "; ".join(f"{names[i]} {runs[i]}" for i in known.index) + ".")
+    else:
+        text += ", with the study's draft and batch."
+    notes = sorted({str(x) for x in known["note"].fillna("")} - {""}) if "note" in known.columns else []
+    if notes:
+        text += f" Fixed for them: {'; '.join(notes)}."
     if any(c.endswith("cost_usd") for c in cols):
         text += (" Cost is like for like: known parts and synthesised designs both carry the manufacturing"
                  " estimate (silicon, memory, packaging; hardware_db/technology); street prices are in price_usd.")
@@ -195,7 +206,7 @@ def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None 
                  f"{tally['front']:,} on the front (feasible and non-dominated over {len(objs)} objectives; a "
                  f"design proposed twice counts once). Grey crosses are "
                  f"infeasible designs (those that do not fit have no latency and are not drawn)."
-                 + _known_caption(known_parts, objs)
+                 + known_caption(known_parts, objs)
                  + (f" Background points are a random sample of {MAX_SCATTER:,}." if sampled
                     else ""))
         if speedup_vs_batch is not None and len(speedup_vs_batch):

@@ -213,6 +213,12 @@ def parse_study(raw: Any, path: str | Path, db: Database | None = None) -> Study
     search = _search(raw, err, name)
     if not any(k.searched for k in knobs) and not err.items:
         err.add("space", MISSING, "nothing to search: give at least one knob as a list or a range")
+    if wl["tree_published"] and any(k.name == "k" for k in knobs):
+        err.add("workload.tree_nodes", "published", "each method's published tree is drafted at its own depth: "
+                "give no k")
+    elif wl["tree_published"] and not any(d is not None and d.default_shape() for _, d in wl["choices"]):
+        err.add("workload.tree_nodes", "published", "no draft of workload.draft has a published tree (eagle, eagle2, "
+                "eagle3, medusa:H, hydra, retrieval): give an integer number of nodes")
     raise_collected(err.items)
     k_given = any(k.name == "k" for k in knobs)
     base = Workload(target=wl["target"], drafter=drafter, acceptance=acc or AcceptanceSpec(kind="alpha", alpha=0.0),
@@ -220,7 +226,8 @@ def parse_study(raw: Any, path: str | Path, db: Database | None = None) -> Study
                     overlap=wl["overlap"], tree_nodes=int(wl["tree_nodes"]), k_max=int(wl["k_max"]),
                     continuous=wl["continuous"], ep=ep, task=wl["task"])
     drafts = DraftChoices(base=base, choices=tuple(choices), acceptance_given=acc is not None,
-                          default_trees=not (wl["tree_given"] or k_given), exit_range=wl["exit_range"], db=db,
+                          default_trees="published" if wl["tree_published"] else not (wl["tree_given"] or k_given),
+                          exit_range=wl["exit_range"], db=db,
                           rank_profile=wl["rank_profile"])
     first = choices[0][1] or DrafterSpec(kind="early-exit", label="early-exit", exit_layer=wl["exit_range"][0])
     workload = drafts.workload(first.label, first.exit_layer)

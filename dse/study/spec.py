@@ -88,7 +88,9 @@ WORKLOAD_KNOBS = {
 }
 K_KNOB = KnobDef("int", 1, K_LIMIT, None)
 #: workload.tree_nodes given as a list or {low, high}: searched per design (0 in a list = a chain)
-TREE_NODES_KNOB = KnobDef("int", 0, TREE_NODES_MAX, None, desc="nodes of the best draft tree (depth <= k); 0 = a chain")
+TREE_NODES_KNOB = KnobDef("int", 0, TREE_NODES_MAX, None, desc="nodes of the best draft tree (depth <= k); 0 = a "
+                          "chain; published = each tree method's published tree [default: each tree method's tree "
+                          "chosen per design]")
 
 #: workload.ep given as a list: expert-parallel ranks searched per design (each must divide the experts; a
 #: row whose chip count its value does not divide is infeasible: dse.evaluation.designs.invalid_combinations)
@@ -142,10 +144,13 @@ class DraftChoices:
     the choice 'early-exit' with the knob `draft_exit_layer`). Each row's draft gets its own
     Workload (``workload``): its acceptance from the study (the same for every draft) or from the
     published table or the acceptance model (dse.acceptance.fit, for the study's task and
-    temperature), and, when the study fixes neither k nor a tree size, the method's default tree
-    (dse.workload.spec.DEFAULT_SHAPES) with k = auto up to its depth. Memoised per (label, layer)."""
+    temperature), and, when the study fixes neither k nor a tree size (``default_trees`` True), the
+    fastest of a chain, smaller trees and the method's published tree per design with k = auto
+    (DrafterSpec.tree_choices, dse.model.tree_choice); with ``default_trees`` 'published'
+    (workload.tree_nodes: published) the published tree (dse.workload.spec.DEFAULT_SHAPES) with k =
+    auto up to its depth. Memoised per (label, layer)."""
 
-    def __init__(self, *, base: Workload, choices: tuple, acceptance_given: bool, default_trees: bool,
+    def __init__(self, *, base: Workload, choices: tuple, acceptance_given: bool, default_trees: bool | str,
                  exit_range: tuple[int, int] | None, db, rank_profile=None):
         self.base, self.choices, self.acceptance_given = base, choices, acceptance_given
         self.default_trees, self.exit_range, self.db = default_trees, exit_range, db
@@ -178,12 +183,16 @@ class DraftChoices:
                                     if d.kind in ("medusa", "hydra") else self.base.k_max,
                                     rank_profile=None if profile.geometric else profile)
             shape = d.default_shape() if self.default_trees and d.kind != "none" else None
-            if shape is not None:
+            if shape is not None:       # the acceptance of the published tree (the table's rows measured on it)
                 w = dataclasses.replace(w, tree_nodes=shape.nodes, k_max=shape.depth)
             if d.kind == "none":
                 w = dataclasses.replace(w, acceptance_source="none")
             elif not self.acceptance_given:
                 w = resolved_workload(w, self.db)[0]
+            if shape is not None and self.default_trees != "published":
+                # the tree (and k, up to the study's k_max) re-chosen per design (dse.model.tree_choice)
+                w = dataclasses.replace(w, k_max=min(self.base.k_max, d.heads) if d.kind in ("medusa", "hydra")
+                                        else self.base.k_max, tree_choices=d.tree_choices())
             self._memo[key] = w
         return self._memo[key]
 
@@ -265,9 +274,11 @@ class StudySpec:
                          "kv_dtype": self.kv_dtype, "temperature": self.temperature, "acceptance": acc_d,
                          "task": self.workload.task.plain(),
                          "overlap": self.overlap, "runtime": self.runtime,
-                         # None: each draft's published default tree (DraftChoices.default_trees)
-                         "tree_nodes": None if self.drafts is not None and self.drafts.default_trees
-                         else self.tree_nodes,
+                         # None: each tree method's tree re-chosen per design; 'published': its
+                         # published tree (DraftChoices.default_trees)
+                         "tree_nodes": self.drafts.default_trees if self.drafts is not None and
+                         self.drafts.default_trees == "published" else None if self.drafts is not None
+                         and self.drafts.default_trees else self.tree_nodes,
                          "k_max": self.k_max, "continuous": self.continuous,
                          **({"ep": self.ep} if self.ep != 1 else {})},
             "knobs": {k.name: knob(k) for k in self.knobs},

@@ -42,7 +42,7 @@ def parse_workload(wl: Any, db: Database, err: StudyErrors) -> tuple[dict, list[
     out: dict[str, Any] = {"target": None, "drafter": None, "acc": None, "dtype": "bf16", "kv_dtype": "bf16",
                            "temperature": 0.0, "overlap": False, "continuous": False, "tree_nodes": 0, "k_max": 16,
                            "runtime": None, "acc_given": False, "rank_profile": None, "choices": [],
-                           "exit_range": None, "task": DEFAULT_TASK, "tree_given": False}
+                           "exit_range": None, "task": DEFAULT_TASK, "tree_given": False, "tree_published": False}
     if not isinstance(wl, dict):
         err.add("workload", wl if wl is not None else MISSING, "expected a mapping with at least target")
         return out, []
@@ -90,7 +90,9 @@ def parse_workload(wl: Any, db: Database, err: StudyErrors) -> tuple[dict, list[
         out[flag] = value
     tree = wl.get("tree_nodes", 0)
     out["tree_given"] = "tree_nodes" in wl
-    if isinstance(tree, (list, dict)):       # searched per design (the best shape is reported)
+    if isinstance(tree, str) and tree.strip().lower() == "published":     # each tree method's published tree
+        out["tree_published"] = True
+    elif isinstance(tree, (list, dict)):       # searched per design (the best shape is reported)
         kn = parse_knob(err, "workload.tree_nodes", tree, TREE_NODES_KNOB, None, "tree_nodes", "workload",
                         "tree_nodes")
         knobs += [kn] if kn else []
@@ -99,7 +101,7 @@ def parse_workload(wl: Any, db: Database, err: StudyErrors) -> tuple[dict, list[
         out["tree_nodes"] = int(tree)
     else:
         err.add("workload.tree_nodes", tree, f"expected an integer in [0, {TREE_NODES_MAX}], a list of them, "
-                "or {low, high}")
+                "{low, high}, or published (each tree method's published tree at its depth)")
     out["k_max"] = err.check(Range(True, 1, K_LIMIT), wl.get("k_max", 16), "workload.k_max", 16)
     out["rank_profile"] = None          # None: each draft's kind's measured profile (DraftChoices)
     if "rank_profile" in wl:

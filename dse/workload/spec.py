@@ -81,6 +81,15 @@ DEFAULT_SHAPES = {
                                     "10 long (num_draft 64; DraftRetriever search 'long' 10)"),
 }
 
+#: the smaller trees a tree method may shrink to (0 = a chain), with its published tree as the
+#: largest (DrafterSpec.tree_choices): the serving frameworks shrink the tree, or stop
+#: speculating, as the batch grows. SGLang's EAGLE default verifies 8 draft tokens (top-k 4, 5
+#: steps) where the EAGLE papers verify 60, and bench_speculative.py tunes them per batch; vLLM
+#: switches speculation off past a batch size (speculative_disable_by_batch_size, vLLM PR 4592);
+#: TensorRT-LLM's runtime controls shorten the draft or switch it off as the batch grows. One
+#: candidate per doubling of the verify positions, from 4 to 32 nodes.
+TREE_CHOICES = (0, 4, 8, 16, 32)
+
 
 @dataclass(**_FROZEN)
 class DrafterSpec:
@@ -113,6 +122,13 @@ class DrafterSpec:
         if s is None or not self.heads or s.depth <= self.heads:
             return s
         return DraftShape(s.nodes, self.heads, s.source + f"; depth cut to the {self.heads} heads")
+
+    def tree_choices(self) -> tuple[int, ...]:
+        """The tree sizes (0 = a chain) a tree method is re-chosen from per design when neither k nor
+        a tree size is given: TREE_CHOICES below its published tree, then the published tree (its
+        largest); () for chain methods."""
+        s = self.default_shape()
+        return () if s is None else tuple(c for c in TREE_CHOICES if c < s.nodes) + (s.nodes,)
 
 
 @dataclass(**_FROZEN)
@@ -254,6 +270,10 @@ class Workload:
     acceptance_high: AcceptanceSpec | None = None
     #: where the acceptance comes from: 'given', 'table', 'model', 'table+model' (a mix), 'none'
     acceptance_source: str = "given"
+    #: the tree sizes (0 = a chain) chosen from per design with k = auto, the fastest kept (the
+    #: method's tree re-chosen for the batch: DrafterSpec.tree_choices, dse.model.tree_choice);
+    #: tree_nodes is then the largest (the published tree). () = tree_nodes as given
+    tree_choices: tuple[int, ...] = ()
 
 
 #: the --draft spellings besides a model name or file

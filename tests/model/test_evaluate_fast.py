@@ -269,3 +269,43 @@ def test_k_auto_past_8_in_the_broadcast_pass_and_for_trees(db, alpha):
         fast, every = evaluate(b, w, dedupe=False), evaluate(b, w, dedupe=False, k_bound=False)
         _assert_same(fast, every)
     assert (every.k > 8).any() == (alpha > 0.9)
+
+
+# ---- a tree method's tree re-chosen per row ----
+
+@pytest.mark.parametrize("continuous", [False, True])
+def test_tree_choice_is_the_least_of_each_size_alone(db, monkeypatch, continuous):
+    """An EAGLE-3 workload choosing among a chain and trees of 4-59 nodes (Workload.tree_choices):
+    each row's columns, bit for bit, those of the size with the least s/token evaluated alone over
+    every row (a chain up to k = 16, a tree up to the published depth 6; the first of equals), with
+    the trees skipped where the bound rules them out, stacked in one pass or one pass per size, and
+    deduped; rows without bandwidth (infinite or NaN times) and batches 1-128 mixed in; static and
+    continuous batching (whose prompt tokens ride in the verify pass: the bound leaves them out)."""
+    import dataclasses
+    TC = sys.modules["dse.model.tree_choice"]
+    w = _workload(db, draft="eagle3", continuous=continuous)
+    sizes = w.drafter.tree_choices()
+    w = dataclasses.replace(w, tree_nodes=59, tree_choices=sizes)
+    batch = _designs(db, 600, np.random.default_rng(7), pathological=True, max_batch=128)
+    alone = [evaluate(batch, dataclasses.replace(w, tree_nodes=s, k_max=6 if s else 16, tree_choices=()),
+                      dedupe=False).columns() for s in sizes]
+    spec = np.stack([c["spec_ms_per_token"] for c in alone])
+    pick = np.argmin(np.where(np.isnan(spec), np.inf, spec), axis=0)
+    want = {name: np.stack([c[name] for c in alone])[pick, np.arange(600)] for name in alone[0]}
+    seen = []
+    real = TC.latency_metrics
+    monkeypatch.setattr(TC, "latency_metrics", lambda b, wl, kb: seen.append(b.n) or real(b, wl, kb))
+    got = evaluate(batch, w, dedupe=False).columns()
+    # the latency columns; the capacity check holds the published tree's draft slots (Workload.tree_nodes 59)
+    both = want["fits"] & got["fits"]
+    bad = [name for name in E.LATENCY_METRICS if not _same(want[name][both], got[name][both])]
+    assert not bad and both.mean() > 0.5, bad
+    assert seen[0] == 600 and sum(seen[1:]) < 0.8 * 5 * 600        # the chain, then the trees not ruled out
+    monkeypatch.setattr(TC, "STACK_ROWS", 0)                          # one pass of at most 600 pairs at a time
+    _assert_same(evaluate(batch, w, dedupe=False), evaluate(batch, w, dedupe=False, k_bound=False))
+    got0 = evaluate(batch, w, dedupe=False).columns()
+    assert all(_same(got[name], got0[name]) for name in got)
+    twice = evaluate(batch.take(np.r_[np.arange(600), np.arange(600)]), w)      # 1,200 rows: deduped
+    assert all(_same(got[name], twice.take(np.arange(600)).columns()[name]) for name in got)
+    won = set(want["tree_nodes"][want["k"] > 0].tolist())
+    assert {0, 59} <= won and len(won) >= 4        # the batch decides: several sizes win somewhere
