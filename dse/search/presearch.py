@@ -43,8 +43,9 @@ from ..evaluation.designs import constraint_values, evaluate_study, metric_table
 from ..model.work import COUNTS
 from ..process.progress import Progress
 from ..results.pareto import pareto_mask
-from ..study.space import CONTROL_KEYS, active_masks, neutral_value
+from ..study.space import active_masks, neutral_value
 from ..study.spec import SEARCH_DEFAULTS, Knob, StudySpec
+from .levels import level_knobs, level_masks, level_picks, tried_in
 from .thinning import EXACT_MAX_OBJECTIVES, box_thin, normalise, thin
 
 #: designs per effective knob at 1,000 trials (fitted: see docs/search-quality.md)
@@ -166,18 +167,22 @@ NICHE_SHARE = 0.3
 
 
 def niche_knobs(study: StudySpec) -> list[Knob]:
-    """Searched choice knobs that decide other knobs' activity (dse.study.space.CONTROL_KEYS: the
-    draft chip on or off, the memory type, the chip count, the device), with at most 8 choices."""
-    return [k for k in study.searched if k.key in CONTROL_KEYS and k.choices and len(k.choices) <= 8]
+    """Searched knobs given as a list of choices (dse.search.levels.level_knobs): the draft, the
+    draft chip on or off, the memory type, the chip count, the runtime, the link class, expert
+    parallel...: one niche per level."""
+    return level_knobs(study)
 
 
 @dataclass
 class Pool:
-    """The archive and one small front per value of each niche knob (:func:`niche_knobs`): the
-    best designs with the draft chip on, with HBM4, on 8 chips. A subspace whose designs are all
-    dominated at first (a draft chip needs a dozen knobs right before it pays) keeps improving
-    in its niche until it reaches the front. While nothing is feasible, ``lost`` holds the least
-    violating designs (:func:`violation`) as parents."""
+    """The archive and one small front per level of each choice knob (:func:`niche_knobs`): the
+    best designs with the draft chip on, with HBM4, on 64 chips, with the eager runtime. A level
+    whose designs are all dominated at first (a draft chip needs a dozen knobs right before it
+    pays; a chip count that wins only at the extreme of one objective) keeps improving in its
+    niche until it reaches the front, and its best design is at hand for the study's results
+    (dse.search.levels.level_picks). While nothing is feasible, ``lost`` holds the least violating
+    designs (:func:`violation`) as parents; ``short`` the least violating design of each level no
+    feasible design has reached (params of one row, its constraint values)."""
 
     study: StudySpec
     archive: Archive
@@ -185,6 +190,7 @@ class Pool:
     niche_cap: int = 200
     niches: dict = field(default_factory=dict)
     lost: tuple | None = None
+    short: dict = field(default_factory=dict)
 
     @classmethod
     def empty(cls, study: StudySpec, cap: int, niche_cap: int = 200) -> Pool:
@@ -195,19 +201,36 @@ class Pool:
 
     def merge(self, params: dict[str, np.ndarray], values: np.ndarray, feasible: np.ndarray,
               cons: np.ndarray | None = None) -> None:
-        """Add evaluated designs to the archive and to the niche of each of their active values."""
+        """Add evaluated designs to the archive and to the niche of each level they try."""
         self.archive.merge(params, values, feasible, self.cap)
-        if self.niches and feasible.any():
-            n = values.shape[0]
-            masks = active_masks(self.study, params, n)
-            for (name, value), arch in self.niches.items():
-                col = params[name]
-                sel = feasible & (col == value) & masks.get(name, np.ones(n, dtype=bool))
+        n = values.shape[0]
+        if self.niches and n:
+            tries = level_masks(self.study, params, n)
+            for lvl, arch in self.niches.items():
+                sel = feasible & tries[lvl]
                 if sel.any():
                     arch.merge({k: v[sel] for k, v in params.items()}, values[sel], np.ones(int(sel.sum()), bool),
                                self.niche_cap, spread_only=True)
+            if cons is not None:
+                self._track_short(params, cons, tries)
         if not len(self.archive) and cons is not None:
             self.lost = _least_violating(self.lost, params, cons, self.cap)
+
+    def _track_short(self, params: dict[str, np.ndarray], cons: np.ndarray, tries: dict) -> None:
+        """Keep the least violating design of each level whose niche is still empty."""
+        empty = [lvl for lvl, arch in self.niches.items() if not len(arch) and tries[lvl].any()]
+        for lvl in [lvl for lvl in self.short if len(self.niches[lvl])]:
+            del self.short[lvl]
+        if not empty:
+            return
+        held = [lvl for lvl in empty if lvl in self.short]
+        v = violation(np.concatenate([self.short[lvl][1] for lvl in held] + [cons]))
+        was, now = dict(zip(held, v[:len(held)])), v[len(held):]
+        for lvl in empty:
+            rows = np.flatnonzero(tries[lvl])
+            best = rows[np.argmin(now[rows])]
+            if lvl not in was or now[best] < was[lvl]:
+                self.short[lvl] = ({k: x[best:best + 1] for k, x in params.items()}, cons[best:best + 1])
 
     def children(self, n: int, scale, rng: np.random.Generator) -> dict[str, np.ndarray] | None:
         """n children (:func:`breed`, ``scale`` a number or one per child, in order): the archive's
@@ -239,6 +262,8 @@ class Seeds:
     #: designs in the space-filling batch and how many of them were feasible
     initial: int = 0
     initial_feasible: int = 0
+    #: the last ``levels`` seeds are the best designs of levels the thinned front leaves out
+    levels: int = 0
 
     def breeding_budget(self) -> Budget | None:
         """The budget dse.search.breeder screens each generation with: this one, but where the time cap
@@ -405,7 +430,6 @@ def presearch(study: StudySpec, db, tech, *, seed: int, keep: int, budget: Budge
     called after every part (it may raise to stop: SIGTERM, dse.process.interrupt.StopFlag.check)."""
     budget = budget or presearch_budget(study, n_trials, keep)
     rng = np.random.default_rng(seed)
-    dirs = [o.direction for o in study.objectives]
     start = clock()
     work = work or WorkClock().seconds
     pool = Pool.empty(study, budget.archive_max, budget.niche_max)
@@ -448,10 +472,30 @@ def presearch(study: StudySpec, db, tech, *, seed: int, keep: int, budget: Budge
         if work(evaluated) > budget.seconds and r + 1 < budget.rounds:
             timed_out = True
     arch = pool.archive
-    idx = thin(arch.values, keep, dirs) if len(arch) else np.arange(0)
-    return Seeds(params=seed_params(study, arch, idx), values=arch.values[idx], evaluated=evaluated, archive=arch,
+    idx, extra = seed_rows(study, pool, keep)
+    return Seeds(params=seed_params(study, arch, idx) + seed_params(study, extra, np.arange(len(extra))),
+                 values=np.concatenate([arch.values[idx], extra.values]), evaluated=evaluated, archive=arch,
                  budget=budget, timed_out=timed_out, seconds=clock() - start, rounds=done, pool=pool, initial=initial,
-                 initial_feasible=initial_feasible)
+                 initial_feasible=initial_feasible, levels=len(extra))
+
+
+def seed_rows(study: StudySpec, pool: Pool, keep: int) -> tuple[np.ndarray, Archive]:
+    """The seeds: rows of the archive thinned (dse.search.thinning.thin), and the best design of
+    each level they leave out (dse.search.levels.level_picks), ``keep`` in all where the levels
+    leave room: the thinned rows give way, the least contributing first, to the levels' designs."""
+    arch = pool.archive
+    idx = thin(arch.values, keep, arch.directions) if len(arch) else np.arange(0)
+    while True:
+        params, values = level_picks(study, pool, tried_in(study, {k: v[idx] for k, v in arch.params.items()},
+                                                           idx.size) if len(arch) else set())
+        over = idx.size + len(values) - keep
+        if over <= 0 or not idx.size:
+            break
+        idx = idx[thin(arch.values[idx], max(idx.size - over, 0), arch.directions)] if idx.size > over else idx[:0]
+    extra = Archive(params, values, arch.directions)
+    if len(extra) > keep:
+        extra.take(np.arange(keep))
+    return idx, extra
 
 
 def seed_params(study: StudySpec, arch: Archive, idx: np.ndarray) -> list[dict]:
