@@ -9,18 +9,17 @@ import pytest
 import yaml
 
 from dse.results.pareto import hypervolume, pareto_mask
+from dse.search.levels import untried
 from dse.search.presearch import (
     Budget,
     effective_knobs,
     knob_weight,
-    mutate,
     presearch,
     presearch_budget,
-    sample_knob,
 )
-from dse.search.levels import untried
 from dse.search.runner import run_study
 from dse.search.seeds import find_seeds, seed_count
+from dse.search.variation import mutate, sample_knob
 from dse.study import Knob, load_study, open_study
 
 QUICK = Path(__file__).parent.parent / "studies" / "quickstart.yaml"

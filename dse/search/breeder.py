@@ -44,11 +44,11 @@ from .presearch import (
     fill_neutral,
     presearch,
     presearch_budget,
-    sample,
     score_with_violation,
     seed_params,
 )
 from .thinning import box_thin, normalise, pick
+from .variation import sample
 
 #: mutation steps (fraction of a knob's range) of the four parts of each screened batch
 SCALES = (0.1, 0.03, 0.01, 0.003)
