@@ -137,9 +137,14 @@ class Archive:
     def merge(self, params: dict[str, np.ndarray], values: np.ndarray, feasible: np.ndarray, cap: int,
               spread_only: bool = False) -> None:
         """Add the feasible designs, keep the non-dominated (one per objective vector), cap
-        (:func:`cap_rows`; ``spread_only``: by epsilon boxes whatever the objectives)."""
-        if not values.shape[0]:
+        (:func:`cap_rows`; ``spread_only``: by epsilon boxes whatever the objectives). Only the
+        designs that nothing in the archive or the batch dominates are copied."""
+        cand = np.flatnonzero(feasible)
+        if cand.size:
+            cand = cand[pareto_mask(np.concatenate([self.values, values[cand]]), self.directions)[len(self):]]
+        if not cand.size:
             return
+        params, values, feasible = {k: v[cand] for k, v in params.items()}, values[cand], np.ones(cand.size, bool)
         if len(self):
             params = {k: np.concatenate([self.params[k], v]) for k, v in params.items()}
             feasible = np.concatenate([np.ones(len(self), dtype=bool), feasible])
@@ -211,10 +216,7 @@ class Pool:
         if self.niches and n:
             tries = level_masks(self.study, params, n)
             for lvl, arch in self.niches.items():
-                sel = feasible & tries[lvl]
-                if sel.any():
-                    arch.merge({k: v[sel] for k, v in params.items()}, values[sel], np.ones(int(sel.sum()), bool),
-                               self.niche_cap, spread_only=True)
+                arch.merge(params, values, feasible & tries[lvl], self.niche_cap, spread_only=True)
             if cons is not None:
                 self._track_short(params, cons, tries)
         if not len(self.archive) and cons is not None:
