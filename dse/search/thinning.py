@@ -141,6 +141,7 @@ def box_thin(z: np.ndarray, cap: int, fixed=None) -> np.ndarray:
     eps = float(cap) ** (-1.0 / max(m - 1, 1))     # an (m-1)-dimensional front: count ~ eps^-(m-1)
     seen: list[tuple[float, float]] = []
     for _ in range(30):
+        eps = max(eps, 1e-12)                      # rows that tie everywhere: no box count reaches cap
         got = boxes(eps)
         if got.size <= cap:
             hi, best = eps, got
