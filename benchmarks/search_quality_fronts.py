@@ -45,7 +45,8 @@ FRONTS = ROOT / "benchmarks" / "fronts"
 #: the studies with a best known front (six-objectives is timed only: bench_search_quality.py)
 STUDIES = {n: ROOT / "studies" / f"{n}.yaml" for n in ("quickstart", "draft-chip")}
 STUDIES.update({n: ROOT / "benchmarks" / "studies" / f"{n}.yaml" for n in ("wide-27-knobs", "four-objectives",
-                                                                          "moe-many-chips")})
+                                                                          "moe-many-chips", "qwen-draft-codesign",
+                                                                          "moe-ep-runtime")})
 #: designs kept in a stored front (cutting a 2-objective front of 18,600 to 5,000 loses 7e-7 of
 #: its hypervolume), and in the union while it is built
 FRONT_MAX, UNION_MAX = 5_000, 20_000

@@ -459,7 +459,7 @@ def v_search_quality() -> str:
     shipped = [n for n in res if n in ("quickstart", "draft-chip")]
     new = [n for n in res if n not in shipped]
     return (f"{span(shipped)} of the best known front's hypervolume on the shipped studies ({', '.join(shipped)}) "
-            f"and {span(new)} on three larger ones ({', '.join(new)}), seeds 0-2")
+            f"and {span(new)} on {len(new)} larger ones ({', '.join(new)}), seeds 0-2")
 
 
 VALUES: dict[str, Callable[[], str]] = {

@@ -9,17 +9,17 @@ import pytest
 import yaml
 
 from dse.results.pareto import hypervolume, pareto_mask
+from dse.search.levels import untried
 from dse.search.presearch import (
     Budget,
     effective_knobs,
     knob_weight,
-    mutate,
     presearch,
     presearch_budget,
-    sample_knob,
 )
 from dse.search.runner import run_study
 from dse.search.seeds import find_seeds, seed_count
+from dse.search.variation import mutate, sample_knob
 from dse.study import Knob, load_study, open_study
 
 QUICK = Path(__file__).parent.parent / "studies" / "quickstart.yaml"
@@ -177,7 +177,9 @@ def test_seed_count_by_hand():
 
 def test_auto_enqueues_the_numpy_front_as_its_first_trials(tmp_path):
     """The first trials of sampler auto are presearch's seeds, told to Optuna and written to
-    Parquet; they are feasible and none dominates another; every trial is a row."""
+    Parquet; they are feasible, none of the front's dominates another, and the last ones (the
+    best design of each level the front leaves out, dse.search.levels) try every level the
+    front's do not; every trial is a row."""
     s = small(tmp_path, 96, "auto")
     df = run_study(s, storage=":memory:", progress=False).frame
     assert len(df) == 96 and (df["sampler"] == "auto").all()
@@ -193,7 +195,9 @@ def test_auto_enqueues_the_numpy_front_as_its_first_trials(tmp_path):
     assert first["feasible"].all()
     vals = first[["spec_ms_per_token", "cost_usd"]].to_numpy()
     np.testing.assert_allclose(vals, seeds.values, rtol=1e-12)
-    assert pareto_mask(vals, ["minimize", "minimize"]).all()
+    front = n - seeds.levels
+    assert 0 < seeds.levels < n and pareto_mask(vals[:front], ["minimize", "minimize"]).all()
+    assert untried(study, seeds.params[:front]) and untried(study, seeds.params) == []
 
 
 @pytest.mark.parametrize("seed", [0, 1])

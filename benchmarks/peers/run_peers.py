@@ -88,7 +88,7 @@ def dse_numbers(grid: int) -> dict:
     from dse.catalog.database import load_database
     from dse.evaluation.designs import evaluate_study
     from dse.model.transformer import total_params
-    from dse.search.presearch import sample_knob
+    from dse.search.variation import sample_knob
     from dse.study import open_study
     db = load_database()
     out = {}

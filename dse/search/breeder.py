@@ -36,6 +36,7 @@ from ..process.progress import Progress
 from ..results.pareto import pareto_mask
 from ..study.space import active_masks, category_codes, knob_names
 from ..study.spec import StudySpec
+from .levels import key_of, level_picks, levels, tried_in, tried_levels
 from .presearch import (
     Archive,
     Budget,
@@ -43,11 +44,11 @@ from .presearch import (
     fill_neutral,
     presearch,
     presearch_budget,
-    sample,
     score_with_violation,
     seed_params,
 )
 from .thinning import box_thin, normalise, pick
+from .variation import sample
 
 #: mutation steps (fraction of a knob's range) of the four parts of each screened batch
 SCALES = (0.1, 0.03, 0.01, 0.003)
@@ -115,6 +116,7 @@ class BreederSampler(BaseSampler):
         self._queue: list[dict] = []
         self._pending: dict[int, tuple[dict, int]] = {}   # trial id -> (design, identity)
         self._known: set[int] = set()                 # identities of every design the study holds
+        self._tried: set = set()                      # levels (dse.search.levels) its designs try
         self._read_ids: set[int] = set()              # finished trials read (they never change)
         self._pos, self._pos_id = 0, None             # trials before _pos are all finished and read
         self._front = np.zeros((0, len(self._dirs)))  # objective values of the trials' front
@@ -213,6 +215,7 @@ class BreederSampler(BaseSampler):
                 new_values.append(t.values)
         if seen:
             self._known.update(self._ids(seen).tolist())
+            self._tried.update(tried_levels(seen))
         if not new_values:
             return
         vals = np.asarray(new_values, dtype=np.float64)
@@ -252,13 +255,15 @@ class BreederSampler(BaseSampler):
         self._dry = not rows
 
     def _pick(self, pool: Pool) -> list[dict]:
-        """Up to ``batch`` designs the study does not hold: the archive designs that add most
-        hypervolume to the front of its trials (dse.search.thinning.pick), then other new archive and
-        niche designs, then uniform new designs (an archive the study holds entirely)."""
-        out: list[dict] = []
+        """Up to ``batch`` designs the study does not hold: the best design of each level no trial
+        tries yet (:meth:`_untried`), the archive designs that add most hypervolume to the front of
+        its trials (dse.search.thinning.pick), then other new archive and niche designs, then uniform
+        new designs (an archive the study holds entirely)."""
         taken = np.fromiter(self._known, dtype=np.uint64, count=len(self._known))
+        out, taken = self._untried(pool, taken)
+        want = self._batch - len(out)
         arch = pool.archive
-        if len(arch):
+        if len(arch) and want > 0:
             ids = design_ids(self._spec, arch.params, len(arch))
             new = np.flatnonzero(~np.isin(ids, taken))
             self._stats["answered_from_record"] += len(arch) - new.size
@@ -267,10 +272,10 @@ class BreederSampler(BaseSampler):
                 values = np.concatenate([self._front, arch.values[new]])
                 fixed = np.arange(values.shape[0]) < nf
                 ok = np.flatnonzero(pareto_mask(values, self._dirs) | fixed)   # dominated by a trial: adds nothing
-                if (~fixed[ok]).sum() > PRECUT * self._batch:    # one candidate per epsilon box first (no twins)
-                    ok = ok[box_thin(normalise(values[ok], self._dirs), nf + PRECUT * self._batch, fixed[ok])]
-                chosen = new[ok[pick(values[ok], self._batch, self._dirs, fixed[ok])] - nf]
-                rest = np.setdiff1d(new, chosen)[: self._batch - chosen.size]
+                if (~fixed[ok]).sum() > PRECUT * want:    # one candidate per epsilon box first (no twins)
+                    ok = ok[box_thin(normalise(values[ok], self._dirs), nf + PRECUT * want, fixed[ok])]
+                chosen = new[ok[pick(values[ok], want, self._dirs, fixed[ok])] - nf]
+                rest = np.setdiff1d(new, chosen)[: want - chosen.size]
                 rows = np.concatenate([chosen, rest])
                 out += seed_params(self._spec, arch, rows)
                 taken = np.concatenate([taken, ids[rows]])
@@ -286,6 +291,23 @@ class BreederSampler(BaseSampler):
         if len(out) < self._batch:
             out += self._random_new(self._batch - len(out), taken)
         return out
+
+    def _untried(self, pool: Pool, taken: np.ndarray) -> tuple[list[dict], np.ndarray]:
+        """The best design of each level no design of the study tries yet (dse.search.levels.level_picks;
+        the seeds hold one per level, so this acts on a study seeded by another sampler or process),
+        at most ``batch``, those the study does not hold."""
+        missing = [lvl for lvl in levels(self._spec) if key_of(*lvl) not in self._tried]
+        if not missing:
+            return [], taken
+        params, values = level_picks(self._spec, pool, self._tried)
+        n = len(values)
+        if not n:
+            return [], taken
+        ids = design_ids(self._spec, params, n)
+        fresh = np.flatnonzero(~np.isin(ids, taken))[: self._batch]
+        self._tried |= tried_in(self._spec, {k: v[fresh] for k, v in params.items()}, fresh.size)   # asked once
+        rows = seed_params(self._spec, Archive(params, values, self._dirs), fresh)
+        return rows, np.concatenate([taken, ids[fresh]])
 
     def _random_new(self, want: int, taken: np.ndarray, tries: int = 8) -> list[dict]:
         """Up to ``want`` uniform designs whose identity is not in ``taken``."""

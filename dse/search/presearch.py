@@ -43,9 +43,11 @@ from ..evaluation.designs import constraint_values, evaluate_study, metric_table
 from ..model.work import COUNTS
 from ..process.progress import Progress
 from ..results.pareto import pareto_mask
-from ..study.space import CONTROL_KEYS, active_masks, neutral_value
+from ..study.space import active_masks, neutral_value
 from ..study.spec import SEARCH_DEFAULTS, Knob, StudySpec
-from .thinning import EXACT_MAX_OBJECTIVES, box_thin, normalise, thin
+from .levels import level_knobs, level_masks, level_picks, tried_in
+from .thinning import EXACT_MAX_OBJECTIVES, box_thin, extreme_rows, normalise, thin
+from .variation import breed, probes, sample, step_scale
 
 #: designs per effective knob at 1,000 trials (fitted: see docs/search-quality.md)
 DESIGNS_PER_KNOB = 24_000
@@ -135,9 +137,14 @@ class Archive:
     def merge(self, params: dict[str, np.ndarray], values: np.ndarray, feasible: np.ndarray, cap: int,
               spread_only: bool = False) -> None:
         """Add the feasible designs, keep the non-dominated (one per objective vector), cap
-        (:func:`cap_rows`; ``spread_only``: by epsilon boxes whatever the objectives)."""
-        if not values.shape[0]:
+        (:func:`cap_rows`; ``spread_only``: by epsilon boxes whatever the objectives). Only the
+        designs that nothing in the archive or the batch dominates are copied."""
+        cand = np.flatnonzero(feasible)
+        if cand.size:
+            cand = cand[pareto_mask(np.concatenate([self.values, values[cand]]), self.directions)[len(self):]]
+        if not cand.size:
             return
+        params, values, feasible = {k: v[cand] for k, v in params.items()}, values[cand], np.ones(cand.size, bool)
         if len(self):
             params = {k: np.concatenate([self.params[k], v]) for k, v in params.items()}
             feasible = np.concatenate([np.ones(len(self), dtype=bool), feasible])
@@ -157,27 +164,33 @@ def cap_rows(values: np.ndarray, cap: int, directions) -> np.ndarray:
     objectives (as the seeds), epsilon boxes above (fast: the parents need spread, not the best
     hypervolume subset)."""
     if values.shape[1] <= EXACT_MAX_OBJECTIVES:
-        return thin(values, cap, directions)
+        return thin(values, cap, directions, extremes=True)
     return box_thin(normalise(values, directions), cap)
 
 
-#: share of each round's children bred from the niches
-NICHE_SHARE = 0.3
+#: share of each round's children bred from the niches, and from the best EXTREME_PARENTS
+#: designs of each objective (the front's ends); at most PROBE_SHARE of them are probes around the
+#: best design of each objective not probed yet (dse.search.variation.probes)
+NICHE_SHARE, EXTREME_SHARE, EXTREME_PARENTS, PROBE_SHARE = 0.3, 0.1, 16, 0.2
 
 
 def niche_knobs(study: StudySpec) -> list[Knob]:
-    """Searched choice knobs that decide other knobs' activity (dse.study.space.CONTROL_KEYS: the
-    draft chip on or off, the memory type, the chip count, the device), with at most 8 choices."""
-    return [k for k in study.searched if k.key in CONTROL_KEYS and k.choices and len(k.choices) <= 8]
+    """Searched knobs given as a list of choices (dse.search.levels.level_knobs): the draft, the
+    draft chip on or off, the memory type, the chip count, the runtime, the link class, expert
+    parallel...: one niche per level."""
+    return level_knobs(study)
 
 
 @dataclass
 class Pool:
-    """The archive and one small front per value of each niche knob (:func:`niche_knobs`): the
-    best designs with the draft chip on, with HBM4, on 8 chips. A subspace whose designs are all
-    dominated at first (a draft chip needs a dozen knobs right before it pays) keeps improving
-    in its niche until it reaches the front. While nothing is feasible, ``lost`` holds the least
-    violating designs (:func:`violation`) as parents."""
+    """The archive and one small front per level of each choice knob (:func:`niche_knobs`): the
+    best designs with the draft chip on, with HBM4, on 64 chips, with the eager runtime. A level
+    whose designs are all dominated at first (a draft chip needs a dozen knobs right before it
+    pays; a chip count that wins only at the extreme of one objective) keeps improving in its
+    niche until it reaches the front, and its best design is at hand for the study's results
+    (dse.search.levels.level_picks). While nothing is feasible, ``lost`` holds the least violating
+    designs (:func:`violation`) as parents; ``short`` the least violating design of each level no
+    feasible design has reached (params of one row, its constraint values)."""
 
     study: StudySpec
     archive: Archive
@@ -185,6 +198,8 @@ class Pool:
     niche_cap: int = 200
     niches: dict = field(default_factory=dict)
     lost: tuple | None = None
+    short: dict = field(default_factory=dict)
+    probed: set = field(default_factory=set)
 
     @classmethod
     def empty(cls, study: StudySpec, cap: int, niche_cap: int = 200) -> Pool:
@@ -195,30 +210,86 @@ class Pool:
 
     def merge(self, params: dict[str, np.ndarray], values: np.ndarray, feasible: np.ndarray,
               cons: np.ndarray | None = None) -> None:
-        """Add evaluated designs to the archive and to the niche of each of their active values."""
+        """Add evaluated designs to the archive and to the niche of each level they try."""
         self.archive.merge(params, values, feasible, self.cap)
-        if self.niches and feasible.any():
-            n = values.shape[0]
-            masks = active_masks(self.study, params, n)
-            for (name, value), arch in self.niches.items():
-                col = params[name]
-                sel = feasible & (col == value) & masks.get(name, np.ones(n, dtype=bool))
-                if sel.any():
-                    arch.merge({k: v[sel] for k, v in params.items()}, values[sel], np.ones(int(sel.sum()), bool),
-                               self.niche_cap, spread_only=True)
+        n = values.shape[0]
+        if self.niches and n:
+            tries = level_masks(self.study, params, n)
+            for lvl, arch in self.niches.items():
+                arch.merge(params, values, feasible & tries[lvl], self.niche_cap, spread_only=True)
+            if cons is not None:
+                self._track_short(params, cons, tries)
         if not len(self.archive) and cons is not None:
             self.lost = _least_violating(self.lost, params, cons, self.cap)
 
+    def _track_short(self, params: dict[str, np.ndarray], cons: np.ndarray, tries: dict) -> None:
+        """Keep the least violating design of each level whose niche is still empty."""
+        empty = [lvl for lvl, arch in self.niches.items() if not len(arch) and tries[lvl].any()]
+        for lvl in [lvl for lvl in self.short if len(self.niches[lvl])]:
+            del self.short[lvl]
+        if not empty:
+            return
+        held = [lvl for lvl in empty if lvl in self.short]
+        v = violation(np.concatenate([self.short[lvl][1] for lvl in held] + [cons]))
+        was, now = dict(zip(held, v[:len(held)])), v[len(held):]
+        for lvl in empty:
+            rows = np.flatnonzero(tries[lvl])
+            best = rows[np.argmin(now[rows])]
+            if lvl not in was or now[best] < was[lvl]:
+                self.short[lvl] = ({k: x[best:best + 1] for k, x in params.items()}, cons[best:best + 1])
+
     def children(self, n: int, scale, rng: np.random.Generator) -> dict[str, np.ndarray] | None:
         """n children (:func:`breed`, ``scale`` a number or one per child, in order): the archive's
-        first, then NICHE_SHARE of them from the niches, an equal part each; from the least
-        violating designs while nothing is feasible; None when there is nothing to breed from."""
+        first, then NICHE_SHARE of them from the niches, an equal part each, EXTREME_SHARE from the
+        best designs of each objective, and last up to PROBE_SHARE probes (:meth:`probes`); from the
+        least violating designs while nothing is feasible; None when there is nothing to breed from."""
         if not len(self.archive):
             return breed(self.study, self.lost[0], n, scale, rng) if self.lost is not None else None
+        near = self.probes(int(n * PROBE_SHARE), rng)
+        m = len(next(iter(near.values()))) if near else 0
+        kids = self._bred(n - m, scale[: n - m] if np.ndim(scale) else scale, rng)
+        return {k: np.concatenate([v, near[k]]) for k, v in kids.items()} if m else kids
+
+    def _bred(self, n: int, scale, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """n children of the archive, the niches and the objectives' best designs (:meth:`children`)."""
         full = [a.params for a in self.niches.values() if len(a)]
         per = int(n * NICHE_SHARE) // len(full) if full else 0
-        pools = [self.archive.params] + (full if per else [])
-        return breed(self.study, pools, [n - per * (len(pools) - 1)] + [per] * (len(pools) - 1), scale, rng)
+        arch = self.archive
+        ends = [{k: v[idx] for k, v in arch.params.items()} for idx in
+                np.split(extreme_rows(arch.values, arch.directions, EXTREME_PARENTS), arch.values.shape[1])]
+        per_end = int(n * EXTREME_SHARE) // len(ends)
+        pools = [arch.params] + (full if per else []) + (ends if per_end else [])
+        counts = [per] * (len(full) if per else 0) + [per_end] * (len(ends) if per_end else 0)
+        return breed(self.study, pools, [n - sum(counts)] + counts, scale, rng)
+
+
+    def probes(self, most: int, rng: np.random.Generator) -> dict[str, np.ndarray] | None:
+        """Designs one knob away (dse.search.variation.probes) from the best archive design of each
+        objective not probed yet (the next best when the best was: it did not move since), at most
+        ``most`` (a random subset beyond); None when there is none."""
+        arch = self.archive
+        if most <= 0 or not len(arch):
+            return None
+        m = arch.values.shape[1]
+        parts = []
+        for order in np.split(extreme_rows(arch.values, arch.directions, EXTREME_PARENTS), m):
+            for i in order:
+                key = tuple(arch.values[i].tolist())
+                if key not in self.probed:
+                    self.probed.add(key)
+                    row = {k: v[i:i + 1] for k, v in arch.params.items()}
+                    active = {k: bool(a[0]) for k, a in active_masks(self.study, row, 1).items()}
+                    parts.append(probes(self.study, row, active))
+                    break
+        parts = [p for p in parts if len(next(iter(p.values())))]
+        if not parts:
+            return None
+        out = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        total = len(next(iter(out.values())))
+        if total > most:
+            keep = np.sort(rng.choice(total, most, replace=False))
+            out = {k: v[keep] for k, v in out.items()}
+        return out
 
 
 @dataclass
@@ -239,6 +310,8 @@ class Seeds:
     #: designs in the space-filling batch and how many of them were feasible
     initial: int = 0
     initial_feasible: int = 0
+    #: the last ``levels`` seeds are the best designs of levels the thinned front leaves out
+    levels: int = 0
 
     def breeding_budget(self) -> Budget | None:
         """The budget dse.search.breeder screens each generation with: this one, but where the time cap
@@ -251,100 +324,6 @@ class Seeds:
             return self.budget
         f = math.sqrt(min(1.0, self.evaluated / max(self.budget.designs, 1)))
         return replace(self.budget, children=max(CHILDREN_MIN // 4, int(self.budget.children * f)))
-
-
-def sample_knob(k: Knob, n: int, rng: np.random.Generator) -> np.ndarray:
-    """n values of one searched knob: uniform (log-uniform for log ranges) or a uniform choice."""
-    if k.choices:
-        return np.array(k.choices, dtype=object)[rng.integers(0, len(k.choices), n)]
-    lo, hi = float(k.low), float(k.high)
-    if k.log:
-        x = np.exp(rng.uniform(np.log(lo), np.log(hi), n))
-    else:
-        x = rng.uniform(lo, hi, n)
-    return _snap(k, x)
-
-
-def sample(study: StudySpec, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """n designs drawn uniformly (:func:`sample_knob` per searched knob)."""
-    return {k.name: sample_knob(k, n, rng) for k in study.searched}
-
-
-def _snap(k: Knob, x: np.ndarray) -> np.ndarray:
-    """Clip to the range and round to the knob's step (integers for int knobs)."""
-    lo, hi = float(k.low), float(k.high)
-    x = np.clip(x, lo, hi)
-    if k.step:              # the top of the step grid (Optuna's too: high need not be on it)
-        top = lo + np.floor((hi - lo) / k.step + 1e-9) * k.step
-        x = np.clip(lo + np.round((x - lo) / k.step) * k.step, lo, top)
-    if k.kind == "int":
-        return np.round(x).astype(np.int64)
-    return x.astype(np.float64)
-
-
-def mutate(study: StudySpec, params: dict[str, np.ndarray], scale, rng: np.random.Generator
-           ) -> dict[str, np.ndarray]:
-    """Children: each knob moved with probability 2/knobs (at least one knob per child) by a
-    normal step of ``scale`` (one number, or one per child) x its range (in log space for log
-    ranges); categoricals redrawn."""
-    knobs = study.searched
-    n = len(next(iter(params.values())))
-    move = rng.random((n, len(knobs))) < min(1.0, 2.0 / len(knobs))
-    move[np.arange(n), rng.integers(0, len(knobs), n)] = True
-    out = {}
-    for j, k in enumerate(knobs):
-        v = params[k.name]
-        if k.choices:
-            new = sample_knob(k, n, rng)
-        else:
-            x = np.asarray(v, dtype=np.float64)
-            if k.log:
-                new = np.exp(np.log(x) + rng.normal(0.0, 1.0, n) * scale * np.log(k.high / k.low))
-            else:
-                step = rng.normal(0.0, 1.0, n) * scale * float(k.high - k.low)
-                if k.kind == "int":             # an integer knob moves by at least one
-                    step = np.where(np.abs(step) < 1, np.sign(step + 1e-12), step)
-                new = x + step
-            new = _snap(k, new)
-        out[k.name] = np.where(move[:, j], new, v).astype(new.dtype if not k.choices else object)
-    return out
-
-
-def crossover(study: StudySpec, a: dict[str, np.ndarray], b: dict[str, np.ndarray], rng: np.random.Generator,
-              share: float = 1.0) -> dict[str, np.ndarray]:
-    """Uniform crossover: a ``share`` of the children (each with that probability) take each
-    knob from parent a or b with probability 1/2; the others are copies of a."""
-    n = len(next(iter(a.values())))
-    cross = rng.random(n) < share
-    out = {}
-    for k in study.searched:
-        out[k.name] = np.where(cross & (rng.random(n) < 0.5), b[k.name], a[k.name])
-    return out
-
-
-def breed(study: StudySpec, pools: list[dict[str, np.ndarray]] | dict[str, np.ndarray], counts, scale,
-          rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Children of pools of parents: ``counts[i]`` from pool i (two parents drawn uniformly from
-    it), half of them a crossover of their two parents (:func:`crossover`), every one mutated
-    (:func:`mutate` at ``scale``, a number or one per child). One pool and one count may be given
-    bare."""
-    if isinstance(pools, dict):
-        pools, counts = [pools], [counts]
-    a_parts, b_parts = [], []
-    for pool, cnt in zip(pools, counts):
-        size = len(next(iter(pool.values())))
-        i, j = rng.integers(0, size, cnt), rng.integers(0, size, cnt)
-        a_parts.append({k: v[i] for k, v in pool.items()})
-        b_parts.append({k: v[j] for k, v in pool.items()})
-    a = {k: np.concatenate([p[k] for p in a_parts]) for k in a_parts[0]}
-    b = {k: np.concatenate([p[k] for p in b_parts]) for k in b_parts[0]}
-    return mutate(study, crossover(study, a, b, rng, share=0.5), scale, rng)
-
-
-def step_scale(progress: float) -> float:
-    """Mutation step as a fraction of a knob's range: 20% at the start of refinement, 2% at its
-    end (geometric in between)."""
-    return 0.2 * 0.1 ** min(max(progress, 0.0), 1.0)
 
 
 def score(study: StudySpec, params: dict[str, np.ndarray], n: int, db, tech) -> tuple[np.ndarray, np.ndarray]:
@@ -405,7 +384,6 @@ def presearch(study: StudySpec, db, tech, *, seed: int, keep: int, budget: Budge
     called after every part (it may raise to stop: SIGTERM, dse.process.interrupt.StopFlag.check)."""
     budget = budget or presearch_budget(study, n_trials, keep)
     rng = np.random.default_rng(seed)
-    dirs = [o.direction for o in study.objectives]
     start = clock()
     work = work or WorkClock().seconds
     pool = Pool.empty(study, budget.archive_max, budget.niche_max)
@@ -448,10 +426,35 @@ def presearch(study: StudySpec, db, tech, *, seed: int, keep: int, budget: Budge
         if work(evaluated) > budget.seconds and r + 1 < budget.rounds:
             timed_out = True
     arch = pool.archive
-    idx = thin(arch.values, keep, dirs) if len(arch) else np.arange(0)
-    return Seeds(params=seed_params(study, arch, idx), values=arch.values[idx], evaluated=evaluated, archive=arch,
+    idx, extra = seed_rows(study, pool, keep)
+    return Seeds(params=seed_params(study, arch, idx) + seed_params(study, extra, np.arange(len(extra))),
+                 values=np.concatenate([arch.values[idx], extra.values]), evaluated=evaluated, archive=arch,
                  budget=budget, timed_out=timed_out, seconds=clock() - start, rounds=done, pool=pool, initial=initial,
-                 initial_feasible=initial_feasible)
+                 initial_feasible=initial_feasible, levels=len(extra))
+
+
+def seed_rows(study: StudySpec, pool: Pool, keep: int) -> tuple[np.ndarray, Archive]:
+    """The seeds: rows of the archive thinned (dse.search.thinning.thin), and the best design of
+    each level they leave out (dse.search.levels.level_picks), ``keep`` in all where the levels
+    leave room: the thinned rows give way, the least contributing first, to the levels' designs."""
+    arch = pool.archive
+    idx = thin(arch.values, keep, arch.directions, extremes=True) if len(arch) else np.arange(0)
+    while True:
+        params, values = level_picks(study, pool, tried_in(study, {k: v[idx] for k, v in arch.params.items()},
+                                                           idx.size) if len(arch) else set())
+        over = idx.size + len(values) - keep
+        if over <= 0 or not idx.size:
+            break
+        want = idx.size - over
+        if want <= 0:
+            idx = idx[:0]
+            continue
+        kept = thin(arch.values[idx], want, arch.directions, extremes=True)
+        idx = idx[kept if kept.size <= want else thin(arch.values[idx], want, arch.directions)]   # ends > want
+    extra = Archive(params, values, arch.directions)
+    if len(extra) > keep:
+        extra.take(np.arange(keep))
+    return idx, extra
 
 
 def seed_params(study: StudySpec, arch: Archive, idx: np.ndarray) -> list[dict]:

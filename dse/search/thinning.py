@@ -47,18 +47,26 @@ def normalise(values, directions: Sequence[str]) -> np.ndarray:
     return (z - lo) / span
 
 
-def thin(values, keep: int, directions: Sequence[str], fixed=None, box_cap: int = BOX_CAP) -> np.ndarray:
+def thin(values, keep: int, directions: Sequence[str], fixed=None, box_cap: int = BOX_CAP,
+         extremes: bool = False) -> np.ndarray:
     """Sorted indices of the ``keep`` rows of a front (mutually non-dominated, finite) that are
     left after removing the least hypervolume contributors a few at a time (an eighth of the
     excess per step while far from ``keep``; ties: the first row goes). Rows where ``fixed`` is
-    True always stay (so more than ``keep`` rows may stay when more are fixed).
+    True always stay (so more than ``keep`` rows may stay when more are fixed); with ``extremes``
+    the best row of each objective is fixed too (:func:`extreme_rows`: an extreme's own
+    contribution is a thin slab, but it holds the front's end, which moving costs a whole face).
 
     >>> thin([[1, 4], [2, 3], [3, 2], [4, 1]], 2, ["min", "min"]).tolist()
     [1, 2]
+    >>> thin([[1, 4], [2, 3], [3, 2], [4, 1]], 3, ["min", "min"], extremes=True).tolist()
+    [0, 2, 3]
     """
     v = np.asarray(values, dtype=np.float64)
     n = v.shape[0]
     fixed = np.zeros(n, dtype=bool) if fixed is None else np.asarray(fixed, dtype=bool)
+    if extremes and n:
+        fixed = fixed.copy()
+        fixed[extreme_rows(v, directions)] = True
     if n <= keep or fixed.all():
         return np.arange(n)
     m = v.shape[1]
@@ -71,6 +79,14 @@ def thin(values, keep: int, directions: Sequence[str], fixed=None, box_cap: int 
     if idx.size <= keep:
         return idx
     return idx[_thin_directions(z[idx], keep, fixed[idx])]
+
+
+def extreme_rows(values, directions: Sequence[str], k: int = 1) -> np.ndarray:
+    """Indices of the k best rows of each objective (k x m, objective by objective, best first;
+    a row may repeat). k = 1: the front's ends."""
+    z = normalise(values, directions)
+    k = min(k, z.shape[0])
+    return np.concatenate([np.argsort(z[:, j], kind="stable")[:k] for j in range(z.shape[1])])
 
 
 def _thin_exact(v: np.ndarray, keep: int, directions, fixed: np.ndarray) -> np.ndarray:
@@ -125,6 +141,7 @@ def box_thin(z: np.ndarray, cap: int, fixed=None) -> np.ndarray:
     eps = float(cap) ** (-1.0 / max(m - 1, 1))     # an (m-1)-dimensional front: count ~ eps^-(m-1)
     seen: list[tuple[float, float]] = []
     for _ in range(30):
+        eps = max(eps, 1e-12)                      # rows that tie everywhere: no box count reaches cap
         got = boxes(eps)
         if got.size <= cap:
             hi, best = eps, got
