@@ -371,8 +371,9 @@ def v_sram_answer() -> str:
             f"region of a chip: at that aggregate bandwidth the layer-sequential bound is small, and what is left "
             f"is the dataflow runtime's layer syncs (80 x 15.5 us = {sync_ms:.2f} ms a pass) over the tokens a "
             f"pass accepts. "
-            + (f"The SRAM draft chip was tried in {tried:,} feasible designs and is on in {int(on.sum())} of the "
-               f"front's: a draft on it pays its own layer syncs and the link." if tried else
+            + (f"The SRAM draft chip was tried in {tried:,} feasible design{'s' if tried != 1 else ''} and is on in "
+               f"{int(on.sum())} of the front's (compare the fronts with and without it on "
+               f"`params_draft_chip_enabled`)." if tried else
                "The search never switched the SRAM draft chip on, so this front cannot say whether it pays."))
 
 
