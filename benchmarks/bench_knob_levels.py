@@ -17,14 +17,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _targets import report  # noqa: E402
+from search_quality_fronts import rows_of  # noqa: E402
 
 from dse.search.levels import levels, untried  # noqa: E402
 from dse.search.runner import run_study  # noqa: E402
@@ -35,21 +33,6 @@ def study_files() -> list[Path]:
     return sorted((ROOT / "studies").glob("*.yaml")) + sorted((ROOT / "benchmarks" / "studies").glob("*.yaml"))
 
 
-def frame_rows(study, frame: pd.DataFrame) -> list[dict]:
-    """Parameter dicts (active knobs only) of a results frame."""
-    cols = {k.name: f"params_{k.name}" for k in study.searched if f"params_{k.name}" in frame.columns}
-    out = []
-    for rec in frame[list(cols.values())].to_dict("records"):
-        row = {}
-        for name, col in cols.items():
-            v = rec[col]
-            if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)):
-                continue
-            row[name] = v.item() if isinstance(v, np.generic) else v
-        out.append(row)
-    return out
-
-
 def check(path: Path, trials: int, seed: int, tmp: Path) -> dict:
     """One run: the study's levels, those never tried, those on the feasible front, CPU seconds."""
     study, _, _ = open_study(path)
@@ -57,8 +40,8 @@ def check(path: Path, trials: int, seed: int, tmp: Path) -> dict:
     df = run_study(study, n_trials=trials, sampler="auto", seed=seed, storage=":memory:",
                    out=tmp / f"{study.name}-{seed}.parquet", progress=False).frame
     cpu = time.process_time() - c
-    rows = frame_rows(study, df)
-    front = frame_rows(study, df[df["is_pareto"].fillna(False).astype(bool)])
+    rows = rows_of(df, study)
+    front = rows_of(df[df["is_pareto"].fillna(False).astype(bool)], study)
     all_levels = levels(study)
     missed = untried(study, rows)
     on_front = len(all_levels) - len(untried(study, front))

@@ -491,22 +491,6 @@ def check_some_split(m: ModelSpec, chips, pps, where: str, path: str | None = No
                       f"tensor-parallel group divides {m.name}'s {m.num_attention_heads} attention heads")]
 
 
-def check_tensor_parallel(m: ModelSpec, chips: tuple[int, ...], where: str = "--chips",
-                          path: str | None = None, role: str = "") -> list[SpecError]:
-    """Every chip count must split the model's attention heads (``shards_attention``); engines
-    shard attention by heads (vLLM, TensorRT-LLM and SGLang refuse a tensor-parallel size that
-    does not divide the heads) and dse does not pad."""
-    bad = sorted({int(c) for c in chips if not shards_attention(m, int(c))})
-    if not bad:
-        return []
-    kv = "" if m.kv_lora_rank else f" / {m.num_kv_heads} KV heads"
-    ok = [t for t in range(1, m.num_attention_heads + 1) if shards_attention(m, t)]
-    value = bad[0] if len(bad) == 1 else bad
-    return [SpecError(path, where, value, f"tensor parallel splits attention by heads: {role}{m.name} has "
-                      f"{m.num_attention_heads} attention heads{kv}; use a chip count that divides them: "
-                      f"{', '.join(map(str, ok))}")]
-
-
 def parse_k(k: Any, drafter: DrafterSpec, where: str = "--k") -> int:
     """'auto' -> 0 (chosen per design), else an integer in [1, K_LIMIT]; 0 without a drafter."""
     if drafter.kind == "none":
