@@ -98,12 +98,14 @@ def test_every_row_of_every_file_is_reported(report):
 
 
 def test_public_files_are_the_copies_recorded_in_sha256sums():
-    """The two public measurement files are kept as copied: their digests are in
-    hardware_db/measurements/SHA256SUMS (inside the repository, so a bare clone checks them)."""
+    """The two copied public measurement files and the serving-load transcription are kept as they
+    are: their digests are in hardware_db/measurements/SHA256SUMS (inside the repository, so a bare
+    clone checks them)."""
     import hashlib
     folder = measurements.measurements_dir()
     sums = dict(reversed(line.split()) for line in (folder / "SHA256SUMS").read_text().splitlines() if line.strip())
-    assert sorted(sums) == ["decode_measurements_public.csv", "specdec_measurements_public.csv"]
+    assert sorted(sums) == ["decode_measurements_public.csv", "serving_load_measurements_public.csv",
+                            "specdec_measurements_public.csv"]
     for name, digest in sums.items():
         assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest, name
 
