@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..workload.spec import Workload
-from . import specdec
+from . import scheduler, specdec
 from . import transformer as tf
 from .arrays import DesignBatch, HardwareArrays
 from .drafters import draft_tp, eagle_fc_params, eagle_head, medusa_head_params
@@ -73,16 +73,31 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
     # steady state; each finishes after G tokens, so while one request decodes the other B-1
     # are replaced at (B-1)/G per step and every step also runs their prompts, P*(B-1)/(B*G)
     # prefill tokens per sequence (a speculative iteration: tau times that, in the verify pass
-    # and in the draft's own prefill). A new request's prefill is its own (batch 1, no chunking)
-    # and waits half a running step plus its place behind the other arriving prompts
-    # (``prefill_queue_s``). Static (default): B prompts prefilled together, pure decode.
+    # and in the draft's own prefill). A new prompt is prefilled in chunks inside those same
+    # iterations, at the token budget the decode tokens leave, behind the other arriving prompts
+    # (dse.model.scheduler, ``_chunked_ttft``). Static (default): B prompts prefilled together,
+    # pure decode.
     cont = w.continuous
     share = P * (B - 1.0) / (B * G) if cont else 0.0
     x_base = share
     base = step_cost(tgt, T, batch=B, q=1.0, context=S, prefill_tokens=x_base, prefill_len=P, **kw_t)
-    B_pre = np.ones_like(B) if cont else B
-    prefill = step_cost(tgt, T, batch=B_pre, q=P, context=0.0, lm_head_last_only=True, energy=not cont, **kw_t)
-    wait = 0.5 * base.time_s + prefill_queue_s(prefill.time_s, B, G, base.time_s) if cont else 0.0
+    # static batching: the B prompts prefilled together before decoding
+    prefill = None if cont else step_cost(tgt, T, batch=B, q=P, context=0.0, lm_head_last_only=True, **kw_t)
+
+    def chunked_ttft(q, tree, s_token, t_iter, t_verify, extra=0.0):
+        """Continuous batching's TTFT before the request's host cost (dse.model.scheduler, closed
+        loop of B clients): the running iteration with its target pass replaced by one carrying
+        min(C, P) prompt tokens (the prompt's own iterations) or a full chunk of C (the prompt
+        server's pace while prompts queue), C = budget - B q; ``extra`` (a fraction of C) is the
+        drafter's own prefill of a chunk."""
+        cap = scheduler.prefill_capacity(w.max_batched_tokens, B, q)
+        times = []
+        for x in (scheduler.chunk_tokens(cap, P), np.clip(cap, 0.0, None)):
+            full = step_cost(tgt, T, batch=B, q=q, context=S, tree_mask=tree, prefill_tokens=x / B, prefill_len=P,
+                             energy=False, **kw_t)
+            times.append(t_iter - t_verify + full.time_s + extra * x)
+        own, busy = scheduler.prompt_times_s(P, cap, *times)
+        return scheduler.closed_loop_ttft_s(B, G, s_token, t_iter, own, busy)
 
     on_chip = batch.draft_on_chip & d.can_use_draft_chip
     D = _select(on_chip, batch.draft, T)     # the group the drafter runs on
@@ -91,7 +106,8 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
         if (tp != D.chips).any():
             D = dataclasses.replace(D, chips=tp)
     K = largest_k(w)
-    ttft = prefill.time_s + wait + T.request_overhead_s
+    ttft = (chunked_ttft(1.0, False, base.time_s, base.time_s, base.time_s) if cont else prefill.time_s) \
+        + T.request_overhead_s
 
     # ---- energy (MODEL.md section 5): each step's memory and link energy and its FLOPs, per group
     # (energy_metrics prices the FLOPs and adds busy power per design, after any dedupe gather) ----
@@ -443,13 +459,22 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
     shown = is_tree & (k > 0)
 
     pre_d = np.zeros(n)
-    if d.kind == "model":
-        pre_d = step_cost(d.model, D, batch=B_pre, q=P, context=0.0, lm_head_last_only=True, energy=False, **kw).time_s
-    ttft = np.where(on_chip, np.maximum(prefill.time_s, pre_d + batch.draft_link_latency_s),
-                    prefill.time_s + pre_d)
-    ttft = np.where(off, prefill.time_s, ttft)       # speculation off: no draft prefill either
-    if cont:        # half the running iteration, and the other arriving prompts' prefills ahead
-        ttft = ttft + 0.5 * np.where(off, base.time_s, t_iter) + prefill_queue_s(ttft, B, G, spec)
+    if cont:
+        # the drafter's own prefill of a chunk (a draft model or EAGLE head keeps its cache of every
+        # prompt) rides in its first step on the target's chips; a draft chip prefills beside them
+        extra = 0.0
+        if d.kind in ("model", "eagle"):      # per prompt token: the draft's step with P of them riding along
+            per = np.ravel(draft_step(1.0, (P / B)[:, None]).time_s - one_step.time_s) / np.maximum(P, 1.0)
+            extra = np.where(on_chip | off, 0.0, per)
+        q_it = np.where(k > 0, np.where(is_tree, nodes + 1.0, k + 1.0), 1.0)
+        ttft = chunked_ttft(q_it, is_tree & (k > 0), spec, t_iter, t_verify, extra)
+    else:
+        if d.kind == "model":
+            pre_d = step_cost(d.model, D, batch=B, q=P, context=0.0, lm_head_last_only=True, energy=False,
+                              **kw).time_s
+        ttft = np.where(on_chip, np.maximum(prefill.time_s, pre_d + batch.draft_link_latency_s),
+                        prefill.time_s + pre_d)
+        ttft = np.where(off, prefill.time_s, ttft)       # speculation off: no draft prefill either
     ttft = ttft + T.request_overhead_s
     band = _band(w, k, np.where(shown, nodes, 0), tau, t_iter, exposed, t_draft, t_verify, on_chip & w.overlap)
     return dict(
@@ -555,20 +580,6 @@ def _band(w: Workload, k, nodes, tau, t_iter, exposed, t_draft, t_verify, overla
             it = np.where(on, t_iter - exposed + ex_b, t_iter)
         out.append((t_b, it / t_b))
     return out[0][0], out[1][0], out[0][1], out[1][1]
-
-
-def prefill_queue_s(prefill_s, batch, output_tokens, s_per_token):
-    """Continuous batching: the mean wait of a new prompt behind the other arriving prompts'
-    prefills (no chunked prefill: each prompt is one step). The other B-1 requests in flight
-    arrive at lambda = (B-1)/(G x s_per_token) (a request's life is its G tokens; its TTFT is
-    left out of that), each taking S = ``prefill_s``; a FIFO queue with deterministic service
-    (M/D/1, Pollaczek-Khinchine) waits W = rho S / (2(1 - rho)), rho = lambda S, at most the
-    B-1 prompts ahead (B-1) S (a closed loop of B clients holds no more)."""
-    B = np.asarray(batch, dtype=np.float64)
-    rho = (B - 1.0) * prefill_s / (np.asarray(output_tokens, dtype=np.float64) * s_per_token)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        w = np.where(rho < 1.0, rho * prefill_s / (2.0 * (1.0 - rho)), np.inf)
-    return np.minimum(w, (B - 1.0) * prefill_s)
 
 
 def request_latency_s(ttft_s, output_tokens, s_per_token):

@@ -240,6 +240,12 @@ def parse_task(value: Any, where: str = "--task", path: str | None = None) -> Ta
     return TaskMix(tuple(t for t, _ in keep), tuple(w for _, w in keep))
 
 
+#: default token budget of an iteration under continuous batching with chunked prefill (prompt chunks
+#: + decode tokens): vLLM V1's max_num_batched_tokens for its OpenAI server on a GPU of 70 GB or more
+#: other than the A100 (vllm/engine/arg_utils.py, "For GPUs like H100 and MI300x": 8192) and
+#: TensorRT-LLM's max_num_tokens (8192)
+DEFAULT_BUDGET_TOKENS = 8192
+
 #: chat, unless the workload says otherwise
 DEFAULT_TASK = TaskMix(("chat",), (1.0,))
 
@@ -259,6 +265,8 @@ class Workload:
     k_max: int = 16                   # candidates for k = auto (past 8 only where a bound lets a larger k win)
     datastore_bytes: float = 0.0      # retrieval drafts (REST): host-memory datastore, never device memory
     continuous: bool = False          # continuous batching: batch = requests in flight, steady state
+    #: continuous batching's token budget per iteration (decode or verify tokens + prompt chunks)
+    max_batched_tokens: int = DEFAULT_BUDGET_TOKENS
     ep: int = 1                       # expert-parallel ranks for an MoE target (1 = experts tensor-parallel)
     #: a tree's rank profile from alpha / per-position rates / tau (the drafter kind's measured one,
     #: dse.catalog.rank_profiles; api and studies set it); None = the geometric limit a(1-a)^(r-1)

@@ -1,6 +1,7 @@
-"""Continuous batching with speculation (issue 17, item 6): the draft prefills its share of the
-arriving prompts every iteration, and a new request's TTFT waits behind the running iteration
-and the other arriving prompts. Numbers worked by hand from the database YAML."""
+"""Continuous batching with speculation: the draft prefills its share of the arriving prompts
+every iteration, and a new request's TTFT waits behind the running iteration and the other arriving
+prompts, in iterations that carry prompt tokens (dse.model.scheduler). Numbers worked by hand from
+the database YAML."""
 
 import math
 
@@ -72,42 +73,92 @@ def test_which_drafters_prefill(draft, prefills):
         assert cont["draft_ms_per_iter"] == pytest.approx(static["draft_ms_per_iter"], rel=1e-12)
 
 
-def test_ttft_waits_behind_the_running_iteration_and_the_queue_of_prompts(db):
-    """TTFT = own prefill (target, then the draft's) + half the running iteration + the M/D/1 wait
-    behind the other arriving prompts + the request cost. rho = (B-1) S / (G x per-token latency)."""
-    r = evaluate_design(**CASE, continuous=True)
-    alone = evaluate_design(**{**CASE, "batch": 1}, continuous=True)
-    own = alone["ttft_ms"] - 2.4 - 0.5 * alone["iter_ms"]          # B = 1: no queue (no other requests)
-    # own prefill does not depend on B under continuous batching (batch 1)
-    rho = 63 * own / (256 * r["spec_ms_per_token"])
-    wait = rho * own / (2 * (1 - rho))
-    assert 0 < rho < 1
-    assert r["ttft_ms"] == pytest.approx(own + 0.5 * r["iter_ms"] + wait + 2.4, rel=1e-9)
-    assert r["request_latency_ms"] == pytest.approx(r["ttft_ms"] + 255 * r["spec_ms_per_token"], rel=1e-12)
-    # a plain decode (no draft) waits the same way behind half a step and the queue
-    p = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", batch=64, prompt=2048, output=256, continuous=True)
-    p1 = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", batch=1, prompt=2048, output=256, continuous=True)
-    own = p1["ttft_ms"] - 2.4 - 0.5 * p1["baseline_ms_per_token"]
-    rho = 63 * own / (256 * p["baseline_ms_per_token"])
-    assert p["ttft_ms"] == pytest.approx(own + 0.5 * p["baseline_ms_per_token"] + rho * own / (2 * (1 - rho)) + 2.4,
-                                         rel=1e-9)
+# Llama-3.1-8B (models/llama-3.1-8b.yaml): L 32, d 4096, h 32, h_kv 8, d_h 128, f 14336, V 128256, untied
+L8, D8, H8, HKV8, DH8, F8 = 32, 4096, 32, 8, 128, 14336
+LAYER8 = D8 * H8 * DH8 + 2 * D8 * HKV8 * DH8 + H8 * DH8 * D8 + 3 * D8 * F8     # 218,103,808 parameters a layer
+HEAD8 = V * D8
+KV8 = L8 * 2 * HKV8 * DH8 * 2                                                  # 131,072 bytes a token (bf16)
+ATT8 = 4 * H8 * DH8 * L8
 
 
-def test_an_overloaded_prefill_queue_is_bounded_by_the_clients():
-    """rho >= 1 (prompts arrive faster than they can be prefilled): a closed loop of B clients has
-    at most B-1 prompts ahead, so the wait is (B-1) x one prefill, not infinite."""
+def target_step_ms(B, S, P, X):
+    """One 8B decode step (q = 1) of B sequences at context S with X prompt tokens (of prompts of P)
+    riding along, roofline parts only (fixed costs cancel in a difference)."""
+    lin_c = (2 * (L8 * LAYER8 + HEAD8) * B + 2 * L8 * LAYER8 * X) / (PEAK * ETA_C)
+    lin_m = (L8 * LAYER8 + HEAD8) * 2 / (BW * ETA_M)
+    att_c = ATT8 * (B * (S + 1) + X * (P + 1) / 2) / (PEAK * ETA_C)
+    att_m = (B * (S + 1) + X) * KV8 / (BW * ETA_M)
+    return 1e3 * (math.hypot(lin_c, lin_m) + math.hypot(att_c, att_m))
+
+
+def test_the_closed_loop_queue_by_hand():
+    """B 11 clients, G 101 tokens at 10 ms, a 10 ms iteration, the prompt's own iteration 50 ms and
+    20 ms of the prompt server while prompts queue: the other 10 arrive at 10/(x + 1.0 s) a second,
+    x the TTFT; x = 5 ms (half the running iteration) + 50 ms + W, W = rho 0.02/(2(1 - rho)),
+    rho = 0.2/(x + 1.0). Iterated by hand: rho 0.189155, W 2.3328 ms, x 57.3328 ms."""
     import numpy as np
 
-    from dse.model.latency import prefill_queue_s
-    w = prefill_queue_s(np.array([0.1, 0.1, 0.1]), np.array([1, 11, 11]), np.array([100, 100, 10]),
-                        np.array([0.01, 0.01, 0.01]))
-    # B 1: 0; rho = 10 x 0.1 / (100 x 0.01) = 1.0 -> bounded by 10 x 0.1 = 1.0; rho 10 -> 1.0
-    assert w == pytest.approx([0.0, 1.0, 1.0])
-    w = prefill_queue_s(0.1, 6, 100, 0.01)          # rho 0.5: 0.5 x 0.1 / (2 x 0.5) = 0.05
-    assert float(w) == pytest.approx(0.05)
-    # rho 1.5 (15 x 0.1 / (100 x 0.01)): P-K has no steady state (its formula would give -0.15);
-    # bounded: 15 x 0.1 = 1.5
-    assert float(prefill_queue_s(0.1, 16, 100, 0.01)) == pytest.approx(1.5)
+    from dse.model.scheduler import closed_loop_ttft_s
+    x = closed_loop_ttft_s(np.array([11.0]), 101.0, 0.01, 0.01, 0.05, 0.02)
+    assert float(x[0]) == pytest.approx(0.0573328, rel=1e-5)
+    # one client: nothing ahead, no running iteration to wait for: its own iteration only
+    assert float(closed_loop_ttft_s(np.array([1.0]), 101.0, 0.01, 0.01, 0.05, 0.02)[0]) == pytest.approx(0.05)
+
+
+def test_a_prefill_bound_closed_loop_waits_for_nearly_every_other_prompt():
+    """B 64, G 11 at 10 ms (0.1 s of decode), prompts of 0.4 s: the others' prompts outweigh the
+    decode 250 to 1. x = 0.405 + W, W = rho 0.4/(2(1 - rho)), rho = 25.2/(x + 0.1): near saturation,
+    rho = 0.99206 and x = 25.30 s, just under B S - decode = 25.5 s (every other prompt ahead)."""
+    import numpy as np
+
+    from dse.model.scheduler import closed_loop_ttft_s, open_loop_ttft_s, prompt_times_s
+    x = float(closed_loop_ttft_s(np.array([64.0]), 11.0, 0.01, 0.01, 0.4, 0.4)[0])
+    rho = 25.2 / (x + 0.1)
+    assert rho < 1 and x == pytest.approx(0.405 + rho * 0.4 / (2 * (1 - rho)), rel=1e-9)
+    assert x == pytest.approx(25.30, abs=0.01)
+    # open loop: past rho = 1 there is no steady state
+    assert np.isinf(open_loop_ttft_s(3.0, 0.01, 0.4, 0.4))
+    assert float(open_loop_ttft_s(1.0, 0.01, 0.4, 0.4)) == pytest.approx(0.005 + 0.4 * 0.4 / (2 * 0.6) + 0.4)
+    # no budget left for prompts (the decode tokens fill it): no first token
+    own, busy = prompt_times_s(100.0, 0.0, 0.01, 0.01)
+    assert np.isinf(own) and np.isinf(busy)
+    # a prompt of 3 chunks: three iterations of its own; S is its share of full chunks
+    own, busy = prompt_times_s(3000.0, 1000.0, 0.05, 0.05)
+    assert (float(own), float(busy)) == pytest.approx((0.15, 0.15))
+    own, busy = prompt_times_s(250.0, 1000.0, 0.02, 0.08)       # a quarter of a 80 ms full chunk
+    assert (float(own), float(busy)) == pytest.approx((0.02, 0.02))
+
+
+def test_ttft_under_load_is_the_queue_of_prompt_tokens_in_iterations_that_carry_them():
+    """8B on an H100, continuous, B 64, P 2,048, G 256: the mean iteration t carries the arriving
+    prompts, 2,048 x 63/256 = 504 tokens. The prompt's own iteration carries all of it (C = 8,192 - 64
+    = 8,128 >= P): t + delta(2,048); a full chunk is t + delta(8,128), so S = 2,048/8,128 of it. TTFT =
+    t/2 + W + own + 2.4 ms (the graphs runtime's request cost), W the M/D/1 wait at
+    lam = 63/(TTFT + 255 t). No batch-1 prefill that re-reads the weights."""
+    r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", batch=64, prompt=2048, output=256, continuous=True)
+    S = 2048 + 128
+    d_own = target_step_ms(64, S, 2048, 2048) - target_step_ms(64, S, 2048, 504)
+    d_full = target_step_ms(64, S, 2048, 8128) - target_step_ms(64, S, 2048, 504)
+    assert (d_own, d_full) == pytest.approx((32.478, 165.027), abs=0.001)
+    t = r["baseline_ms_per_token"]
+    own, busy = t + d_own, (t + d_full) * 2048 / 8128
+    x = 0.5 * t + own
+    for _ in range(100):          # the fixed point in x (ms)
+        rho = 63 * busy / (x + 255 * t)
+        W = rho * busy / (2 * (1 - rho))
+        x = 0.5 * t + W + own
+    assert rho == pytest.approx(0.5271, abs=1e-3)      # the others' prompts: half the prompt server
+    assert r["ttft_ms"] == pytest.approx(x + 2.4, rel=1e-6)
+    assert r["request_latency_ms"] == pytest.approx(r["ttft_ms"] + 255 * t, rel=1e-12)
+
+
+def test_ttft_at_384_requests_is_not_a_queue_of_batch_one_prefills():
+    """The old queue charged each arriving prompt as its own batch-1 prefill pass re-reading every
+    weight: 8B on an H100 at batch 384 gave 2,995 ms (72 ms at 256). In chunked iterations the
+    prompts of 128 tokens ride in the decode steps: TTFT stays within two iterations there."""
+    for b in (256, 384):
+        r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", batch=b, continuous=True)
+        assert r["ttft_ms"] < 2.0 * r["iter_ms"] + 2.4 + 1.0
 
 
 def test_a_tree_drafts_the_arriving_prompts_in_its_first_level(db):

@@ -368,9 +368,11 @@ def test_continuous_batching_at_one_request_is_plain_decoding(ideal):
     co = evaluate_design(continuous=True, **kw)
     assert co["batching"] == "continuous" and st["batching"] == "static"
     assert co["baseline_ms_per_token"] == st["baseline_ms_per_token"]
-    # a new request waits on average half a running step before its own prefill
-    assert co["ttft_ms"] == pytest.approx(st["ttft_ms"] + 0.5 * st["baseline_ms_per_token"], rel=1e-12)
-    # at 32 in flight: its prefill is its own (batch 1), not 32 prompts at once; steps get slower
+    # one client: no running iteration to wait for, no queue; its prompt is one iteration of 1,000
+    # prompt tokens beside its own decode token (one more LM-head row than the static prefill)
+    assert co["ttft_ms"] == pytest.approx(st["ttft_ms"], rel=0.01)
+    assert co["ttft_ms"] >= st["ttft_ms"]
+    # at 32 in flight: its prompt rides in a step beside 31 decodes, not 32 prompts at once; steps get slower
     st32 = evaluate_design(batch=32, **kw)
     co32 = evaluate_design(batch=32, continuous=True, **kw)
     assert co32["ttft_ms"] < st32["ttft_ms"] / 10
