@@ -17,16 +17,19 @@ from .catalog.fields import Range, as_number, one_of, unknown_key
 from .catalog.links import DIE_TO_DIE_CLASS, ON_DIE_CLASS
 from .catalog.rank_profiles import load_rank_profiles
 from .catalog.specs import DTYPES, DeviceSpec, RuntimeSpec, override, spec_fields
-from .errors import SpecError, raise_collected
+from .errors import MISSING, SpecError, raise_collected
 from .model.arrays import DesignBatch, HardwareArrays
 from .model.columns import BOUND_COLUMNS
 from .model.evaluate import METRIC_COLUMNS, Metrics, evaluate
 from .model.roofline import BOUND_NAMES
+from .model.serving import chips_in_design
 from .model.transformer import WEIGHT_FORMATS, default_kv_dtype
 from .units import FACTOR
 from .workload.spec import (
+    SERVING_MODES,
     TREE_NODES_MAX,
     AcceptanceSpec,
+    Sla,
     TaskMix,
     Workload,
     check_ep,
@@ -172,7 +175,8 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                     overlap: bool = False, runtime: str | None = None, baseline_ms: float | None = None,
                     continuous: bool = False, ep: int = 1, pp: int | str | None = None,
                     set_fields: dict[str, Any] | None = None, k_max: int = 16,
-                    db: Database | None = None, tech=None) -> dict[str, Any]:
+                    sla_ttft_ms: float | None = None, sla_tpot_ms: float | None = None, serving: str = "best",
+                    db: Database | None = None, tech=None, build_only: bool = False) -> dict[str, Any]:
     """Evaluate one design; returns the `dse eval --json` object (display units, None for null).
     ``tech``: technology constants (TechConstants, e.g. ``with_overrides`` of the database's) for the
     energy terms; None = the database's (the calibration's energy fit varies them).
@@ -185,7 +189,10 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     with k = auto, chosen for the design and batch (dse.model.tree_choice); ``tree_nodes``
     'published' is the published tree at its depth (dse.workload.spec.DEFAULT_SHAPES); k = None is
     'auto' otherwise. ``chips`` is the whole group: ``pp`` stages of chips/pp chips in tensor parallel
-    (None or 'auto': dse.workload.spec.pipeline_split).
+    (None or 'auto': dse.workload.spec.pipeline_split). With ``sla_ttft_ms`` and ``sla_tpot_ms`` the
+    record also holds the best operating point that meets them (sla_*; dse.model.serving), and
+    ``sla_points`` the best aggregated and disaggregated ones (``serving``: agg, disagg or best).
+    ``build_only``: return the design's (DesignBatch, Workload) instead (``design_and_workload``).
 
     Example:
         >>> r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=0.8, k=4)
@@ -292,7 +299,9 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     band = dict(acceptance_low=resolution.spec("low"), acceptance_high=resolution.spec("high"),
                 acceptance_source=resolution.source) if resolution else \
         dict(acceptance_source="given" if drafter.kind != "none" else "none")
-    w = Workload(target=tgt, drafter=drafter, acceptance=acc, dtype=dtype, kv_dtype=kv_dtype,
+    sla = _sla(sla_ttft_ms, sla_tpot_ms, serving)
+    w = Workload(target=tgt, drafter=drafter, acceptance=acc, dtype=dtype, kv_dtype=kv_dtype, sla=sla,
+                 serving=str(serving).strip().lower(),
                  temperature=float(temperature), overlap=overlap, tree_nodes=tree_nodes,
                  datastore_bytes=float(datastore_gb) * FACTOR["gb"], continuous=bool(continuous), ep=ep,
                  k_max=k_max if drafter.kind not in ("medusa", "hydra") else drafter.heads,
@@ -300,11 +309,18 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     design = DesignBatch(target=target_hw, draft=draft_arrays, draft_on_chip=on_chip,
                          draft_link_bw_bytes_s=link_bw, draft_link_latency_s=link_lat,
                          batch=batch, prompt_tokens=prompt, output_tokens=output, k=k_val)
+    if build_only:
+        return design, w
     anchor = None
     if baseline_ms is not None:
         design, anchor = anchor_to_baseline(design, w, as_number(baseline_ms, "--baseline-ms", rng=Range(lo=0.0, lo_open=True)) * 1e-3)
     m = evaluate(design, w)
     out = to_record(m, 0)
+    out.update(max_batched_tokens=w.max_batched_tokens)
+    if sla is not None:
+        out.update(sla_ttft_target_ms=sla.ttft_s * 1e3, sla_tpot_target_ms=sla.tpot_s * 1e3, serving=w.serving)
+        out["sla_points"] = _sla_points(design, w, db_tech, dev, total, ddev, draft_chips)
+        out["usd_per_mtok"] = out["sla_points"].get(out["sla_serving"] or "", {}).get("usd_per_mtok")
     out.update(hw=dev.name, chips=total, tp=chips, pp=pp, ep=ep, target=tgt.name, draft=drafter.label,
                draft_hw=ddev.name if ddev else None, draft_chips=draft_chips if ddev else None,
                runtime=rt.name, dtype=dtype, kv_dtype=kv_dtype, weight_format=WEIGHT_FORMATS[dtype].desc,
@@ -334,6 +350,52 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                rank_profile_source=(None if not out["rank_profile"] else "given per rank (--rank-acceptance)"
                                     if out["rank_profile"] == "given" else
                                     ("ESTIMATE: " if profile.estimate else "") + profile.source))
+    return out
+
+
+def design_and_workload(**kwargs) -> tuple[DesignBatch, Workload]:
+    """The length-1 DesignBatch and the Workload evaluate_design evaluates for these arguments (its
+    own), for the model's functions (dse.model.serving) on one design."""
+    return evaluate_design(build_only=True, **kwargs)
+
+
+def _sla(ttft_ms, tpot_ms, serving) -> Sla | None:
+    """The SLA of --sla-ttft-ms and --sla-tpot-ms (both or neither), checked."""
+    mode = str(serving).strip().lower()
+    if mode not in SERVING_MODES:
+        raise one_of(None, "--serving", serving, SERVING_MODES)
+    if ttft_ms is None and tpot_ms is None:
+        return None
+    if ttft_ms is None or tpot_ms is None:
+        missing = "--sla-ttft-ms" if ttft_ms is None else "--sla-tpot-ms"
+        raise SpecError(None, missing, MISSING, "an SLA needs both --sla-ttft-ms and --sla-tpot-ms (milliseconds)")
+    ttft = as_number(ttft_ms, "--sla-ttft-ms", rng=Range(lo=0.0, lo_open=True, hi=3.6e6, unit="ms"))
+    tpot = as_number(tpot_ms, "--sla-tpot-ms", rng=Range(lo=0.0, lo_open=True, hi=3.6e6, unit="ms"))
+    return Sla(ttft_s=ttft * 1e-3, tpot_s=tpot * 1e-3)
+
+
+def _sla_points(design: DesignBatch, w: Workload, tech, dev, chips, ddev, draft_chips) -> dict[str, dict]:
+    """The best aggregated and disaggregated operating points under w.sla (as w.serving allows), each
+    in display units with its cost per million output tokens (economics.usd_per_mtok)."""
+    from .model.economics import usd_per_mtok
+    from .model.serving import sla_metrics
+    # the manufacturing cost estimate (the same estimator a synthesised chip gets; dse.model.columns)
+    price = _cost_and_price(dev, chips, tech, ddev, draft_chips)["cost_usd"]
+    out = {}
+    for mode in (("agg", "disagg") if w.serving == "best" else (w.serving,)):
+        r = {k: np.asarray(v)[0] for k, v in sla_metrics(design, w, evaluate, w.sla, mode).items()}
+        if not r["sla_serving"]:
+            out[mode] = dict(met=False)
+            continue
+        cost = usd_per_mtok(tech, np.nan if price is None else price / float(chips_in_design(design)[0]),
+                            r["sla_tokens_per_s_per_chip"], r["sla_energy_j_per_token"])
+        out[mode] = dict(met=True, tokens_per_s_per_chip=float(r["sla_tokens_per_s_per_chip"]),
+                         concurrency=int(r["sla_concurrency"]),
+                         tokens_per_s_per_user=float(r["sla_tokens_per_s_per_user"]),
+                         ttft_ms=float(r["sla_ttft_s"]) * 1e3, tpot_ms=float(r["sla_tpot_s"]) * 1e3,
+                         speculation=str(r["sla_speculation"]), energy_j_per_token=float(r["sla_energy_j_per_token"]),
+                         prefill_share=None if mode == "agg" else float(r["sla_prefill_share"]),
+                         usd_per_mtok=None if not np.isfinite(cost) else float(cost))
     return out
 
 

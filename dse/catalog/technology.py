@@ -120,6 +120,9 @@ GLOBAL_FIELDS: tuple[Field, ...] = (
     Field("active_idle_fraction", "active_idle_fraction", 1.0, "of the provisioned power above leakage", 0, 1),
     Field("onchip_pj_per_dram_bit", "onchip_j_per_dram_bit", FACTOR["pj"], "pJ per bit from off-chip DRAM"),
     Field("operand_delivery_factor", "operand_delivery_factor", 1.0, "x the node's pJ/FLOP", 0, 20),
+    Field("serving_life_years", "serving_life_s", 365.25 * 86400.0, "years", 0, 30, lo_open=True),
+    Field("usd_per_kwh", "usd_per_j", 1.0 / 3.6e6, "USD/kWh", 0, 10),
+    Field("pue", "pue", 1.0, "facility W per IT W", 1, 5),
 )
 
 
@@ -230,6 +233,9 @@ class TechConstants:
     active_idle_fraction: float        # a busy chip's floor: leakage + this x (provisioned power - leakage)
     onchip_j_per_dram_bit: float       # logic-die path of a bit read from off-chip DRAM (PHY, NoC, L2, SMEM)
     operand_delivery_factor: float     # inference-step FLOP energy = node J/FLOP x (1 + this)
+    serving_life_s: float              # a deployment's price is spread over this life (usd_per_mtok)
+    usd_per_j: float                   # electricity at the facility's meter
+    pue: float                         # power usage effectiveness: facility energy / IT energy
     provenance: tuple[Provenance, ...] = ()
     files: tuple[str, ...] = ()
 

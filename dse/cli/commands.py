@@ -249,6 +249,12 @@ def _kv(ctx, param, values):
 @click.option("--overlap", is_flag=True, help="Draft chip drafts ahead while the target verifies.")
 @click.option("--continuous", is_flag=True,
               help="Continuous batching: --batch = requests in flight (steady state); steps also run arriving prompts.")
+@click.option("--sla-ttft-ms", type=float, default=None,
+              help="Serving SLA: time to first token, ms; with --sla-tpot-ms prints the best aggregated and "
+                   "disaggregated operating points over concurrency 1-1024 [default: none].")
+@click.option("--sla-tpot-ms", type=float, default=None, help="Serving SLA: mean time per output token, ms.")
+@click.option("--serving", default="best", show_default=True, type=click.Choice(["agg", "disagg", "best"]),
+              help="Deployments the SLA search tries: one pool, prefill and decode pools, or both.")
 @click.option("--runtime", default=None,
               help="Fixed-cost stack from hardware_db/runtimes: graphs|gpt-fast|eager|xla|dataflow (`dse runtimes list`) "
                    "[default: the device's default_runtime, graphs for GPUs].")
@@ -263,6 +269,14 @@ def eval_cmd(as_json, **kwargs):
     from ..api import evaluate_design
     from .text import eval_table
     result = evaluate_design(**kwargs)
+    points = result.get("sla_points")
+    if points is not None and not any(p["met"] for p in points.values()):
+        from ..errors import SpecError
+        raise SpecError(None, "--sla-ttft-ms/--sla-tpot-ms", f"{kwargs['sla_ttft_ms']:g}/{kwargs['sla_tpot_ms']:g}",
+                        f"no operating point of this design meets them at concurrency 1-1024 (one request alone: "
+                        f"TTFT {result['ttft_ms']:.1f} ms, TPOT {result['spec_ms_per_token']:.2f} ms); loosen them"
+                        if result.get("fits") and result.get("spec_ms_per_token") is not None else
+                        "no operating point of this design meets them: it does not fit in memory")
     click.echo(json.dumps(result, indent=2) if as_json else eval_table(result))
 
 

@@ -76,7 +76,38 @@ def table(rows: list[dict], cols: list[str]) -> str:
 
 
 def eval_table(r: dict) -> str:
-    """The readable form of one `dse eval` result: fit first, then the speculative accounting."""
+    """The readable form of one `dse eval` result: fit first, then the speculative accounting, then
+    the best operating points under an SLA where one was given."""
+    body = _design_table(r)
+    return body + "\n\n" + sla_table(r) if r.get("sla_points") is not None else body
+
+
+def sla_table(r: dict) -> str:
+    """The best aggregated and disaggregated operating points under the SLA (dse.model.serving)."""
+    out = [f"serving under TTFT <= {fmt(r['sla_ttft_target_ms'])} ms and TPOT <= {fmt(r['sla_tpot_target_ms'])} ms "
+           f"(closed loop of concurrent clients, prompt {r['prompt_tokens']}, output {r['output_tokens']}, budget "
+           f"{r['max_batched_tokens']} tokens an iteration):"]
+    rows = [["", "tok/s/chip", "concurrency", "tok/s/user", "TTFT ms", "TPOT ms", "speculation", "prefill chips",
+             "USD/Mtok"]]
+    for mode, p in r["sla_points"].items():
+        name = {"agg": "aggregated", "disagg": "disaggregated"}[mode]
+        if not p["met"]:
+            rows.append([name, "no point meets the SLA"] + [""] * 7)
+            continue
+        rows.append([name, fmt(p["tokens_per_s_per_chip"]), str(p["concurrency"]), fmt(p["tokens_per_s_per_user"]),
+                     num(p["ttft_ms"], ".1f"), num(p["tpot_ms"], ".2f"), p["speculation"],
+                     "-" if p["prefill_share"] is None else f"{p['prefill_share']:.0%}",
+                     "-" if p["usd_per_mtok"] is None else num(p["usd_per_mtok"], ".3f")])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    out += ["  " + "  ".join(v.ljust(w) if i in (0, 6) else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths)))
+            .rstrip() for row in rows]
+    won = r.get("sla_serving")
+    out.append(f"best: {'aggregated' if won == 'agg' else 'disaggregated'}" if won else
+               "no operating point meets the SLA at concurrency 1-1024: loosen --sla-ttft-ms or --sla-tpot-ms")
+    return "\n".join(out)
+
+
+def _design_table(r: dict) -> str:
     ep = f", experts over {r['ep']} EP ranks" if r.get("ep", 1) > 1 else ""
     pp = r.get("pp") or 1
     stages = f" in {pp} pipeline stages of {r['tp']}" if pp > 1 else ""

@@ -402,6 +402,10 @@ def build_designs(study: StudySpec, params: dict[str, np.ndarray], n: int, db: D
     hwcols["price_usd"] = tc["chip_price_usd"] * chips + d_price         # street price (NaN if unknown)
     hwcols["power_w"] = tc["chip_power_w"] * chips + d_power
     hwcols["total_die_area_mm2"] = tc["die_area_mm2"] * chips + d_area
+    # usd_per_mtok's inputs (not result columns): the cost a second of life, USD per J at the meter
+    hwcols["_cost_usd_per_s"] = hwcols["cost_usd"] / tech.serving_life_s
+    hwcols["_usd_per_j"] = np.full(n, tech.usd_per_j * tech.pue)
+    hwcols["_all_chips"] = chips + (hwcols["draft_chips"] if "draft_chips" in hwcols else 0)
     drafts = None
     dk = study.knob("draft")
     if dk is not None and dk.searched:
@@ -462,13 +466,17 @@ def evaluate_by_draft(batch: DesignBatch, study: StudySpec, codes: np.ndarray, l
 
 
 def derived_columns(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """tokens/s per k$, per W and per cm^2 of silicon, and speedup per k$ (NaN where undefined)."""
+    """tokens/s per k$, per W and per cm^2 of silicon, speedup per k$, and USD per million output
+    tokens at the SLA point (dse.model.economics; NaN where undefined)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         tps = cols["tokens_per_s"]
+        total = cols["sla_tokens_per_s_per_chip"] * cols["_all_chips"]       # the SLA point's tokens/s
         return {"tokens_per_s_per_kusd": tps / (cols["cost_usd"] / FACTOR["kusd"]),
                 "tokens_per_s_per_w": tps / cols["power_w"],
                 "tokens_per_s_per_cm2": tps / (cols["total_die_area_mm2"] / FACTOR["cm2"]),
-                "speedup_per_kusd": cols["speedup"] / (cols["cost_usd"] / FACTOR["kusd"])}
+                "speedup_per_kusd": cols["speedup"] / (cols["cost_usd"] / FACTOR["kusd"]),
+                "usd_per_mtok": 1e6 * (cols["_cost_usd_per_s"] / total
+                                       + cols["sla_energy_j_per_token"] * cols["_usd_per_j"])}
 
 
 def metric_table(designs: Designs, metrics: Metrics, bounds: bool = True) -> dict[str, np.ndarray]:

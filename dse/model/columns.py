@@ -17,13 +17,19 @@ HARDWARE_COLUMNS = ("buildable", "chips", "tp", "pp", "mem_bw_tb_s", "chip_memor
                     "draft_peak_tflops", "draft_die_area_mm2", "draft_chip_cost_usd", "draft_chip_power_w",
                     "cost_usd", "power_w", "total_die_area_mm2", "chip_price_usd", "price_usd")
 #: derived per-resource metrics: what the speculative gain costs in dollars, watts and silicon
-DERIVED_COLUMNS = ("tokens_per_s_per_kusd", "tokens_per_s_per_w", "tokens_per_s_per_cm2", "speedup_per_kusd")
+#: usd_per_mtok: USD per million output tokens at the best operating point under the workload's SLA
+#: (dse.model.economics: the manufacturing cost estimate cost_usd, the same estimator for known and
+#: synthesised chips, over the technology's serving_life_years, plus energy at usd_per_kwh and pue)
+DERIVED_COLUMNS = ("tokens_per_s_per_kusd", "tokens_per_s_per_w", "tokens_per_s_per_cm2", "speedup_per_kusd",
+                   "usd_per_mtok")
 #: roofline bound of each phase as text ("memory", "compute", "overhead"); null where the design does not fit
 BOUND_COLUMNS = ("baseline_bound", "verify_bound", "draft_bound")
 #: text metric columns besides the bounds (tree_shape: nodes per depth, '3-6-6-5-6'; rank_profile: the
 #: rank profile a tree's acceptance came from, 'eagle', 'geometric' or 'given'; '' for a chain;
-#: acceptance_source: where the row's acceptance comes from, 'given', 'table', 'model', 'table+model' or 'none')
-TEXT_METRICS = ("tree_shape", "rank_profile", "acceptance_source")
+#: acceptance_source: where the row's acceptance comes from, 'given', 'table', 'model', 'table+model' or 'none';
+#: sla_speculation: what speculation the SLA point uses, 'none', 'off' or '<draft> k=<k>' / 'tree=<nodes>';
+#: sla_serving: 'agg' or 'disagg', '' where no point meets the SLA or there is none)
+TEXT_METRICS = ("tree_shape", "rank_profile", "acceptance_source", "sla_speculation", "sla_serving")
 #: integer metric columns (draft_tp: the tensor parallel of the draft's steps, dse.model.drafters.draft_tp)
 INT_METRICS = ("k", "tree_nodes", "draft_tp")
 #: model metrics in `dse eval --json` order

@@ -86,6 +86,16 @@ class Metrics:
     tokens_per_j: np.ndarray
     ttft_s: np.ndarray
     request_latency_s: np.ndarray
+    # the best operating point under the workload's SLA (dse.model.serving; NaN and '' without one)
+    sla_tokens_per_s_per_chip: np.ndarray
+    sla_concurrency: np.ndarray
+    sla_tokens_per_s_per_user: np.ndarray
+    sla_ttft_s: np.ndarray
+    sla_tpot_s: np.ndarray
+    sla_energy_j_per_token: np.ndarray
+    sla_speculation: np.ndarray
+    sla_serving: np.ndarray
+    sla_prefill_share: np.ndarray
 
     def columns(self, bounds: bool = True) -> dict[str, np.ndarray]:
         """External name -> display-unit array, in the order of METRIC_COLUMNS; ``bounds`` False
@@ -163,10 +173,22 @@ METRIC_COLUMNS = (
     ("tokens_per_j", "tokens_per_j", None),
     ("ttft_ms", "ttft_s", FACTOR["ms"]),
     ("request_latency_ms", "request_latency_s", FACTOR["ms"]),
+    ("sla_tokens_per_s_per_chip", "sla_tokens_per_s_per_chip", None),
+    ("sla_concurrency", "sla_concurrency", None),
+    ("sla_tokens_per_s_per_user", "sla_tokens_per_s_per_user", None),
+    ("sla_ttft_ms", "sla_ttft_s", FACTOR["ms"]),
+    ("sla_tpot_ms", "sla_tpot_s", FACTOR["ms"]),
+    ("sla_energy_j_per_token", "sla_energy_j_per_token", None),
+    ("sla_speculation", "sla_speculation", "text"),
+    ("sla_serving", "sla_serving", "text"),
+    ("sla_prefill_share", "sla_prefill_share", None),
 )
-#: metrics that are latencies or depend on them: NaN (null) where the design does not fit
-LATENCY_METRICS = frozenset(name for name, _, _ in
-                            METRIC_COLUMNS[[c[0] for c in METRIC_COLUMNS].index("baseline_ms_per_token"):])
+_NAMES = [c[0] for c in METRIC_COLUMNS]
+#: metrics that are latencies or depend on them: NaN (null) where the design does not fit (the sla_*
+#: ones are points at their own concurrency, each checked there)
+LATENCY_METRICS = frozenset(_NAMES[_NAMES.index("baseline_ms_per_token"):_NAMES.index("request_latency_ms") + 1])
+#: the SLA search's metrics (dse.model.serving.sla_metrics), by Metrics attribute
+SLA_ATTRS = tuple(attr for name, attr, _ in METRIC_COLUMNS if name.startswith("sla_"))
 _LATENCY_ATTRS = frozenset(attr for name, attr, _ in METRIC_COLUMNS if name in LATENCY_METRICS)
 
 
@@ -198,8 +220,14 @@ def evaluate(batch: DesignBatch, w: Workload, *, dedupe: bool = True, k_bound: b
     """
     if block_rows is not None and batch.n > 2 * block_rows:
         rows = [slice(i, i + block_rows) for i in range(0, batch.n, block_rows)]
-        return join_metrics((_unfinished(batch.take(r), w, dedupe, k_bound) for r in rows), rows, batch.n)
-    return _finish(*_unfinished(batch, w, dedupe, k_bound))
+        m = join_metrics((_unfinished(batch.take(r), w, dedupe, k_bound) for r in rows), rows, batch.n)
+    else:
+        m = _finish(*_unfinished(batch, w, dedupe, k_bound))
+    if w.sla is None:
+        return m
+    from .serving import sla_metrics  # (serving evaluates the points with this function)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return dataclasses.replace(m, **sla_metrics(batch, w, evaluate, w.sla, w.serving))
 
 
 def _unfinished(batch: DesignBatch, w: Workload, dedupe: bool, k_bound: bool):
@@ -247,7 +275,7 @@ def join_metrics(parts, rows, n: int) -> Metrics:
             unfit = None if fits is None else ~fits
         del part
         for attr in _METRICS_FIELDS:
-            v = np.asarray(values.pop(attr))
+            v = np.asarray(values.pop(attr)) if attr in values else _no_sla(attr, _fits_n(values))
             col = out.get(attr)
             if col is None or np.result_type(col, v) != col.dtype:
                 wider = np.empty(n, dtype=v.dtype if col is None else np.result_type(col, v))
@@ -267,12 +295,24 @@ def join_metrics(parts, rows, n: int) -> Metrics:
 _METRICS_FIELDS = tuple(f.name for f in dataclasses.fields(Metrics))
 
 
+def _no_sla(attr: str, n: int) -> np.ndarray:
+    """An sla_* attribute of rows evaluated without an SLA: '' or NaN."""
+    return np.full(n, "") if attr in ("sla_speculation", "sla_serving") else np.full(n, np.nan)
+
+
+def _fits_n(values: dict) -> int:
+    """Rows of a part of join_metrics (its capacity results' 'fits' or any metric)."""
+    return int(np.shape(values["fits"])[0])
+
+
 def _finish(metrics, caps: dict[str, np.ndarray], blank: bool = True) -> Metrics:
     """Attach capacity results (``capacity_metrics``) and blank every latency of a design that does not fit
     (unless done already: ``blank=False``)."""
     out = {}
     fits = caps["fits"]
     blank = blank and not bool(np.all(fits))         # nothing to blank where every design fits
+    for attr in SLA_ATTRS:          # no SLA (evaluate replaces them where the workload has one)
+        out[attr] = _no_sla(attr, fits.shape[0])
     for name, attr, _ in METRIC_COLUMNS:
         if attr in metrics:
             v = np.asarray(metrics[attr])

@@ -65,11 +65,15 @@ def _warn_old_schema(root: Path, metas) -> None:
                "full aggregate bandwidth; no acceptance band and its source: tau_low, tau_high, "
                "speedup_low, speedup_high, spec_ms_per_token_low/_high, acceptance_source); "
                "re-run the study to compare with current results")
-    else:
+    elif v < 5:
         why = ("written before pipeline stages and SRAM layer regions (no tp, pp, draft_tp or infeasible_reason "
                "columns; SRAM parts one roofline over their whole bandwidth; all-reduces across domains by ring "
                "only; power above some parts' TDP, no prompt energy under static batching); re-run the study "
                "to compare with current results")
+    else:
+        why = ("written before the serving model (no sla_* or usd_per_mtok columns; continuous batching's TTFT "
+               "then charged each arriving prompt a batch-1 prefill of its own); re-run the study to compare "
+               "with current results")
     warnings.warn(f"{where}: results schema_version {v}: {why}", stacklevel=5)
 
 

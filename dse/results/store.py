@@ -37,7 +37,7 @@ META_KEY = b"dse"
 
 #: version of the Parquet results schema (dse.model.columns names the columns); readers refuse
 #: newer files
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 def database_fingerprint(db, tech) -> str:

@@ -15,12 +15,15 @@ from ..catalog.specs import DTYPES
 from ..errors import MISSING, SpecError, UnknownEntryError
 from ..model.transformer import WEIGHT_FORMATS, default_kv_dtype
 from ..workload.spec import (
+    DEFAULT_BUDGET_TOKENS,
     DEFAULT_TASK,
     DRAFT_SPELLINGS,
     K_LIMIT,
+    SERVING_MODES,
     TREE_NODES_MAX,
     AcceptanceSpec,
     DrafterSpec,
+    Sla,
     make_acceptance,
     parse_drafter,
     parse_task,
@@ -88,6 +91,9 @@ def parse_workload(wl: Any, db: Database, err: StudyErrors) -> tuple[dict, list[
             err.add(f"workload.{flag}", value, "expected true or false")
             value = False
         out[flag] = value
+    out["max_batched_tokens"] = err.check(Range(True, 1, 10_000_000), wl.get("max_batched_tokens", DEFAULT_BUDGET_TOKENS),
+                                          "workload.max_batched_tokens", DEFAULT_BUDGET_TOKENS)
+    out["sla"], out["serving"] = _sla(wl, err)
     tree = wl.get("tree_nodes", 0)
     out["tree_given"] = "tree_nodes" in wl
     if isinstance(tree, str) and tree.strip().lower() == "published":     # each tree method's published tree
@@ -202,3 +208,23 @@ def _drafts(raw: Any, target, db: Database, base_dir: Path, err: StudyErrors):
     if len(choices) > 1:
         knobs.insert(0, Knob("draft", "workload", "draft", "cat", choices=tuple(labels)))
     return choices, exit_range, knobs
+
+
+def _sla(wl: dict, err: StudyErrors) -> tuple[Sla | None, str]:
+    """workload.sla: {ttft_ms, tpot_ms} (both, > 0) and workload.serving: agg | disagg | best."""
+    serving = wl.get("serving", "best")
+    if serving not in SERVING_MODES:
+        err.items.append(one_of(err.path, "workload.serving", serving, SERVING_MODES))
+        serving = "best"
+    raw = wl.get("sla")
+    if raw is None:
+        return None, serving
+    if not isinstance(raw, dict) or set(raw) != {"ttft_ms", "tpot_ms"}:
+        err.add("workload.sla", raw, "expected {ttft_ms: T, tpot_ms: T}: the time to first token and the mean time "
+                "per output token a served request must meet, milliseconds")
+        return None, serving
+    ttft = err.check(Range(lo=0.0, lo_open=True, hi=3.6e6, unit="ms"), raw["ttft_ms"], "workload.sla.ttft_ms", None)
+    tpot = err.check(Range(lo=0.0, lo_open=True, hi=3.6e6, unit="ms"), raw["tpot_ms"], "workload.sla.tpot_ms", None)
+    if ttft is None or tpot is None:
+        return None, serving
+    return Sla(ttft_s=float(ttft) * 1e-3, tpot_s=float(tpot) * 1e-3), serving

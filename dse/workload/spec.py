@@ -246,6 +246,18 @@ def parse_task(value: Any, where: str = "--task", path: str | None = None) -> Ta
 #: TensorRT-LLM's max_num_tokens (8192)
 DEFAULT_BUDGET_TOKENS = 8192
 
+#: deployments the SLA search tries (Workload.serving)
+SERVING_MODES = ("agg", "disagg", "best")
+
+
+@dataclass(**_FROZEN)
+class Sla:
+    """Serving latency targets a deployment must meet: TTFT and mean TPOT, seconds."""
+
+    ttft_s: float
+    tpot_s: float
+
+
 #: chat, unless the workload says otherwise
 DEFAULT_TASK = TaskMix(("chat",), (1.0,))
 
@@ -267,6 +279,12 @@ class Workload:
     continuous: bool = False          # continuous batching: batch = requests in flight, steady state
     #: continuous batching's token budget per iteration (decode or verify tokens + prompt chunks)
     max_batched_tokens: int = DEFAULT_BUDGET_TOKENS
+    #: latency targets: with them every design also gets its best operating point that meets them
+    #: (dse.model.serving: the sla_* metrics); None = no serving search
+    sla: Sla | None = None
+    #: which deployments the SLA search tries: 'agg' (one pool), 'disagg' (prefill and decode pools)
+    #: or 'best' (both, the better kept)
+    serving: str = "best"
     ep: int = 1                       # expert-parallel ranks for an MoE target (1 = experts tensor-parallel)
     #: a tree's rank profile from alpha / per-position rates / tau (the drafter kind's measured one,
     #: dse.catalog.rank_profiles; api and studies set it); None = the geometric limit a(1-a)^(r-1)
