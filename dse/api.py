@@ -176,6 +176,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                     continuous: bool = False, ep: int = 1, pp: int | str | None = None,
                     set_fields: dict[str, Any] | None = None, k_max: int = 16,
                     sla_ttft_ms: float | None = None, sla_tpot_ms: float | None = None, serving: str = "best",
+                    rate_rps: float | None = None,
                     db: Database | None = None, tech=None, build_only: bool = False) -> dict[str, Any]:
     """Evaluate one design; returns the `dse eval --json` object (display units, None for null).
     ``tech``: technology constants (TechConstants, e.g. ``with_overrides`` of the database's) for the
@@ -192,6 +193,8 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     (None or 'auto': dse.workload.spec.pipeline_split). With ``sla_ttft_ms`` and ``sla_tpot_ms`` the
     record also holds the best operating point that meets them (sla_*; dse.model.serving), and
     ``sla_points`` the best aggregated and disaggregated ones (``serving``: agg, disagg or best).
+    ``rate_rps``: also size a fleet that serves that many requests a second within the SLA, per
+    deployment kind (the fewest chips: whole deployments at the best point; ``sizing``).
     ``build_only``: return the design's (DesignBatch, Workload) instead (``design_and_workload``).
 
     Example:
@@ -300,6 +303,11 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                 acceptance_source=resolution.source) if resolution else \
         dict(acceptance_source="given" if drafter.kind != "none" else "none")
     sla = _sla(sla_ttft_ms, sla_tpot_ms, serving)
+    if rate_rps is not None:
+        if sla is None:
+            raise SpecError(None, "--rate-rps", rate_rps, "sizing a fleet needs the SLA it must meet: give "
+                            "--sla-ttft-ms and --sla-tpot-ms too")
+        rate_rps = as_number(rate_rps, "--rate-rps", rng=Range(lo=0.0, lo_open=True, hi=1e9, unit="requests/s"))
     w = Workload(target=tgt, drafter=drafter, acceptance=acc, dtype=dtype, kv_dtype=kv_dtype, sla=sla,
                  serving=str(serving).strip().lower(),
                  temperature=float(temperature), overlap=overlap, tree_nodes=tree_nodes,
@@ -321,6 +329,9 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         out.update(sla_ttft_target_ms=sla.ttft_s * 1e3, sla_tpot_target_ms=sla.tpot_s * 1e3, serving=w.serving)
         out["sla_points"] = _sla_points(design, w, db_tech, dev, total, ddev, draft_chips)
         out["usd_per_mtok"] = out["sla_points"].get(out["sla_serving"] or "", {}).get("usd_per_mtok")
+        if rate_rps is not None:
+            out["rate_rps"] = rate_rps
+            out["sizing"] = {mode: _size(p, rate_rps, output) for mode, p in out["sla_points"].items()}
     out.update(hw=dev.name, chips=total, tp=chips, pp=pp, ep=ep, target=tgt.name, draft=drafter.label,
                draft_hw=ddev.name if ddev else None, draft_chips=draft_chips if ddev else None,
                runtime=rt.name, dtype=dtype, kv_dtype=kv_dtype, weight_format=WEIGHT_FORMATS[dtype].desc,
@@ -390,6 +401,7 @@ def _sla_points(design: DesignBatch, w: Workload, tech, dev, chips, ddev, draft_
         cost = usd_per_mtok(tech, np.nan if price is None else price / float(chips_in_design(design)[0]),
                             r["sla_tokens_per_s_per_chip"], r["sla_energy_j_per_token"])
         out[mode] = dict(met=True, tokens_per_s_per_chip=float(r["sla_tokens_per_s_per_chip"]),
+                         deployment_chips=int(r["_deployment_chips"]),
                          concurrency=int(r["sla_concurrency"]),
                          tokens_per_s_per_user=float(r["sla_tokens_per_s_per_user"]),
                          ttft_ms=float(r["sla_ttft_s"]) * 1e3, tpot_ms=float(r["sla_tpot_s"]) * 1e3,
@@ -397,6 +409,16 @@ def _sla_points(design: DesignBatch, w: Workload, tech, dev, chips, ddev, draft_
                          prefill_share=None if mode == "agg" else float(r["sla_prefill_share"]),
                          usd_per_mtok=None if not np.isfinite(cost) else float(cost))
     return out
+
+
+def _size(point: dict, rate_rps: float, output_tokens: int) -> dict | None:
+    """The fewest whole deployments at ``point`` that serve ``rate_rps`` requests a second of G output
+    tokens each: a deployment serves tokens/s per chip x its chips / G requests a second."""
+    if not point["met"]:
+        return None
+    per = point["tokens_per_s_per_chip"] * point["deployment_chips"] / output_tokens
+    n = math.ceil(rate_rps / per - 1e-9)
+    return dict(deployments=n, chips=n * point["deployment_chips"], requests_per_s_per_deployment=per)
 
 
 def _sizes(choices) -> str:

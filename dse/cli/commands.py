@@ -255,6 +255,9 @@ def _kv(ctx, param, values):
 @click.option("--sla-tpot-ms", type=float, default=None, help="Serving SLA: mean time per output token, ms.")
 @click.option("--serving", default="best", show_default=True, type=click.Choice(["agg", "disagg", "best"]),
               help="Deployments the SLA search tries: one pool, prefill and decode pools, or both.")
+@click.option("--rate-rps", type=float, default=None,
+              help="With an SLA: size the fleet, the fewest chips that serve this many requests a second "
+                   "[default: none].")
 @click.option("--runtime", default=None,
               help="Fixed-cost stack from hardware_db/runtimes: graphs|gpt-fast|eager|xla|dataflow (`dse runtimes list`) "
                    "[default: the device's default_runtime, graphs for GPUs].")

@@ -101,6 +101,12 @@ def sla_table(r: dict) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     out += ["  " + "  ".join(v.ljust(w) if i in (0, 6) else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths)))
             .rstrip() for row in rows]
+    if r.get("sizing"):
+        for mode, z in r["sizing"].items():
+            name = {"agg": "aggregated", "disagg": "disaggregated"}[mode]
+            out.append(f"  {name}: {z['chips']} chips ({z['deployments']} deployment{'s' if z['deployments'] > 1 else ''}"
+                       f" of {r['sla_points'][mode]['deployment_chips']}) serve {fmt(r['rate_rps'])} requests/s"
+                       if z else f"  {name}: cannot meet the SLA")
     won = r.get("sla_serving")
     out.append(f"best: {'aggregated' if won == 'agg' else 'disaggregated'}" if won else
                "no operating point meets the SLA at concurrency 1-1024: loosen --sla-ttft-ms or --sla-tpot-ms")

@@ -227,7 +227,8 @@ def evaluate(batch: DesignBatch, w: Workload, *, dedupe: bool = True, k_bound: b
         return m
     from .serving import sla_metrics  # (serving evaluates the points with this function)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return dataclasses.replace(m, **sla_metrics(batch, w, evaluate, w.sla, w.serving))
+        sla = sla_metrics(batch, w, evaluate, w.sla, w.serving)
+        return dataclasses.replace(m, **{k: v for k, v in sla.items() if not k.startswith("_")})
 
 
 def _unfinished(batch: DesignBatch, w: Workload, dedupe: bool, k_bound: bool):
@@ -274,8 +275,9 @@ def join_metrics(parts, rows, n: int) -> Metrics:
             fits = caps["fits"] if blank and not caps["fits"].all() else None
             unfit = None if fits is None else ~fits
         del part
+        rows_n = _fits_n(values)
         for attr in _METRICS_FIELDS:
-            v = np.asarray(values.pop(attr)) if attr in values else _no_sla(attr, _fits_n(values))
+            v = np.asarray(values.pop(attr)) if attr in values else _no_sla(attr, rows_n)
             col = out.get(attr)
             if col is None or np.result_type(col, v) != col.dtype:
                 wider = np.empty(n, dtype=v.dtype if col is None else np.result_type(col, v))

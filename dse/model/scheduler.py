@@ -26,9 +26,6 @@ from __future__ import annotations
 
 import numpy as np
 
-#: bisection steps for the closed loop's fixed point (the interval shrinks 2^-48)
-_STEPS = 48
-
 
 def prefill_capacity(budget_tokens, batch, q) -> np.ndarray:
     """C = N_budget - B q: prompt tokens an iteration can take beside B sequences' q decode or
@@ -62,29 +59,22 @@ def md1_wait_s(rate_per_s, service_s):
 
 
 def closed_loop_ttft_s(batch, output_tokens, s_per_token, iter_s, own_s, busy_s):
-    """TTFT of a closed loop of B clients (module docstring): head + W + own, head = t_iter/2 where
-    others run, W the M/D/1 wait at lam = (B - 1)/(TTFT + (G - 1) t_token), at most (B - 1) S."""
+    """TTFT of a closed loop of B clients (module docstring): x = a + W(x), a = head + own (head =
+    t_iter/2 where others run), W the M/D/1 wait at lam = m/(x + g) (m = B - 1 others, g = (G - 1)
+    t_token of decoding), at most m S. With z = x + g - m S the uncapped fixed point solves
+    z^2 + (m S - g - a) z - m S^2/2 = 0 (its positive root); then W = min(x - a, m S)."""
     B = np.asarray(batch, dtype=np.float64)
-    decode = (np.asarray(output_tokens, dtype=np.float64) - 1.0) * np.asarray(s_per_token)
-    others = np.maximum(B - 1.0, 0.0)
-    head = np.where(B > 1.0, 0.5 * np.asarray(iter_s), 0.0)
-    bound = others * busy_s
-
-    def wait(ttft):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.minimum(md1_wait_s(others / (ttft + decode), busy_s), bound)
-
-    # g(x) = head + own + wait(x) falls as x grows (a longer life, fewer arrivals a second): one
-    # root in [head + own, head + own + bound]
-    lo = head + own_s
-    hi = lo + bound
-    finite = np.isfinite(hi)
-    lo, hi = np.where(finite, lo, 0.0), np.where(finite, hi, 0.0)
-    for _ in range(_STEPS):
-        mid = 0.5 * (lo + hi)
-        above = head + own_s + wait(mid) > mid
-        lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
-    return np.where(finite, head + own_s + wait(hi), np.inf)
+    g = (np.asarray(output_tokens, dtype=np.float64) - 1.0) * np.asarray(s_per_token)
+    m = np.maximum(B - 1.0, 0.0)
+    S = np.asarray(busy_s, dtype=np.float64)
+    a = np.where(B > 1.0, 0.5 * np.asarray(iter_s), 0.0) + own_s
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        b = m * S - g - a
+        root = np.sqrt(b * b + 2.0 * m * S * S)
+        # the positive root, without cancellation: m S^2 / (b + root) where b > 0
+        z = np.where(b > 0, m * S * S / (b + root), 0.5 * (root - b))
+        w = np.minimum(np.maximum(z + m * S - g - a, 0.0), m * S)
+    return np.where(np.isfinite(S) & np.isfinite(a), a + np.where(m > 0, w, 0.0), np.inf)
 
 
 def open_loop_ttft_s(rate_per_s, iter_s, own_s, busy_s):

@@ -2,8 +2,8 @@
 disaggregated, and the best one that meets TTFT <= ttft and TPOT <= tpot.
 
 Aggregated (one pool): continuous batching with chunked prefill at concurrency c (a closed loop of
-c clients, dse.model.scheduler): TPOT = the mean iteration over tau, TTFT under load, c / TPOT output
-tokens/s over the design's chips. k (or the tree) is chosen at each c as for any batch; where no k
+c clients, dse.model.scheduler): TPOT = the mean iteration over tau, TTFT under load, and c G /
+(TTFT + (G - 1) TPOT) output tokens/s over the design's chips (each client's cycle, Little's law). k (or the tree) is chosen at each c as for any batch; where no k
 beats plain decoding speculation is off and the point says so.
 
 Disaggregated (prefill and decode pools of the same design, DistServe / Splitwise / NVIDIA Dynamo):
@@ -13,7 +13,7 @@ its prefill instance to its decode instance over the scale-up link within a doma
 scale-out network. Each decode instance finishes r = c / ((G - 1) TPOT) requests a second; a prefill
 instance takes lam = r d / p of them, each occupying it S = t(b P) / b (b = budget / P prompts a
 pass), so TTFT = t(P) + M/D/1 wait at lam + the KV transfer + the request's host cost. The pools
-(p, d) are chosen among 1..POOL_MAX each: output tokens/s per chip = d c / TPOT / ((p + d) chips).
+(p, d) are chosen among 1..POOL_MAX each: output tokens/s per chip = d r G / ((p + d) chips).
 """
 
 from __future__ import annotations
@@ -69,10 +69,13 @@ def aggregated_points(batch: DesignBatch, w: Workload, evaluate, levels=CONCURRE
     m = evaluate(_at_concurrency(batch, levels), dataclasses.replace(w, continuous=True, sla=None))
     shape = (batch.n, levels.size)
     tpot = m.spec_s_per_token.reshape(shape)
+    ttft = m.ttft_s.reshape(shape)
     chips = chips_in_design(batch)[:, None]
+    G = batch.output_tokens.astype(np.float64)[:, None]
     with np.errstate(divide="ignore", invalid="ignore"):
-        per_chip = levels[None, :] / tpot / chips
-    return dict(ttft_s=m.ttft_s.reshape(shape), tpot_s=tpot, tokens_per_s_per_chip=per_chip,
+        # a client's cycle is TTFT + (G - 1) TPOT for G tokens (Little's law over c clients)
+        per_chip = levels[None, :] * G / (ttft + (G - 1.0) * tpot) / chips
+    return dict(ttft_s=ttft, tpot_s=tpot, tokens_per_s_per_chip=per_chip,
                 tokens_per_s_per_user=1.0 / tpot, energy_j_per_token=m.energy_j_per_token.reshape(shape),
                 speculation=speculation_text(m.k, m.tree_nodes, w.drafter.label).reshape(shape),
                 fits=m.fits.reshape(shape), concurrency=np.broadcast_to(levels, shape))
@@ -127,7 +130,7 @@ def disaggregated_points(batch: DesignBatch, w: Workload, evaluate, levels=CONCU
         ttft = (one[:, None, None] + scheduler.md1_wait_s(lam, busy[:, None, None]) + kv
                 + np.asarray(batch.target.request_overhead_s)[:, None, None])
         chips = chips_in_design(batch)[:, None, None]
-        per_chip = d * levels[None, :, None] / tpot[..., None] / ((p + d) * chips)
+        per_chip = d * rate * G[:, None, None] / ((p + d) * chips)         # G tokens a request
     shape = (n, C, p.size)
     spec = speculation_text(m.k, m.tree_nodes, w.drafter.label).reshape(n, C)
     return dict(ttft_s=ttft, tpot_s=np.broadcast_to(tpot[..., None], shape), tokens_per_s_per_chip=per_chip,
@@ -164,7 +167,8 @@ def best_point(points: dict[str, np.ndarray], sla: Sla) -> dict[str, np.ndarray]
 def sla_metrics(batch: DesignBatch, w: Workload, evaluate, sla: Sla, mode: str = "best",
                 levels=CONCURRENCY) -> dict[str, np.ndarray]:
     """The best operating point per design under ``sla``, aggregated, disaggregated or the better of
-    the two (``mode``): Metrics' sla_* attributes (SI), with 'sla_serving' naming the winner."""
+    the two (``mode``): Metrics' sla_* attributes (SI), with 'sla_serving' naming the winner, and
+    _deployment_chips: the chips of one deployment at that point (one instance, or p + d of them)."""
     picks = {}
     if mode in ("agg", "best"):
         picks["agg"] = best_point(aggregated_points(batch, w, evaluate, levels), sla)
@@ -183,7 +187,9 @@ def sla_metrics(batch: DesignBatch, w: Workload, evaluate, sla: Sla, mode: str =
     serving = np.where(met, np.asarray(names, dtype=object)[win], "")
     prefill = take("prefill_instances", np.nan)
     decode = take("decode_instances", np.nan)
+    instances = np.where(serving == "disagg", prefill + decode, np.where(met, 1.0, np.nan))
     return dict(sla_tokens_per_s_per_chip=take("tokens_per_s_per_chip", np.nan),
+                _deployment_chips=instances * chips_in_design(batch),
                 sla_concurrency=take("concurrency", 0).astype(np.float64) * np.where(met, 1.0, np.nan),
                 sla_tokens_per_s_per_user=take("tokens_per_s_per_user", np.nan),
                 sla_ttft_s=take("ttft_s", np.nan), sla_tpot_s=take("tpot_s", np.nan),

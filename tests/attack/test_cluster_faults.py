@@ -117,17 +117,17 @@ def test_a_proxy_restarted_mid_run_costs_no_worker(tmp_path, shm):
     _need_grpc()
     path, port = shm / "p.db", _free_port()
     db, url = f"sqlite:///{path}", f"grpc://localhost:{port}"
-    study = write_study(tmp_path, **{"name": "restart", "search.n_trials": 400, "search.batch_size": 20})
+    study = write_study(tmp_path, **{"name": "restart", "search.n_trials": 160, "search.batch_size": 20})
     proxy = _start_proxy(db, port)
     workers = []
     try:
         workers = [subprocess.Popen([DSE, "run", study, "--storage", url, "--quiet", "--no-parquet"],
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                     env=_env(DSE_WORKER=str(i))) for i in range(2)]
-        _wait_for(lambda: _states_sqlite(path, "restart").get("COMPLETE", 0) >= 100, 300, *workers)
+        _wait_for(lambda: _states_sqlite(path, "restart").get("COMPLETE", 0) >= 40, 300, *workers)
         proxy.send_signal(signal.SIGTERM)
         proxy.wait(timeout=60)
-        assert _states_sqlite(path, "restart").get("COMPLETE", 0) < 400, "the run ended before the restart"
+        assert _states_sqlite(path, "restart").get("COMPLETE", 0) < 160, "the run ended before the restart"
         time.sleep(3)
         proxy = _start_proxy(db, port)
         outs = [w.communicate(timeout=600) for w in workers]
@@ -141,10 +141,10 @@ def test_a_proxy_restarted_mid_run_costs_no_worker(tmp_path, shm):
     assert any("the storage proxy did not answer" in e for e in errs), errs      # retried, and said so
     trials = _trials(db, "restart")
     states = [t.state.name for t in trials]
-    assert states.count("COMPLETE") == 400 and "RUNNING" not in states and "WAITING" not in states
+    assert states.count("COMPLETE") == 160 and "RUNNING" not in states and "WAITING" not in states
     assert _reasked(trials) == []
     # no FAIL but the last batches' trials asked beyond the total (two workers racing for the last slots)
-    assert all(t.number >= 400 for t in trials if t.state.name == "FAIL")
+    assert all(t.number >= 160 for t in trials if t.state.name == "FAIL")
 
 
 @pytest.mark.servers
@@ -237,7 +237,7 @@ def test_a_dead_workers_trials_go_stale_with_the_proxy_14_h_ahead(tmp_path, shm)
     _need_grpc()
     path, port = shm / "p.db", _free_port()
     db, url = f"sqlite:///{path}", f"grpc://localhost:{port}"
-    study = write_study(tmp_path, **{"name": "ahead", "search.n_trials": 120, "search.batch_size": 120})
+    study = write_study(tmp_path, **{"name": "ahead", "search.n_trials": 60, "search.batch_size": 60})
     cmd = [DSE, "run", str(study), "--storage", url, "--quiet", "--no-parquet", "--heartbeat-timeout", "10"]
     proxy = _start_proxy(db, port, tz=AHEAD)
     dead = None
@@ -263,7 +263,7 @@ def test_a_dead_workers_trials_go_stale_with_the_proxy_14_h_ahead(tmp_path, shm)
     assert r.returncode == 0, r.stderr[-2000:]
     assert took < 240
     trials = _trials(db, "ahead")
-    assert sum(t.state.name == "COMPLETE" for t in trials) == 120
+    assert sum(t.state.name == "COMPLETE" for t in trials) == 60
     assert not [t for t in trials if t.state.name in ("RUNNING", "WAITING")]
     failed = [t for t in trials if t.state.name == "FAIL"]
     assert len(failed) >= 20                            # every trial the dead worker held, failed as stale
@@ -281,7 +281,7 @@ def test_a_live_workers_trials_are_not_failed_with_the_proxy_12_h_behind(tmp_pat
     _need_grpc()
     path, port = shm / "p.db", _free_port()
     db, url = f"sqlite:///{path}", f"grpc://localhost:{port}"
-    study = write_study(tmp_path, **{"name": "behind", "search.n_trials": 120, "search.batch_size": 120})
+    study = write_study(tmp_path, **{"name": "behind", "search.n_trials": 60, "search.batch_size": 60})
     # a heartbeat timeout far beyond this test's minutes, far below 12 h
     cmd = [DSE, "run", str(study), "--storage", url, "--quiet", "--no-parquet", "--heartbeat-timeout", "1800"]
     proxy = _start_proxy(db, port, tz=BEHIND)
@@ -312,7 +312,7 @@ def test_a_live_workers_trials_are_not_failed_with_the_proxy_12_h_behind(tmp_pat
     assert waited, lines
     assert (paused.returncode, other.returncode) == (0, 0), lines
     trials = _trials(db, "behind")
-    assert sum(t.state.name == "COMPLETE" for t in trials) == 120
+    assert sum(t.state.name == "COMPLETE" for t in trials) == 60
     assert _reasked(trials) == []
 
 
@@ -395,14 +395,14 @@ def test_the_database_stopped_20_s_behind_the_proxy_is_waited_for(own_pg, tmp_pa
     db = own_pg.database("down20")
     port = _free_port()
     url = f"grpc://localhost:{port}"
-    study = write_study(tmp_path, **{"name": "down20", "search.n_trials": 240, "search.batch_size": 20})
+    study = write_study(tmp_path, **{"name": "down20", "search.n_trials": 120, "search.batch_size": 20})
     proxy = _start_proxy(db, port)
     workers = []
     try:
         workers = [subprocess.Popen([DSE, "run", study, "--storage", url, "--quiet", "--no-parquet"],
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                     env=_env(DSE_WORKER=str(i))) for i in range(2)]
-        _wait_for(lambda: own_pg.states("down20", "down20").get("COMPLETE", 0) >= 60, 300, *workers)
+        _wait_for(lambda: own_pg.states("down20", "down20").get("COMPLETE", 0) >= 40, 300, *workers)
         own_pg.stop()
         assert all(w.poll() is None for w in workers), "the run ended before the database stopped"
         time.sleep(20)
@@ -420,7 +420,7 @@ def test_the_database_stopped_20_s_behind_the_proxy_is_waited_for(own_pg, tmp_pa
     assert [w.returncode for w in workers] == [0, 0], [e[-2000:] for e in errs]
     assert not any("Traceback" in e for e in errs) and not any(own_pg.password in e for e in errs)
     states = own_pg.states("down20", "down20")
-    assert states.get("COMPLETE") == 240 and not states.get("RUNNING") and not states.get("WAITING")
+    assert states.get("COMPLETE") == 120 and not states.get("RUNNING") and not states.get("WAITING")
 
 
 @pytest.mark.servers

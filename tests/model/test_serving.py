@@ -56,7 +56,9 @@ def test_disaggregated_pools_by_hand(ideal):
         ttft = one + float(md1_wait_s(lam, one)) + kv
         assert pts["ttft_s"][0, j, col] == pytest.approx(ttft, rel=2e-3)
         assert pts["tpot_s"][0, j, col] == pytest.approx(tpot, rel=1e-9)
-        assert pts["tokens_per_s_per_chip"][0, j, col] == pytest.approx(d * 16 / tpot / (p + d), rel=1e-9)
+        # each request's 201 tokens, at 16 / (200 TPOT) requests a second per decode instance
+        assert pts["tokens_per_s_per_chip"][0, j, col] == pytest.approx(d * 16 * 201 / (200 * tpot) / (p + d),
+                                                                         rel=1e-9)
     # one prefill instance cannot keep up with four decode instances at batch 16: no steady state
     assert np.isinf(pts["ttft_s"][0, j, 3])
 
@@ -74,8 +76,9 @@ def test_the_best_point_meets_the_sla_and_the_next_concurrency_does_not():
     nxt = {k: v[0, j + 1] for k, v in pts.items()}
     assert (nxt["ttft_s"] > 1.0 or nxt["tpot_s"] > 0.020 or not nxt["fits"]
             or nxt["tokens_per_s_per_chip"] <= best["tokens_per_s_per_chip"][0])
-    # tokens/s per chip is the concurrency over TPOT over the 8 chips
-    assert best["tokens_per_s_per_chip"][0] == pytest.approx(best["concurrency"][0] / best["tpot_s"][0] / 8)
+    # tokens/s per chip: c clients, each 500 tokens a cycle of TTFT + 499 TPOT (Little's law), over 8 chips
+    cycle = best["ttft_s"][0] + 499 * best["tpot_s"][0]
+    assert best["tokens_per_s_per_chip"][0] == pytest.approx(best["concurrency"][0] * 500 / cycle / 8)
 
 
 def test_loosening_the_sla_never_lowers_throughput():
@@ -172,6 +175,20 @@ def test_cost_per_million_tokens_by_hand():
     p = r["sla_points"][r["sla_serving"]]
     assert r["usd_per_mtok"] == pytest.approx(
         1e6 * (r["cost_usd"] / 8 / life / p["tokens_per_s_per_chip"] + p["energy_j_per_token"] * 1.3 * 0.081 / 3.6e6))
+
+
+def test_a_fleet_is_whole_deployments_at_the_best_point():
+    """50 requests/s of 500 tokens: a deployment at the best point serves tokens/s per chip x its chips
+    / 500 requests a second; the fleet is the fewest whole deployments that reach 50."""
+    import math
+    r = evaluate_design(**SERVE, sla_ttft_ms=1000, sla_tpot_ms=20, rate_rps=50)
+    for mode in ("agg", "disagg"):
+        p, z = r["sla_points"][mode], r["sizing"][mode]
+        per = p["tokens_per_s_per_chip"] * p["deployment_chips"] / 500
+        assert z["deployments"] == math.ceil(50 / per) and z["chips"] == z["deployments"] * p["deployment_chips"]
+        assert (z["deployments"] - 1) * per < 50 <= z["deployments"] * per
+    assert r["sla_points"]["agg"]["deployment_chips"] == 8
+    assert r["sla_points"]["disagg"]["deployment_chips"] % 8 == 0
 
 
 def test_cli_prints_both_pools_and_refuses_an_sla_no_point_meets(tmp_path):
