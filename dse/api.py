@@ -25,6 +25,7 @@ from .model.roofline import BOUND_NAMES
 from .model.transformer import WEIGHT_FORMATS, default_kv_dtype
 from .units import FACTOR
 from .workload.spec import (
+    DEFAULT_BUDGET_TOKENS,
     TREE_NODES_MAX,
     AcceptanceSpec,
     TaskMix,
@@ -170,7 +171,8 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                     datastore_gb: float = 0.0, batch: int = 1, prompt: int = 128, output: int = 128,
                     dtype: str = "bf16", kv_dtype: str | None = None, temperature: float = 0.0, task: Any = "chat",
                     overlap: bool = False, runtime: str | None = None, baseline_ms: float | None = None,
-                    continuous: bool = False, ep: int = 1, pp: int | str | None = None,
+                    continuous: bool = False, max_batched_tokens: int = DEFAULT_BUDGET_TOKENS, ep: int = 1,
+                    pp: int | str | None = None,
                     set_fields: dict[str, Any] | None = None, k_max: int = 16,
                     db: Database | None = None, tech=None) -> dict[str, Any]:
     """Evaluate one design; returns the `dse eval --json` object (display units, None for null).
@@ -185,7 +187,9 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     with k = auto, chosen for the design and batch (dse.model.tree_choice); ``tree_nodes``
     'published' is the published tree at its depth (dse.workload.spec.DEFAULT_SHAPES); k = None is
     'auto' otherwise. ``chips`` is the whole group: ``pp`` stages of chips/pp chips in tensor parallel
-    (None or 'auto': dse.workload.spec.pipeline_split).
+    (None or 'auto': dse.workload.spec.pipeline_split). ``max_batched_tokens``: continuous batching's
+    token budget per iteration (decode tokens + prompt chunks; vLLM's max_num_batched_tokens, default
+    8192, dse.model.scheduler).
 
     Example:
         >>> r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=0.8, k=4)
@@ -202,6 +206,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                             "'published' (the method's published tree at its depth)") from None
     for name, value, lo, hi in (("--chips", chips, 1, 1024), ("--draft-chips", draft_chips, 1, 1024),
                                 ("--batch", batch, 1, 1e6), ("--prompt", prompt, 0, 1e7), ("--output", output, 1, 1e7),
+                                ("--max-batched-tokens", max_batched_tokens, 1, 1e7),
                                 ("--tree-nodes", 0 if isinstance(tree_nodes, str) else tree_nodes or 0, 0,
                                  TREE_NODES_MAX)):
         if isinstance(value, np.integer):
@@ -294,7 +299,8 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         dict(acceptance_source="given" if drafter.kind != "none" else "none")
     w = Workload(target=tgt, drafter=drafter, acceptance=acc, dtype=dtype, kv_dtype=kv_dtype,
                  temperature=float(temperature), overlap=overlap, tree_nodes=tree_nodes,
-                 datastore_bytes=float(datastore_gb) * FACTOR["gb"], continuous=bool(continuous), ep=ep,
+                 datastore_bytes=float(datastore_gb) * FACTOR["gb"], continuous=bool(continuous),
+                 max_batched_tokens=int(max_batched_tokens), ep=ep,
                  k_max=k_max if drafter.kind not in ("medusa", "hydra") else drafter.heads,
                  rank_profile=None if profile.geometric else profile, task=task_mix, tree_choices=choices, **band)
     design = DesignBatch(target=target_hw, draft=draft_arrays, draft_on_chip=on_chip,

@@ -249,6 +249,9 @@ def _kv(ctx, param, values):
 @click.option("--overlap", is_flag=True, help="Draft chip drafts ahead while the target verifies.")
 @click.option("--continuous", is_flag=True,
               help="Continuous batching: --batch = requests in flight (steady state); steps also run arriving prompts.")
+@click.option("--max-batched-tokens", default=8192, show_default=True, type=int,
+              help="With --continuous: token budget of an iteration (decode tokens + prompt chunks; vLLM's "
+                   "max_num_batched_tokens, 8192 by default on large GPUs).")
 @click.option("--runtime", default=None,
               help="Fixed-cost stack from hardware_db/runtimes: graphs|gpt-fast|eager|xla|dataflow (`dse runtimes list`) "
                    "[default: the device's default_runtime, graphs for GPUs].")
