@@ -26,6 +26,7 @@ from .model.serving import chips_in_design
 from .model.transformer import WEIGHT_FORMATS, default_kv_dtype
 from .units import FACTOR
 from .workload.spec import (
+    DEFAULT_BUDGET_TOKENS,
     SERVING_MODES,
     TREE_NODES_MAX,
     AcceptanceSpec,
@@ -173,7 +174,8 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                     datastore_gb: float = 0.0, batch: int = 1, prompt: int = 128, output: int = 128,
                     dtype: str = "bf16", kv_dtype: str | None = None, temperature: float = 0.0, task: Any = "chat",
                     overlap: bool = False, runtime: str | None = None, baseline_ms: float | None = None,
-                    continuous: bool = False, ep: int = 1, pp: int | str | None = None,
+                    continuous: bool = False, max_batched_tokens: int = DEFAULT_BUDGET_TOKENS, ep: int = 1,
+                    pp: int | str | None = None,
                     set_fields: dict[str, Any] | None = None, k_max: int = 16,
                     sla_ttft_ms: float | None = None, sla_tpot_ms: float | None = None, serving: str = "best",
                     rate_rps: float | None = None,
@@ -190,7 +192,9 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     with k = auto, chosen for the design and batch (dse.model.tree_choice); ``tree_nodes``
     'published' is the published tree at its depth (dse.workload.spec.DEFAULT_SHAPES); k = None is
     'auto' otherwise. ``chips`` is the whole group: ``pp`` stages of chips/pp chips in tensor parallel
-    (None or 'auto': dse.workload.spec.pipeline_split). With ``sla_ttft_ms`` and ``sla_tpot_ms`` the
+    (None or 'auto': dse.workload.spec.pipeline_split). ``max_batched_tokens``: continuous batching's
+    token budget per iteration (decode tokens + prompt chunks; vLLM's max_num_batched_tokens, default
+    8192, dse.model.scheduler). With ``sla_ttft_ms`` and ``sla_tpot_ms`` the
     record also holds the best operating point that meets them (sla_*; dse.model.serving), and
     ``sla_points`` the best aggregated and disaggregated ones (``serving``: agg, disagg or best).
     ``rate_rps``: also size a fleet that serves that many requests a second within the SLA, per
@@ -212,6 +216,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                             "'published' (the method's published tree at its depth)") from None
     for name, value, lo, hi in (("--chips", chips, 1, 1024), ("--draft-chips", draft_chips, 1, 1024),
                                 ("--batch", batch, 1, 1e6), ("--prompt", prompt, 0, 1e7), ("--output", output, 1, 1e7),
+                                ("--max-batched-tokens", max_batched_tokens, 1, 1e7),
                                 ("--tree-nodes", 0 if isinstance(tree_nodes, str) else tree_nodes or 0, 0,
                                  TREE_NODES_MAX)):
         if isinstance(value, np.integer):
@@ -311,7 +316,8 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     w = Workload(target=tgt, drafter=drafter, acceptance=acc, dtype=dtype, kv_dtype=kv_dtype, sla=sla,
                  serving=str(serving).strip().lower(),
                  temperature=float(temperature), overlap=overlap, tree_nodes=tree_nodes,
-                 datastore_bytes=float(datastore_gb) * FACTOR["gb"], continuous=bool(continuous), ep=ep,
+                 datastore_bytes=float(datastore_gb) * FACTOR["gb"], continuous=bool(continuous),
+                 max_batched_tokens=int(max_batched_tokens), ep=ep,
                  k_max=k_max if drafter.kind not in ("medusa", "hydra") else drafter.heads,
                  rank_profile=None if profile.geometric else profile, task=task_mix, tree_choices=choices, **band)
     design = DesignBatch(target=target_hw, draft=draft_arrays, draft_on_chip=on_chip,

@@ -258,6 +258,9 @@ def _kv(ctx, param, values):
 @click.option("--rate-rps", type=float, default=None,
               help="With an SLA: size the fleet, the fewest chips that serve this many requests a second "
                    "[default: none].")
+@click.option("--max-batched-tokens", default=8192, show_default=True, type=int,
+              help="Under --continuous and in the SLA search: token budget of an iteration (decode tokens + prompt "
+                   "chunks; vLLM's max_num_batched_tokens, 8192 by default on large GPUs).")
 @click.option("--runtime", default=None,
               help="Fixed-cost stack from hardware_db/runtimes: graphs|gpt-fast|eager|xla|dataflow (`dse runtimes list`) "
                    "[default: the device's default_runtime, graphs for GPUs].")

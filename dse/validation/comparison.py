@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 
 from ..catalog.database import Database, load_database
 from .fits import FIT_PARAMETERS, fit, stored_values
-from .measurements import Case, cases
+from .measurements import Case, cases, load_source
 
 
 def predict(case: Case, db: Database | None = None) -> float | None:
@@ -103,14 +104,39 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     fam = {"decode": ("decode_ms",), "speculative": ("spec_ms", "speedup"), "ttft": ("ttft_ms",),
            "throughput": ("throughput_tok_s_gpu",), "acceptance": ("tau",), "energy": ("energy_j_per_token",)}
     out: dict[str, Any] = {}
-    for name, metrics in fam.items():
-        sel = [r for r in rows if r["metric"] in metrics]
+    for name, metrics in fam.items():     # the serving-load rows apart (load_summary)
+        sel = [r for r in rows if r["metric"] in metrics and not r["id"].startswith("load:")]
         out[name] = {"fit": stats([r for r in sel if r["role"] == "fit"]),
                      "held-out": stats([r for r in sel if r["role"] == "held-out"]),
                      "all": stats(sel)}
+    out["load"] = load_summary(rows)
     out["energy_by_batch"] = energy_by_batch(rows)
     out["not_modelled"] = [r["id"] for r in rows if r["role"] == "not modelled" and not r["id"].startswith("acceptance:")]
     out["acceptance_not_placed"] = sum(1 for r in rows if r["role"] == "not modelled" and r["id"].startswith("acceptance:"))
+    return out
+
+
+#: the serving-load file's metrics (all held out) and their names in `dse validate`
+LOAD_FAMILIES = (("ttft_ms", "time to first token"), ("decode_ms", "time per output token"),
+                 ("throughput_tok_s_gpu", "output tok/s per GPU"))
+
+
+def load_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The serving-load rows (serving_load_measurements_public.csv, all held out) per metric: n, median
+    |error|, median ratio model/measured, the median ratio per source and device, and the three rows
+    furthest from their measurement (largest |log ratio|)."""
+    out = {}
+    for metric, _ in LOAD_FAMILIES:
+        sel = [r for r in rows if r["id"].startswith("load:") and r["metric"] == metric and r["rel_error"] is not None]
+        ratio = {r["id"]: 1.0 + r["rel_error"] for r in sel}
+        groups: dict[str, list[float]] = {}
+        for r in sel:
+            groups.setdefault(f"{load_source(r['source'])} {r['design']['hw']}", []).append(ratio[r["id"]])
+        worst = sorted(sel, key=lambda r: -abs(math.log(max(ratio[r["id"]], 1e-9))))[:3]
+        out[metric] = dict(n=len(sel), median_abs_error=statistics.median(abs(r["rel_error"]) for r in sel) if sel
+                           else None, median_ratio=statistics.median(ratio.values()) if sel else None,
+                           by_source={k: dict(n=len(v), median_ratio=statistics.median(v)) for k, v in groups.items()},
+                           worst=[dict(id=r["id"], ratio=ratio[r["id"]]) for r in worst])
     return out
 
 
@@ -185,6 +211,16 @@ def format_report(rep: dict[str, Any]) -> str:
              for b in s["energy_by_batch"]]
     bands = [f"{x}{_pct(b['median_error'])} (n={b['n']})" for x, b in zip(bands, s["energy_by_batch"])]
     out.append("  energy per token, held-out median signed error by batch: " + ", ".join(bands))
+    out.append("  serving under load (serving_load_measurements_public.csv, continuous batching at batch = "
+               "concurrency; all held out), median ratio model/measured:")
+    for metric, title in LOAD_FAMILIES:
+        f = s["load"][metric]
+        if not f["n"]:
+            continue
+        groups = ", ".join(f"{k} {g['median_ratio']:.2f} (n={g['n']})" for k, g in f["by_source"].items())
+        worst = ", ".join(f"{w['id']} {w['ratio']:.3g}" for w in f["worst"])
+        out.append(f"    {title}: {f['median_ratio']:.2f}, median |error| {100 * f['median_abs_error']:.1f}% "
+                   f"(n={f['n']}); {groups}; furthest: {worst}")
     out.append(f"  not modelled: {len(s['not_modelled'])} rows ({', '.join(s['not_modelled'])})")
     if rep.get("acceptance_loso"):
         a = rep["acceptance_loso"]

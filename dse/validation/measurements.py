@@ -16,6 +16,7 @@ precision, drafter, metric); :mod:`.fits` re-derives the fitted defaults from th
 from __future__ import annotations
 
 import csv
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,8 @@ from ..catalog.database import Database, load_database
 FILES = {"decode": "decode_measurements_public.csv", "specdec": "specdec_measurements_public.csv",
          "extra": "decode_measurements_extra.csv", "serving": "serving_measurements_public.csv",
          "moe": "decode_measurements_moe.csv",
-         "specbench": "specdec_measurements_extra.csv", "energy": "energy_measurements_public.csv"}
+         "specbench": "specdec_measurements_extra.csv", "energy": "energy_measurements_public.csv",
+         "load": "serving_load_measurements_public.csv"}
 
 #: CSV hardware text -> (device, --set overrides, mapping note)
 _ONE_GCD = {"mem_bw_tb_s": 1.6, "memory_capacity_gib": 64, "peak_tflops_bf16": 191.5, "peak_tops_int8": 191.5}
@@ -89,6 +91,8 @@ PRECISION = {
     "FP8 (fp8 KV cache)": "fp8-head16", "4-bit (q4f16_1 assumed)": "q4f16_1", "FP8 (NIM fp8 profile)": "fp8-head16",
     "nvfp4 MoE and dense FFN, bf16 attention": "nvfp4", "fp8 (DeepSeek block-wise W8A8)": "fp8-head16",
     "fp8 (row-wise W8A8, Meta FP8 checkpoint)": "fp8-head16",
+    "fp8 (DeepSeek-R1-0528 block-wise W8A8)": "fp8-head16", "nvfp4 (DeepSeek-R1-0528-FP4-V2)": "nvfp4",
+    "bf16 weights, bf16 KV cache": "bf16", "bf16 weights, fp8 KV cache (FlashAttention-3, two-level accumulation)": "bf16",
 }
 _RUNTIME_BY_FRAMEWORK = (("transformers", "eager"), ("Hugging Face", "eager"), ("HF backend", "eager"),
                          ("gpt-fast", "gpt-fast"))   # else the device's default
@@ -99,6 +103,26 @@ DECODE_METRICS = {"decode tok/s": "decode_ms", "autoregressive sampling": "decod
 #: serving-file metric text -> kind of comparison
 SERVING_METRICS = {"first token latency": "ttft_ms", "output tok/s/GPU": "throughput_tok_s_gpu",
                    "decode tok/s": "decode_ms", "inter-token latency": "decode_ms"}
+#: serving-load-file columns -> (case id suffix, kind of comparison); the TPOT is the decode step under load
+LOAD_METRICS = (("ttft_ms", "ttft", "ttft_ms"), ("tpot_ms", "tpot", "decode_ms"),
+                ("output_tok_s_total", "tput", "throughput_tok_s_gpu"))
+#: serving-load framework text -> why the row is not modelled (first match wins; checked before the
+#: lengths and concurrency)
+LOAD_NOT_MODELLED = (
+    ("MTP 3 layers", "MTP speculation (next-n layers) with no acceptance published for the dataset run"),
+    ("static batch", "a static batch (benchmark_latency.py): B requests run together, not serving under load; "
+                     "TTFT and TPOT not separated"),
+)
+#: why the rows with attention data parallel are not modelled (checked after the concurrency)
+ATTENTION_DP = ("attention data parallel (each rank runs attention for its own share of the batch with the whole "
+                "attention weights, its token budget per rank) is not a layout dse models (its tensor-parallel "
+                "attention keeps MLA's one latent KV head on every rank: these batches would not fit)")
+#: why the serving-load rows are all held out
+LOAD_ROLE = "held out: the serving model (dse.model.scheduler) has no fitted constant; none fitted on these rows"
+#: serving-load source text -> short name for the per-source medians (first match wins)
+LOAD_SOURCES = (("docs.nvidia.com/nim", "NVIDIA NIM"), ("InferenceX", "InferenceX"), ("blog.vllm.ai", "vLLM blog"),
+                ("sgl-project", "SGLang v0.3 blog"), ("TensorRT-LLM", "TensorRT-LLM docs"),
+                ("tenstorrent", "Tenstorrent"), ("oracle.com", "OCI blog"))
 #: the power limit below which the energy fit takes a row: measured draw per GPU < this x the GPU's TDP
 #: (above it the GPU runs at its limit: its clocks drop, which dse does not model)
 ENERGY_FIT_MAX_TDP_FRACTION = 0.95
@@ -247,6 +271,61 @@ def _serving_case(rid: str, row: dict[str, str]) -> Case:
     measured = 1e3 / value if row["metric"] == "decode tok/s" else value
     return Case(rid, "", kind, measured, "", design=design,
                 note="; ".join(x for x in (hw_note, len_note) if x), source=row["source"])
+
+
+def load_source(source: str) -> str:
+    """The short name of a serving-load row's source (LOAD_SOURCES), else its first word."""
+    return next((name for key, name in LOAD_SOURCES if key in source), source.split(" ")[0])
+
+
+def _load_cases(rid: str, row: dict[str, str]) -> list[Case]:
+    """A row of serving_load_measurements_public.csv: one held-out case per measured metric (TTFT, TPOT
+    as the decode step, output tok/s per GPU) of continuous batching at batch = concurrency (a closed
+    loop of that many clients), the row's lengths, chips, stages and token budget."""
+    why = next((w for key, w in LOAD_NOT_MODELLED if key in row["framework"]), None)
+    if why:
+        raise _NotModelled(why)
+    if row["request_rate_per_s"]:
+        raise _NotModelled(f"open loop (Poisson arrivals at {row['request_rate_per_s']} req/s) of ShareGPT prompts "
+                           "of lengths not stated per row: dse's serving model is a closed loop at fixed lengths")
+    if not row["concurrency"]:
+        raise _NotModelled("no concurrency: an offline max-load run whose requests in flight the server's own "
+                           "batch and KV limits set (not stated)")
+    if "attention DP" in row["framework"]:
+        raise _NotModelled(ATTENTION_DP)
+    if not (row["tp"] and row["pp"]):
+        raise _NotModelled(f"the tensor/expert-parallel split over the {row['num_chips']} GPUs is not stated")
+    dtype = _lookup(PRECISION, row["precision"], "precision")
+    chips, batch = int(row["num_chips"]), int(row["concurrency"])
+    design, hw_note = _design(row["hardware"], _lookup(MODELS, row["model"], "model"), dtype, chips,
+                              prompt=int(row["input_len"]), output=int(row["output_len"]), framework=row["framework"])
+    design.update(batch=batch, continuous=True, pp=int(row["pp"]))
+    notes = [f"continuous batching, a closed loop of {batch} client{'s' if batch > 1 else ''} (batch = concurrency), "
+             f"{row['input_len']}/{row['output_len']} tokens, TP{row['tp']} PP{row['pp']}", hw_note]
+    if "fp8 KV" in row["precision"]:
+        design["kv_dtype"] = "fp8"
+    ep = re.search(r"\bEP(\d+)", row["framework"])
+    if ep and int(ep.group(1)) > 1:
+        design["ep"] = int(ep.group(1))
+    if row["model"] == "DeepSeek-R1":
+        notes.append("DeepSeek-R1 has DeepSeek-V3's shapes: deepseek-v3")
+    if row["max_batched_tokens"]:
+        design["max_batched_tokens"] = int(row["max_batched_tokens"])
+    else:
+        notes.append("token budget not stated: 8192 (vLLM's and TensorRT-LLM's default)")
+    if "anomalous" in row["notes"]:
+        notes.append("the source flags this point as anomalous")
+    notes.append(LOAD_ROLE)
+    out = []
+    for column, suffix, kind in LOAD_METRICS:
+        if not row[column]:
+            continue
+        value = float(row[column]) / chips if kind == "throughput_tok_s_gpu" else float(row[column])
+        stat = row.get(column.replace("_ms", "_stat"), "") if kind != "throughput_tok_s_gpu" else ""
+        note = "; ".join(x for x in notes + [f"{stat} as published" if stat else ""] if x)
+        out.append(Case(f"{rid}/{suffix}", "", kind, value, "held-out", design=dict(design), note=note,
+                        source=row["source"]))
+    return out
 
 
 def _acceptance(row: dict[str, str]) -> dict[str, float] | None:
@@ -461,6 +540,10 @@ def _label(rid: str, row: dict[str, str]) -> str:
     if rid.startswith("serving:"):
         return (f"{row['hardware']} x{row['num_chips']} {row['model']} {row['precision']} B={row['batch_size']} "
                 f"{row['input_len']}/{row['output_len']} ({row['framework']})")
+    if rid.startswith("load:"):
+        return (f"{row['hardware']} x{row['num_chips']} {row['model']} {row['precision'].split(' (')[0]} "
+                f"c={row['concurrency'] or '-'} {row['input_len'] or '-'}/{row['output_len'] or '-'} "
+                f"({row['framework'].split(' (')[0]})")
     if rid.startswith("energy:"):
         return (f"{row['hardware']} x{row['num_chips']} {row['model']} {row['precision'].split(' ')[0]} "
                 f"{row['task'].split(' ')[0]} B={row['batch_size']} ({row['framework'].split(' (')[0]})")
@@ -515,6 +598,9 @@ def cases(db: Database | None = None) -> list[Case]:
                 case = _serving_case(rid, row)
             elif rid.startswith("energy:"):
                 case = _energy_case(rid, row, v3)
+            elif rid.startswith("load:"):
+                out += [dataclasses.replace(c, label=label) for c in _load_cases(rid, row)]
+                continue
             else:
                 case = _decode_case(rid, row, ar_ms)
         except _NotModelled as why:
