@@ -123,7 +123,7 @@ def test_load_errors(tmp_path, dataset_dir):
 
 def test_newer_schema_version_refused(tmp_path):
     path = tmp_path / "r.parquet"
-    pq.write_table(table(3, m=meta(schema_version=6)), path)
+    pq.write_table(table(3, m=meta(schema_version=7)), path)
     with pytest.raises(DseError, match="schema_version"):
         da.load_results(path)
 

@@ -342,11 +342,16 @@ def metrics(tm: dict, dm: dict, T: dict, D: dict | None, *, B: int, P: int, G: i
 
 
 def derived(row: dict) -> dict:
-    """tokens/s per k$, per W, per cm^2 (= 100 mm^2) of silicon, and speedup per k$."""
+    """tokens/s per k$, per W, per cm^2 (= 100 mm^2) of silicon, and speedup per k$; and, with no
+    workload.sla in these studies, no serving point: sla_* null or '' and usd_per_mtok null."""
     return dict(tokens_per_s_per_kusd=row["tokens_per_s"] / (row["cost_usd"] / 1e3),
                 tokens_per_s_per_w=row["tokens_per_s"] / row["power_w"],
                 tokens_per_s_per_cm2=row["tokens_per_s"] / (row["total_die_area_mm2"] / 100.0),
-                speedup_per_kusd=row["speedup"] / (row["cost_usd"] / 1e3))
+                speedup_per_kusd=row["speedup"] / (row["cost_usd"] / 1e3),
+                **dict.fromkeys(("sla_tokens_per_s_per_chip", "sla_concurrency", "sla_tokens_per_s_per_user",
+                                 "sla_ttft_ms", "sla_tpot_ms", "sla_energy_j_per_token", "sla_prefill_share",
+                                 "usd_per_mtok"), math.nan),
+                sla_speculation="", sla_serving="")
 
 
 def violation(row: dict, constraints: list[dict]) -> float:
@@ -853,7 +858,7 @@ INT = ("trial", "seed", "chips", "tp", "pp", "draft_chips", "k", "tree_nodes", "
        "params_target_chip_memory_stacks")
 BOOL = ("buildable", "fits", "feasible", "is_pareto", "params_draft_chip_enabled")
 STR = ("study", "state", "sampler", "params_target_chip_device", "baseline_bound", "verify_bound", "draft_bound",
-       "tree_shape", "rank_profile", "acceptance_source", "infeasible_reason")
+       "tree_shape", "rank_profile", "acceptance_source", "infeasible_reason", "sla_speculation", "sla_serving")
 TIME = ("datetime_start", "datetime_complete")
 
 

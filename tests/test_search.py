@@ -42,7 +42,7 @@ def test_parquet_schema_dtypes_and_metadata(tmp_path):
                 "sampler", "seed", "draft_cost_ratio"):
         assert col in df.columns
     meta = json.loads(pq.read_schema(res.path).metadata[b"dse"])
-    assert meta["schema_version"] == 5 and meta["study"]["name"] == "quickstart"
+    assert meta["schema_version"] == 6 and meta["study"]["name"] == "quickstart"
     assert meta["objectives"] == [{"metric": "spec_ms_per_token", "direction": "minimize"},
                                   {"metric": "cost_usd", "direction": "minimize"}]
     assert meta["sampler"] == "auto" and meta["seed"] == 0 and len(meta["tech_fingerprint"]) == 16

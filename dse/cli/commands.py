@@ -252,7 +252,8 @@ def _kv(ctx, param, values):
 @click.option("--sla-ttft-ms", type=float, default=None,
               help="Serving SLA: time to first token, ms; with --sla-tpot-ms prints the best aggregated and "
                    "disaggregated operating points over concurrency 1-1024 [default: none].")
-@click.option("--sla-tpot-ms", type=float, default=None, help="Serving SLA: mean time per output token, ms.")
+@click.option("--sla-tpot-ms", type=float, default=None,
+              help="Serving SLA: mean time per output token, ms (with --sla-ttft-ms) [default: none].")
 @click.option("--serving", default="best", show_default=True, type=click.Choice(["agg", "disagg", "best"]),
               help="Deployments the SLA search tries: one pool, prefill and decode pools, or both.")
 @click.option("--rate-rps", type=float, default=None,
