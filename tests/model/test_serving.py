@@ -208,6 +208,11 @@ def test_cli_prints_both_pools_and_refuses_an_sla_no_point_meets(tmp_path):
     assert "no operating point" in bad.output and "Traceback" not in bad.output
     half = CliRunner().invoke(main, args + ["--sla-tpot-ms", "20"])
     assert half.exit_code == 2 and "--sla-ttft-ms" in half.output
+    for extra, needle in ((["--rate-rps", "-3"], "--rate-rps"), (["--sla-ttft-ms", "0"], "--sla-ttft-ms")):
+        r = CliRunner().invoke(main, args + ["--sla-ttft-ms", "1000", "--sla-tpot-ms", "20"] + extra)
+        assert r.exit_code == 2 and needle in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    r = CliRunner().invoke(main, args + ["--rate-rps", "5"])          # sizing needs the SLA it must meet
+    assert r.exit_code == 2 and "--sla-ttft-ms" in r.output
 
 
 def test_a_study_with_an_sla_writes_the_serving_columns(tmp_path):
