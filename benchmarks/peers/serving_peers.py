@@ -170,7 +170,7 @@ def fmt_row(mode: str, tool: str, p: dict, tput_key: str, layout: str, ratio: st
     if "error" in p:
         return f"{mode:<7}{tool:<34}{p['error']}"
     return (f"{mode:<7}{tool:<34}{p[tput_key]:>10.1f}{p['concurrency']:>6}{p['ttft_ms']:>9.1f}{p['tpot_ms']:>9.2f}"
-            f"{p['tokens_per_s_per_user']:>11.1f}  {layout:<36}{ratio}")
+            f"{p['tokens_per_s_per_user']:>11.1f}  {layout:<36}{ratio}").rstrip()
 
 
 def ratio(d: dict, a: dict) -> str:
