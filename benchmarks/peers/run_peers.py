@@ -1,6 +1,8 @@
 """dse next to two published analytic LLM-inference models, from one command (issue 11, item 5).
 
 Run:  python benchmarks/peers/run_peers.py [--venv DIR] [--grid 1000]
+      python benchmarks/peers/run_peers.py --serving [...]   # serving under an SLA next to AIConfigurator:
+                                                              # benchmarks/peers/serving_peers.py, its options
 
 Installs llm-analysis 0.2.2 and GenZ (genz-llm 0.0.16) from PyPI into a throwaway virtual
 environment outside the repository (default: <temp folder>/dse-peers-venv; their code is never
@@ -33,6 +35,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
 
 PEERS = ["llm-analysis==0.2.2", "genz-llm==0.0.16"]
 #: Llama-3.1-70B for llm-analysis (hardware_db/models/llama-3.1-70b.yaml): its MLP is 2 matrices of
@@ -123,6 +126,9 @@ def dse_numbers(grid: int) -> dict:
 
 
 def main() -> int:
+    if "--serving" in sys.argv[1:]:
+        import serving_peers
+        return serving_peers.main([a for a in sys.argv[1:] if a != "--serving"])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--venv", default=str(Path(tempfile.gettempdir()) / "dse-peers-venv"))
     ap.add_argument("--grid", type=int, default=1000)
