@@ -80,7 +80,9 @@ def test_cli_sweep_and_bad_shard(tmp_path):
 def test_every_shipped_study_runs_a_tiny_budget(tmp_path):
     for path in sorted((QUICK.parent).glob("*.yaml")):
         raw = yaml.safe_load(path.read_text())
-        raw["search"].update(n_trials=20, batch_size=10)
+        # the pre-search's first part only (presearch_s 0.1): a study with an SLA evaluates each design at
+        # 18 concurrencies in two pools, and its 20,000-design pre-search would take most of a minute
+        raw["search"].update(n_trials=20, batch_size=10, presearch_s=0.1)
         raw["output"] = str(tmp_path / f"{path.stem}.parquet")
         p = tmp_path / path.name
         p.write_text(yaml.safe_dump(raw))
