@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from dse.report import figures
-from dse.report.context import design_label, draft_chip_label
+from dse.report.rows import design_label, draft_chip_label
 
 
 def _df(n=600, seed=1):

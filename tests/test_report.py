@@ -157,7 +157,7 @@ def test_one_tick_unit_per_axis(v, top, text):
 
 
 def test_design_labels_name_key_knobs():
-    from dse.report.context import design_label
+    from dse.report.rows import design_label
     row = pd.Series({"params_target_chip_device": "h200", "chips": 2})
     assert design_label(row) == "h200 x2"
     row = pd.Series({"peak_tflops": 1122.4, "params_target_chip_memory": "hbm4", "params_target_chip_memory_stacks": 7,

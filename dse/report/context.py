@@ -32,6 +32,7 @@ from ..results.frame import results_frame
 from ..results.guard import check_report_folder, report_mark, write_report_mark
 from ..study import Knob, StudySpec, load_study, open_study, parse_study
 from ..study.space import is_conditional
+from .rows import design_label, row_params
 
 DEVICES = ("h100-sxm", "h200", "b200", "mi300x")
 CHIPS = (1, 2, 4, 8)
@@ -40,7 +41,7 @@ BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 MIN_IMPORTANCE_ROWS = 20
 _WORKLOAD_NAMES = ("batch", "prompt_tokens", "output_tokens", "tree_nodes", "draft", "draft_exit_layer")
 _SCALAR_WORKLOAD = ("target", "draft", "dtype", "kv_dtype", "temperature", "acceptance", "overlap",
-                    "tree_nodes", "runtime", "k_max", "continuous", "task")
+                    "tree_nodes", "runtime", "k_max", "continuous", "task", "sla", "serving", "max_batched_tokens")
 
 
 # --------------------------------------------------------------------------- the study
@@ -315,52 +316,6 @@ def short_metric(metric: str) -> str:
             "energy_j_per_token": "energy"}.get(metric, metric)
 
 
-def design_label(row: pd.Series) -> str:
-    """A design by its key knobs: 'h200 x2', or '1122 TFLOP/s, 7x hbm4 (8-high), 1 chip'."""
-    def get(name):
-        v = row.get(f"params_target_chip_{name}")
-        return None if v is None or pd.isna(v) else v       # a knob that does not act: NaN or <NA>
-    chips = int(row["chips"]) if "chips" in row and pd.notna(row["chips"]) else get("chips")
-    if get("device") is not None:
-        text = f"{get('device')} x{chips}"
-    else:
-        bits = []
-        if pd.notna(row.get("peak_tflops", np.nan)):
-            bits.append(f"{float(row['peak_tflops']):.4g} TFLOP/s")
-        if get("memory") is not None:
-            stacks = f"{int(get('memory_stacks'))}x " if get("memory_stacks") is not None else ""
-            height = f" ({int(get('stack_height'))}-high)" if get("stack_height") is not None else ""
-            bits.append(f"{stacks}{get('memory')}{height}")
-        if chips is not None:
-            bits.append(f"{int(chips)} chip{'s' if int(chips) != 1 else ''}")
-        text = ", ".join(bits) or f"trial {row.get('trial', row.name)}"
-    enabled = row.get("params_draft_chip_enabled")
-    if enabled is True or (isinstance(enabled, (bool, np.bool_)) and bool(enabled)):
-        text += " + " + draft_chip_label(row)
-    return text
-
-
-def draft_chip_label(row: pd.Series) -> str:
-    """The draft chip by what it is: 'draft chip l4', or 'draft chip 128 TFLOP/s, 2x lpddr5x, 271 MB SRAM'."""
-    def get(name):
-        v = row.get(f"params_draft_chip_{name}")
-        return None if v is None or (isinstance(v, float) and np.isnan(v)) else v
-    if get("device") is not None:
-        return f"draft chip {get('device')}" + (f" x{int(get('chips'))}" if get("chips") not in (None, 1) else "")
-    bits = []
-    tflops = get("peak_tflops") if get("peak_tflops") is not None else row.get("draft_peak_tflops")
-    if tflops is not None and pd.notna(tflops):
-        bits.append(f"{float(tflops):.3g} TFLOP/s")
-    if get("memory") is not None:
-        stacks = f"{int(get('memory_stacks'))}x " if get("memory_stacks") is not None else ""
-        bits.append(f"{stacks}{get('memory')}")
-    if get("sram_mb") is not None and float(get("sram_mb")) > 0:
-        bits.append(f"{float(get('sram_mb')):.3g} MB SRAM")
-    if get("chips") is not None and int(get("chips")) != 1:
-        bits.append(f"{int(get('chips'))} chips")
-    return "draft chip " + ", ".join(bits) if bits else "draft chip"
-
-
 def _distinct_curves(df: pd.DataFrame, n_batches: int, top: int) -> pd.DataFrame:
     """The first ``top`` designs (blocks of ``n_batches`` rows) whose curves differ: knobs that
     do not matter (a draft-chip device with the draft chip off) make identical designs."""
@@ -372,20 +327,6 @@ def _distinct_curves(df: pd.DataFrame, n_batches: int, top: int) -> pd.DataFrame
             seen.add(key)
             keep.append(block)
     return pd.concat(keep, ignore_index=True)
-
-
-def _row_params(study: StudySpec, rows: pd.DataFrame, repeat: int, skip: str) -> dict[str, np.ndarray]:
-    """The searched knobs of ``rows`` (from params_* columns), each repeated ``repeat`` times."""
-    out = {}
-    for k in study.searched:
-        if k.name == skip:
-            continue
-        col = f"params_{k.name}"
-        if col not in rows.columns:
-            raise DseError(f"the front lacks column {col!r}; pass rows of the results")
-        vals = rows[col].to_numpy(dtype=object if k.kind == "cat" else None)
-        out[k.name] = np.repeat(vals, repeat)
-    return out
 
 
 def speedup_vs_batch(study: StudySpec, front_df: pd.DataFrame, batches=BATCHES, top: int = 4) -> pd.DataFrame:
@@ -401,7 +342,7 @@ def speedup_vs_batch(study: StudySpec, front_df: pd.DataFrame, batches=BATCHES, 
         return pd.DataFrame(columns=cols)
     batches = tuple(int(b) for b in batches)
     rows = front_df.loc[[i for i, _ in picks]]
-    params = _row_params(study, rows, len(batches), skip="batch")
+    params = row_params(study, rows, len(batches), skip="batch")
     params["batch"] = np.tile(np.array(batches, dtype=np.int64), len(picks))
     knobs = tuple(k for k in study.knobs if k.name != "batch") + (
         Knob("batch", "workload", "batch", "int", choices=batches),)
@@ -528,11 +469,14 @@ REPORT_COLUMNS = ["study", "trial", "state", "sampler", "seed", "params_*", "chi
 
 def _report_columns(ds) -> list[str]:
     """:data:`REPORT_COLUMNS` and the stored objective and constraint metrics, those the results
-    (a dse.results.dataset.Dataset) have."""
+    (a dse.results.dataset.Dataset) have; with an SLA the serving columns (sla_*, the serving figure's
+    chosen points)."""
     import fnmatch
     extra = [o.get("metric") for o in list(ds.meta.get("objectives") or []) + list(ds.meta.get("constraints") or [])
              if isinstance(o, dict)]
-    return [n for n in ds.schema.names if any(fnmatch.fnmatch(n, c) for c in REPORT_COLUMNS) or n in extra]
+    study = ds.meta.get("study") if isinstance(ds.meta.get("study"), dict) else {}
+    patterns = REPORT_COLUMNS + (["sla_*"] if (study.get("workload") or {}).get("sla") else [])
+    return [n for n in ds.schema.names if any(fnmatch.fnmatch(n, c) for c in patterns) or n in extra]
 
 
 #: what a sweep's report reads of every row besides the objectives: what its figures use (the
@@ -590,6 +534,13 @@ def build_report(path, out=None, progress: bool = True, force: bool = False) -> 
             skipped.append(("Speedup against batch size", "no feasible design on the front"))
     else:
         skipped.append(("Speedup against batch size", "the study has no drafter (workload.draft: none)"))
+    serving = None
+    if study.workload.sla is not None:
+        from .serving_figure import serving_data
+        say("serving curves for the front")
+        serving = serving_data(study, da.front(df, objs) if front is None else front)
+        if serving is None:
+            skipped.append(("Serving under the SLA", "no design on the front meets the SLA"))
     if not sweep:
         say("parameter importances")
         imps = importances(df, study)
@@ -600,7 +551,7 @@ def build_report(path, out=None, progress: bool = True, force: bool = False) -> 
         skipped.append(("Parameter importance", "a sweep evaluates every grid point: importances are of a "
                         "search's trials (dse run)"))
     res = write_report(df, out, known_parts=known, speedup_vs_batch=svb, importances=imps, progress=say,
-                       objectives=objs, front=front, skipped=skipped)
+                       objectives=objs, front=front, skipped=skipped, serving=serving)
     write_report_mark(out, mark)
     return res
 

@@ -31,7 +31,8 @@ from .labels import axis_label, known_part_name_column, short_knob, tick_text, u
 __all__ = ["OKABE_ITO", "MARKERS", "GREY", "DPI", "MAX_SCATTER", "DRAFT_COLUMN", "DRAFT_KNOB", "CLASS_COLUMNS",
            "PairData", "DraftData", "CodesignData", "pairs_data", "draft_data", "codesign_data", "history_data",
            "why_no_draft_figure", "why_no_history_figure", "figure_style", "figure_fronts", "figure_speedup",
-           "figure_draft", "figure_codesign", "figure_importance", "figure_history", "place_labels", "LOG_RATIO"]
+           "figure_draft", "figure_codesign", "figure_importance", "figure_history", "place_labels", "LOG_RATIO",
+           "new_figure", "suptitle", "auto_log"]
 
 #: Okabe & Ito (2008) colour-blind-safe palette, in plotting order.
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442",
@@ -241,7 +242,7 @@ def codesign_data(df, objs) -> CodesignData | None:
 def figure_codesign(d: CodesignData, title: str):
     from matplotlib.patches import Rectangle
 
-    fig = _new_figure(12.0, 5.8)
+    fig = new_figure(12.0, 5.8)
     ax, tab = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     colour = {name: (OKABE_ITO[i % len(OKABE_ITO)], MARKERS[i % len(MARKERS)]) for i, (name, _, _) in enumerate(d.drafts)}
     for name, pts, pf in d.drafts:
@@ -254,8 +255,8 @@ def figure_codesign(d: CodesignData, title: str):
         else:
             ax.plot([], [], ls="none", marker=mk, color=c, label=f"{name} (none on the front)")
     allpts = [p[:, 0] for _, p, f in d.drafts if p.size] + [f[:, 0] for _, _, f in d.drafts if f.size]
-    _auto_log(ax, "x", *allpts)
-    _auto_log(ax, "y", *([p[:, 1] for _, p, f in d.drafts if p.size] + [f[:, 1] for _, _, f in d.drafts if f.size]))
+    auto_log(ax, "x", *allpts)
+    auto_log(ax, "y", *([p[:, 1] for _, p, f in d.drafts if p.size] + [f[:, 1] for _, _, f in d.drafts if f.size]))
     ax.set_xlabel(f"{axis_label(d.x)}, {_arrow(d.dx)}")
     ax.set_ylabel(f"{axis_label(d.y)}, {_arrow(d.dy)}")
     ax.grid(True, lw=0.4, alpha=0.5)
@@ -289,7 +290,7 @@ def figure_codesign(d: CodesignData, title: str):
     for side in ("top", "right", "bottom", "left"):
         tab.spines[side].set_visible(False)
     tab.set_title(f"Best draft per chip class and batch (lowest {unit_of(d.x)}; its speedup)", fontsize=9)
-    _suptitle(fig, "Which draft wins where", title)
+    suptitle(fig, "Which draft wins where", title)
     return fig
 
 
@@ -327,7 +328,7 @@ def figure_style():
         "axes.labelsize": 8, "savefig.dpi": DPI, "figure.dpi": DPI})
 
 
-def _new_figure(w: float, h: float):
+def new_figure(w: float, h: float):
     import_matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -337,7 +338,7 @@ def _new_figure(w: float, h: float):
     return fig
 
 
-def _suptitle(fig, what: str, title: str) -> None:
+def suptitle(fig, what: str, title: str) -> None:
     """``what`` on the first line, the workload below, wrapped to the figure width."""
     width = max(40, int(fig.get_figwidth() * 12))
     lines = [textwrap.fill(line, width) for line in f"{what}\n{title}".split("\n")]
@@ -348,7 +349,7 @@ def _suptitle(fig, what: str, title: str) -> None:
 LOG_RATIO = 10.0
 
 
-def _auto_log(ax, which: str, *arrays) -> None:
+def auto_log(ax, which: str, *arrays) -> None:
     vals = np.concatenate([np.asarray(a, dtype=float).ravel() for a in arrays if np.size(a)]
                           or [np.empty(0)])
     vals = vals[np.isfinite(vals)]
@@ -410,8 +411,8 @@ def _draw_pair(ax, d: PairData, legend: bool = True) -> None:
                 label="known part (named beside it)")
     known = np.array([(x, y) for _, x, y in d.known], dtype=float).reshape(-1, 2)
     # every point drawn decides the scale: faded infeasible designs 10x above the front squash it too
-    _auto_log(ax, "x", d.infeasible[:, 0], d.feasible[:, 0], d.front[:, 0], known[:, 0])
-    _auto_log(ax, "y", d.infeasible[:, 1], d.feasible[:, 1], d.front[:, 1], known[:, 1])
+    auto_log(ax, "x", d.infeasible[:, 0], d.feasible[:, 0], d.front[:, 0], known[:, 0])
+    auto_log(ax, "y", d.infeasible[:, 1], d.feasible[:, 1], d.front[:, 1], known[:, 1])
     ax.set_xlabel(f"{axis_label(d.x)}, {_arrow(d.dx)}")
     ax.set_ylabel(f"{axis_label(d.y)}, {_arrow(d.dy)}")
     ax.grid(True, lw=0.4, alpha=0.5)
@@ -510,7 +511,7 @@ def figure_fronts(pairs: list[PairData], title: str):
     n = len(pairs)
     cols = min(3, n)
     rows = math.ceil(n / cols)
-    fig = _new_figure(4.6 * cols if n > 1 else 5.6, 4.2 * rows + 0.9 if n > 1 else 4.6)
+    fig = new_figure(4.6 * cols if n > 1 else 5.6, 4.2 * rows + 0.9 if n > 1 else 4.6)
     axes = [fig.add_subplot(rows, cols, k + 1) for k in range(n)]
     for ax, d in zip(axes, pairs, strict=True):
         _draw_pair(ax, d, legend=n == 1)
@@ -518,14 +519,14 @@ def figure_fronts(pairs: list[PairData], title: str):
         handles, labels = axes[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 5), fontsize=7,
                    frameon=False)
-    _suptitle(fig, "Pareto front", title)
+    suptitle(fig, "Pareto front", title)
     for ax, d in zip(axes, pairs, strict=True):
         place_labels(ax, d.known, _pair_obstacles(d))
     return fig
 
 
 def figure_speedup(svb: pd.DataFrame, title: str):
-    fig = _new_figure(6.4, 4.6 + 0.16 * (svb["design"].nunique() + 1))
+    fig = new_figure(6.4, 4.6 + 0.16 * (svb["design"].nunique() + 1))
     ax = fig.add_subplot()
     for n, (name, g) in enumerate(svb.groupby("design", sort=False)):
         g = g.sort_values("batch")
@@ -546,12 +547,12 @@ def figure_speedup(svb: pd.DataFrame, title: str):
     ax.grid(True, lw=0.4, alpha=0.5)
     # below the axes: design names are long and a legend inside would cover the curves
     fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=1, fontsize=7, frameon=False)
-    _suptitle(fig, "Speedup against batch size", title)
+    suptitle(fig, "Speedup against batch size", title)
     return fig
 
 
 def figure_draft(d: DraftData, title: str):
-    fig = _new_figure(6.4, 4.8)
+    fig = new_figure(6.4, 4.8)
     ax = fig.add_subplot()
     styles = [(OKABE_ITO[1], "^", "-"), (OKABE_ITO[0], "o", "--")]
     for (label, pts, pf, hv, size), (color, marker, ls) in zip(d.groups, styles, strict=True):
@@ -561,14 +562,14 @@ def figure_draft(d: DraftData, title: str):
         _step(ax, pf, d.dx, color=color, lw=1.6, ls=ls)
         ax.plot(pf[:, 0], pf[:, 1], ls="none", marker=marker, ms=5, color=color,
                 label=f"{label}: HV = {hv:.4g} (front {size})")
-    _auto_log(ax, "x", *(g[1][:, 0] for g in d.groups if g[1].size))
-    _auto_log(ax, "y", *(g[1][:, 1] for g in d.groups if g[1].size))
+    auto_log(ax, "x", *(g[1][:, 0] for g in d.groups if g[1].size))
+    auto_log(ax, "y", *(g[1][:, 1] for g in d.groups if g[1].size))
     ax.set_xlabel(f"{axis_label(d.x)}, {_arrow(d.dx)}")
     ax.set_ylabel(f"{axis_label(d.y)}, {_arrow(d.dy)}")
     ax.grid(True, lw=0.4, alpha=0.5)
     leg_title = f"HV over all {d.n_objectives} objectives, shared reference"
     ax.legend(fontsize=7, title=leg_title, title_fontsize=7, loc="best")
-    _suptitle(fig, "Draft chip vs no draft chip", title)
+    suptitle(fig, "Draft chip vs no draft chip", title)
     return fig
 
 
@@ -577,7 +578,7 @@ def figure_importance(importances: Mapping[str, Mapping[str, float]], title: str
              for obj, imp in importances.items() if imp]
     n = len(items)
     rows = max(len(v) for _, v in items)
-    fig = _new_figure(4.6 * n, 0.32 * rows + 1.6)
+    fig = new_figure(4.6 * n, 0.32 * rows + 1.6)
     for k, (obj, kv) in enumerate(items):
         ax = fig.add_subplot(1, n, k + 1)
         names = [short_knob(p) for p, _ in kv][::-1]
@@ -588,13 +589,13 @@ def figure_importance(importances: Mapping[str, Mapping[str, float]], title: str
         ax.set_xlabel("importance")
         ax.tick_params(axis="y", labelsize=7)
         ax.grid(True, axis="x", lw=0.4, alpha=0.5)
-    _suptitle(fig, "Parameter importance per objective (PED-ANOVA over the feasible trials, Optuna; "
+    suptitle(fig, "Parameter importance per objective (PED-ANOVA over the feasible trials, Optuna; "
                    "each panel sums to 1)", title)
     return fig
 
 
 def figure_history(curves, title: str):
-    fig = _new_figure(6.4, 4.4)
+    fig = new_figure(6.4, 4.4)
     ax = fig.add_subplot()
     for n, (label, h) in enumerate(curves):
         ax.step(h["trial"], h["hypervolume"], where="post", color=OKABE_ITO[n % 8], lw=1.5,
@@ -609,5 +610,5 @@ def figure_history(curves, title: str):
     ax.legend(fontsize=7, loc="lower right",
               title="reference: " + ", ".join(f"{k} = {v:.4g}" for k, v in ref.items()),
               title_fontsize=6)
-    _suptitle(fig, "Hypervolume against trial", title)
+    suptitle(fig, "Hypervolume against trial", title)
     return fig

@@ -39,6 +39,7 @@ from .figures import (
     why_no_history_figure,
 )
 from .labels import axis_label, known_part_name_column, short_knob, value_text
+from .serving_figure import ServingData, figure_serving, serving_caption
 
 __all__ = ["write_report", "workload_title"]
 
@@ -146,7 +147,7 @@ def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None 
                  importances: dict[str, dict[str, float]] | None = None,
                  progress: Callable[[str], None] | None = None, objectives=None,
                  table_rows: int = 100, front: pd.DataFrame | None = None, epsilon=da.DISPLAY_EPSILON,
-                 skipped: list[tuple[str, str]] | None = None) -> dict:
+                 skipped: list[tuple[str, str]] | None = None, serving: ServingData | None = None) -> dict:
     """Write PNG figures and a self-contained ``index.html`` into ``out_dir``.
 
     Figures: ``front.png`` (one panel per objective pair; feasible points, infeasible in
@@ -173,6 +174,8 @@ def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None 
             into one row (dse.results.analysis.front); the figures draw the exact front.
         skipped: (figure, why) of figures the caller did not compute; with those this function
             leaves out, they are listed in the page and returned.
+        serving: a study with an SLA: its front designs' curves over concurrency
+            (:func:`dse.report.serving_figure.serving_data`), drawn as ``serving.png``.
 
     Returns:
         ``{"html": str path, "figures": [str paths], "skipped": [(figure, why)]}``.
@@ -220,6 +223,9 @@ def write_report(df: pd.DataFrame, out_dir, *, known_parts: pd.DataFrame | None 
                  "Speculative-decoding speedup over plain decoding against batch size for the "
                  "designs given (dotted line: no speedup). A line ends where the design no "
                  "longer fits in memory (the KV cache grows with the batch).")
+        if serving is not None:
+            say("figure: serving under the SLA")
+            save(figure_serving(serving, title), "serving.png", "Serving under the SLA", serving_caption(serving))
         draft = draft_data(df, objs)
         if draft is None:
             skipped.append(("Draft chip vs no draft chip", why_no_draft_figure(df, objs)))

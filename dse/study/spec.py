@@ -9,7 +9,7 @@ from typing import Any
 
 from ..catalog.links import SCALE_UP_CLASSES
 from ..storage.credentials import redact_url
-from ..workload.spec import K_LIMIT, TREE_NODES_MAX, DrafterSpec, Workload
+from ..workload.spec import DEFAULT_BUDGET_TOKENS, K_LIMIT, TREE_NODES_MAX, DrafterSpec, Workload
 
 #: "auto" (the default): a front found in numpy (dse.search.presearch) as the first trials, then trials bred
 #: from the front and screened in numpy (dse.search.breeder)
@@ -280,7 +280,14 @@ class StudySpec:
                          self.drafts.default_trees == "published" else None if self.drafts is not None
                          and self.drafts.default_trees else self.tree_nodes,
                          "k_max": self.k_max, "continuous": self.continuous,
-                         **({"ep": self.ep} if self.ep != 1 else {})},
+                         **({"ep": self.ep} if self.ep != 1 else {}),
+                         # the serving search's settings, where they differ from none (a study without
+                         # them keeps its stored identity and fingerprint)
+                         **({"sla": {"ttft_ms": round(self.workload.sla.ttft_s * 1e3, 9),
+                                     "tpot_ms": round(self.workload.sla.tpot_s * 1e3, 9)},
+                             "serving": self.workload.serving} if self.workload.sla is not None else {}),
+                         **({"max_batched_tokens": self.workload.max_batched_tokens}
+                            if self.workload.max_batched_tokens != DEFAULT_BUDGET_TOKENS else {})},
             "knobs": {k.name: knob(k) for k in self.knobs},
             "objectives": [{"metric": o.metric, "direction": o.direction} for o in self.objectives],
             "constraints": [{k: v for k, v in vars(c).items() if v is not None} for c in self.constraints],
