@@ -377,6 +377,40 @@ def v_sram_answer() -> str:
                "The search never switched the SRAM draft chip on, so this front cannot say whether it pays."))
 
 
+def v_serving_answer() -> str:
+    """studies/serving-sla.yaml's answer on its grid (`dse sweep`, seconds), with 8 H200s for scale."""
+    import pandas as pd
+
+    from dse.api import evaluate_design
+    with tempfile.TemporaryDirectory(prefix="dse-docs-serving-") as tmp:
+        out = Path(tmp) / "sweep"
+        r = subprocess.run([str(Path(sys.executable).parent / "dse"), "sweep", str(ROOT / "studies" / "serving-sla.yaml"),
+                            "--out", str(out), "--quiet"], capture_output=True, text=True, timeout=1800)
+        if r.returncode:
+            raise RuntimeError(f"dse sweep studies/serving-sla.yaml failed:\n{r.stdout}{r.stderr}")
+        df = pd.read_parquet(out)
+    f = df[df["feasible"] & df["sla_tokens_per_s_per_chip"].notna()]
+
+    def name(row):
+        return (f"{row['params_target_chip_peak_tflops']:,.0f} TFLOP/s, {int(row['params_target_chip_memory_stacks'])} "
+                f"{str(row['params_target_chip_memory']).upper()} stacks, {int(row['params_target_chip_chips'])} "
+                f"chip{'s' if int(row['params_target_chip_chips']) > 1 else ''}")
+    fast = f.loc[f["sla_tokens_per_s_per_chip"].idxmax()]
+    cheap = f.loc[f["usd_per_mtok"].idxmin()]
+    plain = f[f["params_draft"].astype(str) == "none"]["sla_tokens_per_s_per_chip"].max()
+    h200 = evaluate_design(hw="h200", chips=8, target="llama-3.1-70b", dtype="fp8", kv_dtype="fp8", prompt=4000,
+                           output=500, sla_ttft_ms=1000, sla_tpot_ms=20)
+    serving = {"agg": "one pool", "disagg": "disaggregated"}
+    return (f"On its grid ({len(df):,} designs, {len(f)} of them feasible and meeting the SLA) the most output tokens/s "
+            f"per chip is {fast['sla_tokens_per_s_per_chip']:,.0f} ({name(fast)}; {fast['sla_speculation']} at "
+            f"concurrency {int(fast['sla_concurrency'])}, {serving[str(fast['sla_serving'])]}, "
+            f"{fast['usd_per_mtok']:.3f} USD per million tokens) and the cheapest token costs "
+            f"{cheap['usd_per_mtok']:.3f} USD per million ({name(cheap)}, {cheap['sla_tokens_per_s_per_chip']:,.0f} "
+            f"tokens/s per chip); without speculation the best is {plain:,.0f} tokens/s per chip. The eight H200s "
+            f"above, with the study's fp8 KV cache, serve {h200['sla_tokens_per_s_per_chip']:,.0f} per chip at "
+            f"{h200['usd_per_mtok']:.3f} USD.")
+
+
 def _scaleout() -> dict:
     """trials/s per (storage, workers) of the bench_scaleout run quoted in docs/benchmarks.md."""
     text = (ROOT / "docs" / "benchmarks.md").read_text()
@@ -469,6 +503,7 @@ VALUES: dict[str, Callable[[], str]] = {
     "batch_crossover_k4": v_batch_crossover_k4, "calibration": v_calibration, "scaleout_tasks": v_scaleout_tasks,
     "scaleout_journal": v_scaleout_journal, "search_quality": v_search_quality,
     "quickstart_timing": v_quickstart_timing, "quickstart_run": v_quickstart_run, "sram_answer": v_sram_answer,
+    "serving_answer": v_serving_answer,
     **{f"codesign_{k}": (lambda k=k: _codesign()[k])
        for k in ("counts", "front", "front_without_eagle3", "wins", "batch1_latency", "batch1_energy", "draft_chip")},
 }
