@@ -33,6 +33,7 @@ from .workload.spec import (
     Sla,
     TaskMix,
     Workload,
+    check_dp,
     check_ep,
     check_workload,
     make_acceptance,
@@ -175,7 +176,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                     dtype: str = "bf16", kv_dtype: str | None = None, temperature: float = 0.0, task: Any = "chat",
                     overlap: bool = False, runtime: str | None = None, baseline_ms: float | None = None,
                     continuous: bool = False, max_batched_tokens: int = DEFAULT_BUDGET_TOKENS, ep: int = 1,
-                    pp: int | str | None = None,
+                    pp: int | str | None = None, dp: int = 1,
                     set_fields: dict[str, Any] | None = None, k_max: int = 16,
                     sla_ttft_ms: float | None = None, sla_tpot_ms: float | None = None, serving: str = "best",
                     rate_rps: float | None = None,
@@ -281,6 +282,8 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                                else as_number(pp, "--pp", rng=Range(integer=True, lo=1, hi=1024)),
                                max_tp=1 if dev.link_bw_bytes_s <= 0 else None, most_stages=dev.layer_regions)
     check_group(dev, chips)
+    raise_collected(check_dp(tgt, dp, (chips,), chips_name="--chips/--pp"))
+    dp = int(dp)
     auto = pp_asked is None or str(pp_asked).strip().lower() == "auto"
     check_stages(dev, chips, pp, "--chips" if auto else "--pp", total if auto else None)
     # a draft model runs at the tensor parallel its heads allow on its chips (draft_tp: dse.model.drafters)
@@ -317,7 +320,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                  serving=str(serving).strip().lower(),
                  temperature=float(temperature), overlap=overlap, tree_nodes=tree_nodes,
                  datastore_bytes=float(datastore_gb) * FACTOR["gb"], continuous=bool(continuous),
-                 max_batched_tokens=int(max_batched_tokens), ep=ep,
+                 max_batched_tokens=int(max_batched_tokens), ep=ep, dp=dp,
                  k_max=k_max if drafter.kind not in ("medusa", "hydra") else drafter.heads,
                  rank_profile=None if profile.geometric else profile, task=task_mix, tree_choices=choices, **band)
     design = DesignBatch(target=target_hw, draft=draft_arrays, draft_on_chip=on_chip,
@@ -338,7 +341,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         if rate_rps is not None:
             out["rate_rps"] = rate_rps
             out["sizing"] = {mode: _size(p, rate_rps, output) for mode, p in out["sla_points"].items()}
-    out.update(hw=dev.name, chips=total, tp=chips, pp=pp, ep=ep, target=tgt.name, draft=drafter.label,
+    out.update(hw=dev.name, chips=total, tp=chips, pp=pp, ep=ep, dp=dp, target=tgt.name, draft=drafter.label,
                draft_hw=ddev.name if ddev else None, draft_chips=draft_chips if ddev else None,
                runtime=rt.name, dtype=dtype, kv_dtype=kv_dtype, weight_format=WEIGHT_FORMATS[dtype].desc,
                weight_math=_weight_math(dev, dtype), scale_up_domain=dev.scale_up_domain,

@@ -206,6 +206,9 @@ def _kv(ctx, param, values):
 @click.option("--target", required=True, help="Target model: name, YAML file or HF config.json.")
 @click.option("--ep", default="1", show_default=True,
               help="Expert-parallel ranks for an MoE target (divides the experts and --chips; 1 = tensor parallel).")
+@click.option("--dp", default="1", show_default=True,
+              help="Attention data-parallel ranks for an MoE target (divides a stage's chips; each rank's chips run "
+                   "attention for its share of the sequences; 1 = attention tensor-parallel).")
 @click.option("--draft", default="none", show_default=True,
               help="Model name/file, eagle, eagle2, eagle3, medusa:H, hydra[:H], ngram, retrieval, early-exit:L, or none.")
 @click.option("--draft-hw", default=None,

@@ -157,9 +157,10 @@ class DesignBatch:
     k: np.ndarray                    # drafted tokens per iteration (tree depth); 0 = auto
     tree_nodes: np.ndarray = 0       # nodes of the draft tree; 0 = the workload's
     ep: np.ndarray = 0               # expert-parallel ranks of an MoE target; 0 = the workload's
+    dp: np.ndarray = 0               # attention data-parallel ranks of an MoE target; 0 = the workload's
 
     def __post_init__(self):
-        n = _as_arrays(self, int_fields=("batch", "prompt_tokens", "output_tokens", "k", "tree_nodes", "ep"),
+        n = _as_arrays(self, int_fields=("batch", "prompt_tokens", "output_tokens", "k", "tree_nodes", "ep", "dp"),
                        bool_fields=("draft_on_chip",), n=max(self.target.n, self.draft.n))
         for name in ("target", "draft"):
             hw = getattr(self, name)

@@ -42,13 +42,21 @@ def draft_weight_bytes_per_chip(w: Workload, chips):
     return np.zeros_like(c)
 
 
-def weights_per_chip(m: ModelSpec, chips, weight_format: str):
+def weights_per_chip(m: ModelSpec, chips, weight_format: str, dp=None):
     """Weight bytes on one of t chips: layers (W - W_rep)/t + W_rep at the format's bytes per
-    weight, embedding and LM head /t at its head bytes (MODEL.md sections 1-2)."""
+    weight, embedding and LM head /t at its head bytes (MODEL.md sections 1-2). With attention data
+    parallel over ``dp`` = D ranks, everything but the routed experts is split over a rank's t/D chips
+    (roofline.pass_cost)."""
     f = tf.WEIGHT_FORMATS[weight_format]
     head = tf.lm_head_params(m) * (1 if m.tied_embeddings else 2)
-    layers = tf.per_chip(tf.non_embedding_params(m), tf.replicated_params(m), chips)
-    return layers * f.bytes_per_weight + head * f.head_bytes / np.asarray(chips, dtype=np.float64)
+    c = np.asarray(chips, dtype=np.float64)
+    if dp is None:
+        layers = tf.per_chip(tf.non_embedding_params(m), tf.replicated_params(m), chips)
+        return layers * f.bytes_per_weight + head * f.head_bytes / c
+    routed = tf.non_embedding_params(m) - float(tf.weight_params_touched(m, 0.0, None, False))
+    ca = c / dp
+    layers = tf.per_chip(tf.non_embedding_params(m) - routed, tf.replicated_params(m), ca) + routed / c
+    return layers * f.bytes_per_weight + head * f.head_bytes / ca
 
 
 def memory_per_chip(m: ModelSpec, chips, batch, tokens, weight_format: str, kv_dtype: str):
@@ -105,7 +113,11 @@ def capacity_metrics(batch: DesignBatch, w: Workload) -> dict[str, np.ndarray]:
     draft_chip = draft_per_chip(tp if d.kind == "model" else d_chips) / d_pp
     here = ~on_chip                               # the draft lives on the target chips
     kv = tf.kv_cache_bytes(tgt, B, P + G, kvb)                   # memory_per_chip, at t and at t -> inf
-    chip_req = (weights_per_chip(tgt, t_chips, w.dtype) + kv / tf.kv_shards(tgt, t_chips)) / t_pp
+    dp = np.where(batch.dp > 0, batch.dp, w.dp).astype(np.float64)     # attention data-parallel ranks
+    if (dp > 1).any():          # a rank's t/D chips hold its B/D sequences' cache
+        chip_req = (weights_per_chip(tgt, t_chips, w.dtype, dp) + kv / (dp * tf.kv_shards(tgt, t_chips / dp))) / t_pp
+    else:
+        chip_req = (weights_per_chip(tgt, t_chips, w.dtype) + kv / tf.kv_shards(tgt, t_chips)) / t_pp
     L = tgt.num_layers
     chip_floor = (weights_per_chip(tgt, np.inf, w.dtype) + kv / tf.kv_shards(tgt, np.inf)) / L
     if d.kind != "none" and not any_on:

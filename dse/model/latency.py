@@ -63,7 +63,11 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
     S = P + 0.5 * G          # mean context during generation (exact for terms linear in S)
     kw = tf.step_kwargs(w.dtype, w.kv_dtype)
     E = np.where(batch.ep > 0, batch.ep, w.ep)      # expert-parallel ranks per design (the target's steps)
-    kw_t, kw_tc = dict(kw, ep=E), dict(kw, ep=E[:, None])      # rows, and (n, 1) columns for k sweeps
+    DP = np.where(batch.dp > 0, batch.dp, w.dp)     # and attention data-parallel ranks
+    if (DP > 1).any():
+        kw_t, kw_tc = dict(kw, ep=E, dp=DP), dict(kw, ep=E[:, None], dp=DP[:, None])
+    else:
+        kw_t, kw_tc = dict(kw, ep=E), dict(kw, ep=E[:, None])      # rows, and (n, 1) columns for k sweeps
     cf = tf.COMPUTE_EFFICIENCY_FACTOR[fmt.compute_dtype]
     emulated = tf.EMULATED_DEQUANT.get(fmt.compute_dtype, "")
     nodes = np.where(batch.tree_nodes > 0, batch.tree_nodes, w.tree_nodes) if d.kind != "none" else np.zeros(n, int)

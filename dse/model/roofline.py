@@ -168,7 +168,7 @@ def communication_time_s(m: ModelSpec, hw, tokens, act_bytes: float, layers: int
     return collectives(m, hw, tokens, act_bytes, layers, ep)[0]
 
 
-def collectives(m: ModelSpec, hw, tokens, act_bytes: float, layers: int, ep=1):
+def collectives(m: ModelSpec, hw, tokens, act_bytes: float, layers: int, ep=1, dp=None):
     """(seconds, bytes the group sends over its links) of one step's collectives over ``tokens``
     = B*q tokens (MODEL.md section 2).
 
@@ -188,6 +188,12 @@ def collectives(m: ModelSpec, hw, tokens, act_bytes: float, layers: int, ep=1):
     (a ring, or the hierarchical one: the same traffic; a tree between domains sends each shard
     2 x instead of 2(n-1)/n x, not counted: a decode step's few KB), an all-to-all of n bytes per rank
     (E-1)/E*n per rank, at the mean rank's share.
+
+    Attention data parallel over ``dp`` = D ranks (None: 1): attention, the dense FFN layers and the
+    shared experts run tensor-parallel within each rank's t/D chips on its T/D tokens, so their
+    all-reduces are of T*d*b_act/D over t/D chips; the routed experts' collectives are the same (all
+    T tokens). Without expert parallel the experts stay tensor-parallel over all t chips: their
+    all-reduce (an all-gather of the ranks' tokens and a reduce-scatter) is over t chips as before.
     """
     t = np.asarray(hw.chips, dtype=np.float64)
     T = np.asarray(tokens, dtype=np.float64)
@@ -197,7 +203,13 @@ def collectives(m: ModelSpec, hw, tokens, act_bytes: float, layers: int, ep=1):
     n_ar = T * d * act_bytes
     ar = group_allreduce_time_s(n_ar, hw)
     ar_bytes = 2.0 * np.maximum(t - 1.0, 0.0) * n_ar
-    tp = 2.0 * layers * ar, 2.0 * layers * ar_bytes
+    if dp is None:          # attention's all-reduce: over the group, or within a data-parallel rank
+        ar_a, ar_a_bytes = ar, ar_bytes
+    else:
+        ta = t / dp
+        ar_a = group_allreduce_time_s(n_ar / dp, hw, ta)
+        ar_a_bytes = 2.0 * np.maximum(ta - 1.0, 0.0) * n_ar      # D ranks of t/D chips, T/D tokens each
+    tp = layers * (ar_a + ar), layers * (ar_a_bytes + ar_bytes)
     E = expert_ranks(m, ep, t)
     if not (E > 1).any():
         return tp
@@ -208,11 +220,11 @@ def collectives(m: ModelSpec, hw, tokens, act_bytes: float, layers: int, ep=1):
     mean = T * m.experts_per_token * d * act_bytes / E         # bytes one rank dispatches on average
     inner = t / E
     per_moe = (2.0 * group_alltoall_time_s(busiest, E, hw) + group_allreduce_time_s(busiest, hw, inner)
-               + (ar if m.shared_experts else 0.0))
+               + (ar_a if m.shared_experts else 0.0))
     per_moe_bytes = (2.0 * (E - 1.0) * mean + E * 2.0 * np.maximum(inner - 1.0, 0.0) * mean
-                     + (ar_bytes if m.shared_experts else 0.0))
-    return (np.where(E > 1, (layers + dense) * ar + moe * per_moe, tp[0]),
-            np.where(E > 1, (layers + dense) * ar_bytes + moe * per_moe_bytes, tp[1]))
+                     + (ar_a_bytes if m.shared_experts else 0.0))
+    return (np.where(E > 1, (layers + dense) * ar_a + moe * per_moe, tp[0]),
+            np.where(E > 1, (layers + dense) * ar_a_bytes + moe * per_moe_bytes, tp[1]))
 
 
 def kernels_per_step(m: ModelSpec, hw, layers: int | None = None):
@@ -276,7 +288,7 @@ def pass_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
               step_overhead: bool = True, weight_bw_factor=None, weight_dequant: str = "",
               linear_compute_factor: float = 1.0, attention_compute_factor: float = 1.0,
               head_bytes: float | None = None, prefill_tokens=0.0, prefill_len=0.0,
-              tree_mask=False, ep=1, weight_emulated_dequant: str = "", energy: bool = True) -> StepCost:
+              tree_mask=False, ep=1, dp=1, weight_emulated_dequant: str = "", energy: bool = True) -> StepCost:
     """step(model, device, B, q, S): B sequences, q new tokens each, S tokens cached.
 
     Linear: F = 2*N_active*B*q (+ LM head at every position, or at the last one only for a
@@ -311,6 +323,13 @@ def pass_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     chip's (they set the time). ``hw`` is any object with the HardwareArrays attributes (1-D, or
     2-D columns for k sweeps).
 
+    Attention data parallel over ``dp`` = D ranks (an MoE target, DeepSeek-class serving: SGLang
+    --enable-dp-attention, TensorRT-LLM attention DP): each rank runs attention, the dense FFN layers,
+    the shared experts and the LM head tensor-parallel over its t/D chips for its B/D sequences, so
+    those weights are whole on every rank (t/D, not t, shares of them) and a chip holds its rank's
+    cache, B/D sequences over min(t/D, h_kv) (MLA: its rank's latents only, not every sequence's);
+    the routed experts keep their expert (or tensor) parallel over all t chips and all tokens.
+
     Energy (MODEL.md section 5), the whole group's at the mean expert rank (what all ranks move
     together): ``energy_j`` = every chip's bytes from memory x hw.mem_j_per_byte + the bytes its
     collectives send x hw.link_j_per_byte; its FLOPs apart, ``group_flops_lin`` and
@@ -342,14 +361,24 @@ def pass_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
         touched = tf.weight_params_touched(m, TX, L, lm_head) - head
     else:               # a dense step streams every weight whatever its tokens: one number (exact: an integer)
         touched = float(tf.weight_params_touched(m, 0.0, L, lm_head) - head)
-    bytes_lin = tf.per_chip(touched, rep, t) * weight_bytes + head * hb / t
+    dpa = np.asarray(dp, dtype=np.float64)
+    dpa = dpa if (dpa > 1).any() else None          # attention data parallel (else the plain path, bit for bit)
     lin = tf.linear_flops_per_token(m, L, lm_head and not lm_head_last_only) * T
-    flops_lin = tf.per_chip(lin + tf.linear_flops_per_token(m, L, False) * X if ride else lin, 2.0 * rep * TX, t)
+    lin_all = lin + tf.linear_flops_per_token(m, L, False) * X if ride else lin
+    if dpa is None:
+        bytes_lin = tf.per_chip(touched, rep, t) * weight_bytes + head * hb / t
+        flops_lin = tf.per_chip(lin_all, 2.0 * rep * TX, t)
+    else:       # the weights outside the routed experts whole on each rank's t/D chips, its T/D tokens
+        ta = t / dpa
+        own = float(tf.weight_params_touched(m, 0.0, L, False))
+        bytes_lin = (tf.per_chip(own, rep, ta) + (touched - own) / t) * weight_bytes + head * hb / ta
+        flops_lin = (lin_all - 2.0 * rep * TX) / t + 2.0 * rep * TX / dpa
     if lm_head and lm_head_last_only:      # prefill: logits of the last prompt position only
         flops_lin = flops_lin + 2.0 * tf.lm_head_params(m) * B / t
     busy = _busiest_expert_rank(m, L, TX, ep, t)                    # None without expert parallel
     kv_tok = L * tf.kv_elems_per_token_per_layer(m) * kv_bytes
-    bytes_att = ((B * (S + q) + X) if ride else B * (S + q)) * kv_tok / tf.kv_shards(m, t)
+    bytes_att = ((B * (S + q) + X) if ride else B * (S + q)) * kv_tok / (
+        tf.kv_shards(m, t) if dpa is None else dpa * tf.kv_shards(m, t / dpa))   # a rank: its B/D sequences
     tree = tree_mask is not False and bool(np.any(tree_mask))
     own = np.where(tree_mask, q, 0.5 * (q + 1.0)) if tree else 0.5 * (q + 1.0)
     # a prefill (logits of the last position only) runs MLA in its non-absorbed form
@@ -390,7 +419,7 @@ def pass_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
         fixed = fixed + np.where(tree_mask, L * hw.tree_kernels_per_layer * hw.kernel_launch_s, 0.0)
     if step_overhead:
         fixed = fixed + hw.step_overhead_s + B * hw.sequence_overhead_s
-    comm, link_bytes = collectives(m, hw, T, act_bytes, L, ep)
+    comm, link_bytes = collectives(m, hw, T, act_bytes, L, ep, dpa)
     # split each part's time to the side that bounds it (for ``bound`` and the report)
     lin_mem, att_mem = lin_m >= lin_c, att_m >= att_c
     t_mem = np.where(lin_mem, lin, 0.0) + np.where(att_mem, att, 0.0)

@@ -27,6 +27,7 @@ from ..workload.spec import (
     DrafterSpec,
     Workload,
     WorkloadNames,
+    check_dp,
     check_ep,
     check_some_split,
     check_workload,
@@ -163,6 +164,13 @@ def parse_study(raw: Any, path: str | Path, db: Database | None = None) -> Study
                 ep = int(kn.fixed)
         elif not ep_errs:
             ep = int(ep_raw)
+    dp = 1
+    if wl["target"] is not None and "dp" in wl_map:     # attention data parallel: every chip count a multiple
+        chips = knob_values(next((k for k in knobs if k.name == "target_chip_chips"), None), 1)
+        dp_errs = check_dp(wl["target"], wl_map["dp"], chips, where="workload.dp",
+                           chips_name="space.target_chip.chips", path=p)
+        err.items.extend(dp_errs)
+        dp = 1 if dp_errs else int(wl_map["dp"])
     if wl["target"] is not None:
         by = {k.name: k for k in knobs}
         t_chips = knob_values(by.get("target_chip_chips"), 1)
@@ -224,7 +232,7 @@ def parse_study(raw: Any, path: str | Path, db: Database | None = None) -> Study
     base = Workload(target=wl["target"], drafter=drafter, acceptance=acc or AcceptanceSpec(kind="alpha", alpha=0.0),
                     dtype=wl["dtype"], kv_dtype=wl["kv_dtype"], temperature=float(wl["temperature"]),
                     overlap=wl["overlap"], tree_nodes=int(wl["tree_nodes"]), k_max=int(wl["k_max"]),
-                    continuous=wl["continuous"], ep=ep, task=wl["task"], sla=wl["sla"], serving=wl["serving"],
+                    continuous=wl["continuous"], ep=ep, dp=dp, task=wl["task"], sla=wl["sla"], serving=wl["serving"],
                     max_batched_tokens=int(wl["max_batched_tokens"]))
     drafts = DraftChoices(base=base, choices=tuple(choices), acceptance_given=acc is not None,
                           default_trees="published" if wl["tree_published"] else not (wl["tree_given"] or k_given),

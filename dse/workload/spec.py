@@ -286,6 +286,7 @@ class Workload:
     #: or 'best' (both, the better kept)
     serving: str = "best"
     ep: int = 1                       # expert-parallel ranks for an MoE target (1 = experts tensor-parallel)
+    dp: int = 1                       # attention data-parallel ranks for an MoE target (1 = attention tensor-parallel)
     #: a tree's rank profile from alpha / per-position rates / tau (the drafter kind's measured one,
     #: dse.catalog.rank_profiles; api and studies set it); None = the geometric limit a(1-a)^(r-1)
     rank_profile: RankProfile | None = None
@@ -391,6 +392,33 @@ def _rank_acceptance(rank, field: str) -> AcceptanceSpec:
     if any(sum(row) > 1.0 + 1e-9 for row in out):
         raise SpecError(None, field, rank, allowed)
     return AcceptanceSpec(kind="rank", rank=out)
+
+
+def check_dp(target: ModelSpec, dp: Any, chips: tuple[int, ...], where: str = "--dp",
+             chips_name: str = "--chips", path: str | None = None) -> list[SpecError]:
+    """Attention data parallel D (roofline.pass_cost): 1 (attention tensor-parallel over the group),
+    or for an MoE target an integer > 1 that divides every tensor-parallel group's chips t (D ranks of
+    t/D chips, each serving its share of the sequences). A dense model's D ranks would be D replicas:
+    fewer chips per replica says that."""
+    if isinstance(dp, bool) or not isinstance(dp, (int, float, str)):
+        return [SpecError(path, where, dp, "expected a positive integer (1 = attention tensor-parallel)")]
+    try:
+        val = int(dp) if isinstance(dp, str) else dp
+    except ValueError:
+        val = None
+    if val is None or (isinstance(val, float) and (not math.isfinite(val) or val != int(val))) or val < 1:
+        return [SpecError(path, where, dp, "expected a positive integer (1 = attention tensor-parallel)")]
+    val = int(val)
+    if val == 1:
+        return []
+    if not target.is_moe:
+        return [SpecError(path, where, val, f"attention data parallel serves an MoE target beside its experts' "
+                          f"parallel; {target.name} is dense (D ranks would be D replicas: give fewer chips): use 1")]
+    bad = [int(c) for c in chips if int(c) % val]
+    if bad:
+        return [SpecError(path, where, val, f"the attention data-parallel ranks must divide the tensor-parallel "
+                          f"chips ({chips_name} gives {bad[0]} a stage): a divisor of {bad[0]}")]
+    return []
 
 
 def check_ep(target: ModelSpec, ep: Any, chips: tuple[int, ...], where: str = "--ep",
