@@ -89,7 +89,8 @@ PRECISION = {
     "int8": "int8", "int8 weight-only": "int8", "int4 g32": "int4", "int4 g32 weight-only": "int4",
     "INT4 weights (g32)": "int4", "not stated in sources read": "bf16",
     "FP8 (fp8 KV cache)": "fp8-head16", "4-bit (q4f16_1 assumed)": "q4f16_1", "FP8 (NIM fp8 profile)": "fp8-head16",
-    "nvfp4 MoE and dense FFN, bf16 attention": "nvfp4", "fp8 (DeepSeek block-wise W8A8)": "fp8-head16",
+    "nvfp4 MoE and dense FFN, bf16 attention": "nvfp4",
+    "nvfp4 (nvidia/DeepSeek-R1-0528-FP4), fp8 KV cache": "nvfp4", "nvfp4 (nvidia/DeepSeek-R1-FP4), bf16 KV cache": "nvfp4", "fp8 (DeepSeek block-wise W8A8)": "fp8-head16",
     "fp8 (row-wise W8A8, Meta FP8 checkpoint)": "fp8-head16",
     "fp8 (DeepSeek-R1-0528 block-wise W8A8)": "fp8-head16", "nvfp4 (DeepSeek-R1-0528-FP4-V2)": "nvfp4",
     "bf16 weights, bf16 KV cache": "bf16", "bf16 weights, fp8 KV cache (FlashAttention-3, two-level accumulation)": "bf16",
@@ -113,10 +114,6 @@ LOAD_NOT_MODELLED = (
     ("static batch", "a static batch (benchmark_latency.py): B requests run together, not serving under load; "
                      "TTFT and TPOT not separated"),
 )
-#: why the rows with attention data parallel are not modelled (checked after the concurrency)
-ATTENTION_DP = ("attention data parallel (each rank runs attention for its own share of the batch with the whole "
-                "attention weights, its token budget per rank) is not a layout dse models (its tensor-parallel "
-                "attention keeps MLA's one latent KV head on every rank: these batches would not fit)")
 #: why the serving-load rows are all held out
 LOAD_ROLE = "held out: the serving model (dse.model.scheduler) has no fitted constant; none fitted on these rows"
 #: serving-load source text -> short name for the per-source medians (first match wins)
@@ -291,8 +288,6 @@ def _load_cases(rid: str, row: dict[str, str]) -> list[Case]:
     if not row["concurrency"]:
         raise _NotModelled("no concurrency: an offline max-load run whose requests in flight the server's own "
                            "batch and KV limits set (not stated)")
-    if "attention DP" in row["framework"]:
-        raise _NotModelled(ATTENTION_DP)
     if not (row["tp"] and row["pp"]):
         raise _NotModelled(f"the tensor/expert-parallel split over the {row['num_chips']} GPUs is not stated")
     dtype = _lookup(PRECISION, row["precision"], "precision")
@@ -309,8 +304,12 @@ def _load_cases(rid: str, row: dict[str, str]) -> list[Case]:
         design["ep"] = int(ep.group(1))
     if row["model"] == "DeepSeek-R1":
         notes.append("DeepSeek-R1 has DeepSeek-V3's shapes: deepseek-v3")
+    dp = int(row["tp"]) if "attention DP" in row["framework"] else 1
+    if dp > 1:      # TensorRT-LLM's attention DP: one rank a GPU, each with its own token budget
+        design["dp"] = dp
+        notes.append(f"attention data parallel, {dp} ranks of one GPU (--dp {dp}); the budget is per rank")
     if row["max_batched_tokens"]:
-        design["max_batched_tokens"] = int(row["max_batched_tokens"])
+        design["max_batched_tokens"] = int(row["max_batched_tokens"]) * dp
     else:
         notes.append("token budget not stated: 8192 (vLLM's and TensorRT-LLM's default)")
     if "anomalous" in row["notes"]:
