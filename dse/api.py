@@ -26,6 +26,7 @@ from .model.serving import chips_in_design
 from .model.transformer import WEIGHT_FORMATS, default_kv_dtype
 from .units import FACTOR
 from .workload.spec import (
+    ARRIVALS,
     DEFAULT_BUDGET_TOKENS,
     SERVING_MODES,
     TREE_NODES_MAX,
@@ -179,7 +180,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                     pp: int | str | None = None, dp: int = 1,
                     set_fields: dict[str, Any] | None = None, k_max: int = 16,
                     sla_ttft_ms: float | None = None, sla_tpot_ms: float | None = None, serving: str = "best",
-                    rate_rps: float | None = None,
+                    rate_rps: float | None = None, arrivals: str = "closed",
                     db: Database | None = None, tech=None, build_only: bool = False) -> dict[str, Any]:
     """Evaluate one design; returns the `dse eval --json` object (display units, None for null).
     ``tech``: technology constants (TechConstants, e.g. ``with_overrides`` of the database's) for the
@@ -311,13 +312,15 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                 acceptance_source=resolution.source) if resolution else \
         dict(acceptance_source="given" if drafter.kind != "none" else "none")
     sla = _sla(sla_ttft_ms, sla_tpot_ms, serving)
+    if str(arrivals).strip().lower() not in ARRIVALS:
+        raise one_of(None, "--arrivals", arrivals, ARRIVALS)
     if rate_rps is not None:
         if sla is None:
             raise SpecError(None, "--rate-rps", rate_rps, "sizing a fleet needs the SLA it must meet: give "
                             "--sla-ttft-ms and --sla-tpot-ms too")
         rate_rps = as_number(rate_rps, "--rate-rps", rng=Range(lo=0.0, lo_open=True, hi=1e9, unit="requests/s"))
     w = Workload(target=tgt, drafter=drafter, acceptance=acc, dtype=dtype, kv_dtype=kv_dtype, sla=sla,
-                 serving=str(serving).strip().lower(),
+                 serving=str(serving).strip().lower(), arrivals=str(arrivals).strip().lower(),
                  temperature=float(temperature), overlap=overlap, tree_nodes=tree_nodes,
                  datastore_bytes=float(datastore_gb) * FACTOR["gb"], continuous=bool(continuous),
                  max_batched_tokens=int(max_batched_tokens), ep=ep, dp=dp,
@@ -333,7 +336,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         design, anchor = anchor_to_baseline(design, w, as_number(baseline_ms, "--baseline-ms", rng=Range(lo=0.0, lo_open=True)) * 1e-3)
     m = evaluate(design, w)
     out = to_record(m, 0)
-    out.update(max_batched_tokens=w.max_batched_tokens)
+    out.update(max_batched_tokens=w.max_batched_tokens, arrivals=w.arrivals)
     if sla is not None:
         out.update(sla_ttft_target_ms=sla.ttft_s * 1e3, sla_tpot_target_ms=sla.tpot_s * 1e3, serving=w.serving)
         out["sla_points"] = _sla_points(design, w, db_tech, dev, total, ddev, draft_chips)

@@ -259,6 +259,9 @@ def _kv(ctx, param, values):
               help="Serving SLA: mean time per output token, ms (with --sla-ttft-ms) [default: none].")
 @click.option("--serving", default="best", show_default=True, type=click.Choice(["agg", "disagg", "best"]),
               help="Deployments the SLA search tries: one pool, prefill and decode pools, or both.")
+@click.option("--arrivals", default="closed", show_default=True, type=click.Choice(["closed", "poisson"]),
+              help="How requests arrive under --continuous and in the SLA search: a closed loop of --batch clients "
+                   "(the usual benchmark) or at random times with that many in flight on average.")
 @click.option("--rate-rps", type=float, default=None,
               help="With an SLA: size the fleet, the fewest chips that serve this many requests a second "
                    "[default: none].")

@@ -84,8 +84,10 @@ def eval_table(r: dict) -> str:
 
 def sla_table(r: dict) -> str:
     """The best aggregated and disaggregated operating points under the SLA (dse.model.serving)."""
+    load = ("random arrivals, concurrency on average" if r.get("arrivals") == "poisson" else
+            "closed loop of concurrent clients")
     out = [f"serving under TTFT <= {fmt(r['sla_ttft_target_ms'])} ms and TPOT <= {fmt(r['sla_tpot_target_ms'])} ms "
-           f"(closed loop of concurrent clients, prompt {r['prompt_tokens']}, output {r['output_tokens']}, budget "
+           f"({load}, prompt {r['prompt_tokens']}, output {r['output_tokens']}, budget "
            f"{r['max_batched_tokens']} tokens an iteration):"]
     rows = [["", "tok/s/chip", "concurrency", "tok/s/user", "TTFT ms", "TPOT ms", "speculation", "prefill chips",
              "USD/Mtok"]]

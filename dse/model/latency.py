@@ -101,7 +101,7 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
                              energy=False, **kw_t)
             times.append(t_iter - t_verify + full.time_s + extra * x)
         own, busy = scheduler.prompt_times_s(P, cap, *times)
-        return scheduler.closed_loop_ttft_s(B, G, s_token, t_iter, own, busy)
+        return scheduler.closed_loop_ttft_s(B, G, s_token, t_iter, own, busy, poisson=w.arrivals == "poisson")
 
     on_chip = batch.draft_on_chip & d.can_use_draft_chip
     D = _select(on_chip, batch.draft, T)     # the group the drafter runs on

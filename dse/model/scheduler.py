@@ -19,7 +19,9 @@ Two ways to load a server (say which a number assumes):
   new prompt finds the other B - 1 clients' requests, which arrive at lam = (B - 1) / L, L = TTFT +
   (G - 1) t_token a request's life; solved for the fixed point in TTFT. Past rho = 1 the loop is
   prefill-bound and the wait is at most the B - 1 prompts ahead, (B - 1) S.
-- open loop at R requests/s (Poisson): lam = R; past rho = 1 the queue grows without bound (inf).
+- open loop (Poisson arrivals): at R requests/s, lam = R, and past rho = 1 the queue grows without
+  bound (inf); at a mean of B requests in flight, lam = B / L (Little's law), the fixed point again
+  without the clients' bound (``workload.arrivals: poisson``, ``--arrivals poisson``).
 """
 
 from __future__ import annotations
@@ -58,22 +60,26 @@ def md1_wait_s(rate_per_s, service_s):
     return np.where(np.asarray(rate_per_s) > 0, w, 0.0)
 
 
-def closed_loop_ttft_s(batch, output_tokens, s_per_token, iter_s, own_s, busy_s):
+def closed_loop_ttft_s(batch, output_tokens, s_per_token, iter_s, own_s, busy_s, poisson: bool = False):
     """TTFT of a closed loop of B clients (module docstring): x = a + W(x), a = head + own (head =
     t_iter/2 where others run), W the M/D/1 wait at lam = m/(x + g) (m = B - 1 others, g = (G - 1)
     t_token of decoding), at most m S. With z = x + g - m S the uncapped fixed point solves
-    z^2 + (m S - g - a) z - m S^2/2 = 0 (its positive root); then W = min(x - a, m S)."""
+    z^2 + (m S - g - a) z - m S^2/2 = 0 (its positive root); then W = min(x - a, m S).
+    ``poisson``: requests arriving at random (an open loop) whose mean number in flight is B, so at
+    lam = B/(x + g) (Little's law), every arrival at a random time in a running iteration, and no
+    clients' bound on the queue."""
     B = np.asarray(batch, dtype=np.float64)
     g = (np.asarray(output_tokens, dtype=np.float64) - 1.0) * np.asarray(s_per_token)
-    m = np.maximum(B - 1.0, 0.0)
+    m = B if poisson else np.maximum(B - 1.0, 0.0)
     S = np.asarray(busy_s, dtype=np.float64)
-    a = np.where(B > 1.0, 0.5 * np.asarray(iter_s), 0.0) + own_s
+    a = np.where(m > 0.0, 0.5 * np.asarray(iter_s), 0.0) + own_s
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         b = m * S - g - a
         root = np.sqrt(b * b + 2.0 * m * S * S)
         # the positive root, without cancellation: m S^2 / (b + root) where b > 0
         z = np.where(b > 0, m * S * S / (b + root), 0.5 * (root - b))
-        w = np.minimum(np.maximum(z + m * S - g - a, 0.0), m * S)
+        w = np.maximum(z + m * S - g - a, 0.0)
+        w = w if poisson else np.minimum(w, m * S)
     return np.where(np.isfinite(S) & np.isfinite(a), a + np.where(m > 0, w, 0.0), np.inf)
 
 

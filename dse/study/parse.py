@@ -232,7 +232,7 @@ def parse_study(raw: Any, path: str | Path, db: Database | None = None) -> Study
     base = Workload(target=wl["target"], drafter=drafter, acceptance=acc or AcceptanceSpec(kind="alpha", alpha=0.0),
                     dtype=wl["dtype"], kv_dtype=wl["kv_dtype"], temperature=float(wl["temperature"]),
                     overlap=wl["overlap"], tree_nodes=int(wl["tree_nodes"]), k_max=int(wl["k_max"]),
-                    continuous=wl["continuous"], ep=ep, dp=dp, task=wl["task"], sla=wl["sla"], serving=wl["serving"],
+                    continuous=wl["continuous"], ep=ep, dp=dp, task=wl["task"], sla=wl["sla"], serving=wl["serving"], arrivals=wl["arrivals"],
                     max_batched_tokens=int(wl["max_batched_tokens"]))
     drafts = DraftChoices(base=base, choices=tuple(choices), acceptance_given=acc is not None,
                           default_trees="published" if wl["tree_published"] else not (wl["tree_given"] or k_given),

@@ -97,7 +97,7 @@ TREE_NODES_KNOB = KnobDef("int", 0, TREE_NODES_MAX, None, desc="nodes of the bes
 EP_KNOB = KnobDef("int", 1, 1e5, 1, desc="expert-parallel ranks of an MoE target (1 = tensor parallel)")
 WORKLOAD_KEYS = {"target", "draft", "dtype", "kv_dtype", "batch", "prompt_tokens", "output_tokens", "temperature",
                  "acceptance", "k", "runtime", "overlap", "tree_nodes", "k_max", "continuous", "ep", "rank_profile",
-                 "task", "sla", "serving", "max_batched_tokens", "dp"}
+                 "task", "sla", "serving", "max_batched_tokens", "dp", "arrivals"}
 TOP_KEYS = {"name", "description", "workload", "space", "objectives", "constraints", "search", "grid", "output",
             "storage", "technology", "schema_version"}
 SEARCH_DEFAULTS = {"sampler": "auto", "n_trials": 2000, "batch_size": 64, "seed": 0, "presearch_s": 10.0}
@@ -282,6 +282,7 @@ class StudySpec:
                          "k_max": self.k_max, "continuous": self.continuous,
                          **({"ep": self.ep} if self.ep != 1 else {}),
                          **({"dp": self.workload.dp} if self.workload.dp != 1 else {}),
+                         **({"arrivals": self.workload.arrivals} if self.workload.arrivals != "closed" else {}),
                          # the serving search's settings, where they differ from none (a study without
                          # them keeps its stored identity and fingerprint)
                          **({"sla": {"ttft_ms": round(self.workload.sla.ttft_s * 1e3, 9),

@@ -15,6 +15,7 @@ from ..catalog.specs import DTYPES
 from ..errors import MISSING, SpecError, UnknownEntryError
 from ..model.transformer import WEIGHT_FORMATS, default_kv_dtype
 from ..workload.spec import (
+    ARRIVALS,
     DEFAULT_BUDGET_TOKENS,
     DEFAULT_TASK,
     DRAFT_SPELLINGS,
@@ -94,6 +95,10 @@ def parse_workload(wl: Any, db: Database, err: StudyErrors) -> tuple[dict, list[
     out["max_batched_tokens"] = err.check(Range(True, 1, 10_000_000), wl.get("max_batched_tokens", DEFAULT_BUDGET_TOKENS),
                                           "workload.max_batched_tokens", DEFAULT_BUDGET_TOKENS)
     out["sla"], out["serving"] = _sla(wl, err)
+    out["arrivals"] = wl.get("arrivals", "closed")
+    if out["arrivals"] not in ARRIVALS:
+        err.items.append(one_of(err.path, "workload.arrivals", out["arrivals"], ARRIVALS))
+        out["arrivals"] = "closed"
     tree = wl.get("tree_nodes", 0)
     out["tree_given"] = "tree_nodes" in wl
     if isinstance(tree, str) and tree.strip().lower() == "published":     # each tree method's published tree

@@ -248,6 +248,8 @@ DEFAULT_BUDGET_TOKENS = 8192
 
 #: deployments the SLA search tries (Workload.serving)
 SERVING_MODES = ("agg", "disagg", "best")
+#: how requests arrive (Workload.arrivals)
+ARRIVALS = ("closed", "poisson")
 
 
 @dataclass(**_FROZEN)
@@ -282,6 +284,9 @@ class Workload:
     #: latency targets: with them every design also gets its best operating point that meets them
     #: (dse.model.serving: the sla_* metrics); None = no serving search
     sla: Sla | None = None
+    #: how requests arrive under continuous batching: 'closed' (a closed loop of batch clients, the
+    #: common benchmark) or 'poisson' (an open loop at random times, batch in flight on average)
+    arrivals: str = "closed"
     #: which deployments the SLA search tries: 'agg' (one pool), 'disagg' (prefill and decode pools)
     #: or 'best' (both, the better kept)
     serving: str = "best"

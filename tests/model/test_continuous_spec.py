@@ -183,3 +183,23 @@ def test_a_tree_drafts_the_arriving_prompts_in_its_first_level(db):
             - step_cost(draft, hw, **step).time_s)
     assert cont["draft_ms_per_iter"] - static["draft_ms_per_iter"] == pytest.approx(float(np.ravel(gain)[0]) * 1e3,
                                                                                     rel=1e-9)
+
+
+def test_random_arrivals_wait_longer_than_a_closed_loop():
+    """Poisson arrivals with B in flight on average: lam = B/(x + g) (all B, not the B - 1 others), an
+    arrival at a random time finds an iteration running, and nothing bounds the queue by the clients.
+    B 64, G 11 at 10 ms, prompts of 0.4 s: the closed loop stops at 25.30 s (63 prompts ahead at most);
+    at random times x = 0.405 + W, W = rho 0.4 / (2 (1 - rho)), rho = 25.6/(x + 0.1): 25.7 s."""
+    import numpy as np
+
+    from dse.model.scheduler import closed_loop_ttft_s
+    closed = float(closed_loop_ttft_s(np.array([64.0]), 11.0, 0.01, 0.01, 0.4, 0.4)[0])
+    rand = float(closed_loop_ttft_s(np.array([64.0]), 11.0, 0.01, 0.01, 0.4, 0.4, poisson=True)[0])
+    rho = 25.6 / (rand + 0.1)
+    assert rand == pytest.approx(0.405 + rho * 0.4 / (2 * (1 - rho)), rel=1e-9) and rand > closed
+    assert rand == pytest.approx(25.70, abs=0.01)
+    # one request on average: it waits behind half an iteration (a closed loop's lone client does not)
+    one = float(closed_loop_ttft_s(np.array([1.0]), 101.0, 0.01, 0.01, 0.05, 0.02, poisson=True)[0])
+    assert one > 0.05 + 0.005
+    kw = dict(hw="h100-sxm", target="llama-3.1-8b", batch=64, prompt=2048, output=256, continuous=True)
+    assert evaluate_design(**kw, arrivals="poisson")["ttft_ms"] > evaluate_design(**kw)["ttft_ms"]
