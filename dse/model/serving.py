@@ -84,7 +84,8 @@ def aggregated_points(batch: DesignBatch, w: Workload, evaluate, levels=CONCURRE
 def _prefill_pass_s(batch: DesignBatch, w: Workload, prompts) -> np.ndarray:
     """One prefill-only pass of ``prompts`` whole prompts of P tokens (static prefill, the last
     position's logits each) on the design's target chips."""
-    kw = dict(tf.step_kwargs(w.dtype, w.kv_dtype), ep=np.where(batch.ep > 0, batch.ep, w.ep))
+    kw = dict(tf.step_kwargs(w.dtype, w.kv_dtype), ep=np.where(batch.ep > 0, batch.ep, w.ep),
+              dp=np.where(batch.dp > 0, batch.dp, w.dp))
     return step_cost(w.target, batch.target, batch=np.asarray(prompts, dtype=np.float64),
                      q=batch.prompt_tokens.astype(np.float64), context=0.0, lm_head_last_only=True, energy=False,
                      **kw).time_s
