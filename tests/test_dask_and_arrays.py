@@ -79,7 +79,7 @@ def test_16_shards_on_dask_local_cluster_equal_the_unsharded_sweep(tmp_path, uns
 def test_array_tasks_on_dask_equal_the_same_tasks_in_one_process(tmp_path):
     need_dask()
     raw = yaml.safe_load(QUICK.read_text())
-    raw["search"].update(n_trials=30, batch_size=10)
+    raw["search"].update(n_trials=16, batch_size=8)
     raw["output"] = str(tmp_path / "q.parquet")
     p = tmp_path / "quick.yaml"
     p.write_text(yaml.safe_dump(raw))
@@ -87,7 +87,7 @@ def test_array_tasks_on_dask_equal_the_same_tasks_in_one_process(tmp_path):
     r = CliRunner().invoke(main, ["run", str(p), "--task", "all/4", "--dask", "local:2", "--out",
                                   str(tmp_path / "dask")])
     assert r.exit_code == 0, r.output
-    assert "4 tasks, 120 trials" in r.output
+    assert "4 tasks, 64 trials" in r.output
     ref = da.load_results(tmp_path / "here").set_index("trial").sort_index().drop(columns=TIMES)
     same_rows(tmp_path / "dask", ref)
 

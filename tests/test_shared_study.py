@@ -88,6 +88,14 @@ def check_no_password(url, *texts):
         assert pw is None or pw not in t
 
 
+#: the heaviest coordination tests on the journal and PostgreSQL only: MariaDB runs the same Optuna
+#: RDB storage code, and keeps its own share of the suite (a wrong study name here, four workers seeding
+#: an empty study in tests/attack/test_shared_workers.py, the missing-rights checks)
+JOURNAL_AND_POSTGRES = pytest.mark.parametrize(
+    "storage", ["journal", pytest.param("postgres", marks=pytest.mark.servers)], indirect=True)
+
+
+@JOURNAL_AND_POSTGRES
 def test_four_workers_reach_exactly_the_total_and_export(tmp_path, storage):
     p, name = study_file(tmp_path)
     procs = workers(p, storage, tmp_path)
@@ -115,6 +123,7 @@ def test_four_workers_reach_exactly_the_total_and_export(tmp_path, storage):
                       *(pq.read_schema(tmp_path / f"w{i}.parquet").metadata[b"dse"].decode() for i in range(4)))
 
 
+@JOURNAL_AND_POSTGRES
 def test_sigkill_of_one_worker_then_rerun_reaches_the_total(tmp_path, storage):
     p, name = study_file(tmp_path, n_trials=120)
     # a batch of 25 takes ~0.5 s on a journal, several seconds on a busy database server

@@ -141,7 +141,9 @@ def _worker(spec, url, i, barrier, results):
         results.put(("error", i, f"{type(exc).__name__}: {exc}"))
 
 
+@pytest.mark.parametrize("storage", ["journal", pytest.param("mysql", marks=pytest.mark.servers)], indirect=True)
 def test_four_workers_on_an_empty_study_seed_it_once_and_end_with_exactly_the_total(tmp_path, storage):
+    # (on MariaDB and the journal: PostgreSQL's four workers are tests/test_shared_study.py's)
     """Sampler auto: one worker seeds (seed_count designs), the others wait; the study ends with 160
     COMPLETE trials and nothing else, and the export's runs name all four workers."""
     import optuna
