@@ -333,18 +333,25 @@ def _codesign() -> dict:
     return _CODESIGN
 
 
+def _study_rows(verb: str, study: str):
+    """The rows `dse run` or `dse sweep` (``verb``) writes for studies/``study``, read from a temporary
+    directory; RuntimeError with its output where it fails."""
+    import pandas as pd
+
+    with tempfile.TemporaryDirectory(prefix="dse-docs-") as tmp:
+        out = Path(tmp) / ("run.parquet" if verb == "run" else "sweep")
+        r = subprocess.run([str(Path(sys.executable).parent / "dse"), verb, str(ROOT / "studies" / study),
+                            "--out", str(out), "--quiet"], capture_output=True, text=True, timeout=1800)
+        if r.returncode:
+            raise RuntimeError(f"dse {verb} studies/{study} failed:\n{r.stdout}{r.stderr}")
+        return pd.read_parquet(out)
+
+
 def v_sram_answer() -> str:
     """Where SRAM-only chips land on studies/sram-vs-hbm.yaml's front (its `dse run`, seed 0), and why,
     from the model's own columns."""
-    import pandas as pd
 
-    with tempfile.TemporaryDirectory(prefix="dse-docs-sram-") as tmp:
-        out = Path(tmp) / "run.parquet"
-        r = subprocess.run([str(Path(sys.executable).parent / "dse"), "run", str(ROOT / "studies" / "sram-vs-hbm.yaml"),
-                            "--out", str(out), "--quiet"], capture_output=True, text=True, timeout=1800)
-        if r.returncode:
-            raise RuntimeError(f"dse run studies/sram-vs-hbm.yaml failed:\n{r.stdout}{r.stderr}")
-        df = pd.read_parquet(out)
+    df = _study_rows("run", "sram-vs-hbm.yaml")
     f = df[df["feasible"]]
     fr = f[f["is_pareto"].astype(bool)]
     mem = fr["params_target_chip_memory"].astype(str)
@@ -379,16 +386,9 @@ def v_sram_answer() -> str:
 
 def v_serving_answer() -> str:
     """studies/serving-sla.yaml's answer on its grid (`dse sweep`, seconds), with 8 H200s for scale."""
-    import pandas as pd
 
     from dse.api import evaluate_design
-    with tempfile.TemporaryDirectory(prefix="dse-docs-serving-") as tmp:
-        out = Path(tmp) / "sweep"
-        r = subprocess.run([str(Path(sys.executable).parent / "dse"), "sweep", str(ROOT / "studies" / "serving-sla.yaml"),
-                            "--out", str(out), "--quiet"], capture_output=True, text=True, timeout=1800)
-        if r.returncode:
-            raise RuntimeError(f"dse sweep studies/serving-sla.yaml failed:\n{r.stdout}{r.stderr}")
-        df = pd.read_parquet(out)
+    df = _study_rows("sweep", "serving-sla.yaml")
     f = df[df["feasible"] & df["sla_tokens_per_s_per_chip"].notna()]
 
     def name(row):

@@ -399,21 +399,29 @@ def _rank_acceptance(rank, field: str) -> AcceptanceSpec:
     return AcceptanceSpec(kind="rank", rank=out)
 
 
+def _positive_int(value: Any) -> int | None:
+    """An integer >= 1 from a YAML or CLI value (an int, a whole float, its text), else None (a bool,
+    .nan, .inf, 2.5, 0, 'x')."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        val = int(value) if isinstance(value, str) else value
+    except ValueError:
+        return None
+    if isinstance(val, float) and (not math.isfinite(val) or val != int(val)):
+        return None
+    return int(val) if val >= 1 else None
+
+
 def check_dp(target: ModelSpec, dp: Any, chips: tuple[int, ...], where: str = "--dp",
              chips_name: str = "--chips", path: str | None = None) -> list[SpecError]:
     """Attention data parallel D (roofline.pass_cost): 1 (attention tensor-parallel over the group),
     or for an MoE target an integer > 1 that divides every tensor-parallel group's chips t (D ranks of
     t/D chips, each serving its share of the sequences). A dense model's D ranks would be D replicas:
     fewer chips per replica says that."""
-    if isinstance(dp, bool) or not isinstance(dp, (int, float, str)):
+    val = _positive_int(dp)
+    if val is None:
         return [SpecError(path, where, dp, "expected a positive integer (1 = attention tensor-parallel)")]
-    try:
-        val = int(dp) if isinstance(dp, str) else dp
-    except ValueError:
-        val = None
-    if val is None or (isinstance(val, float) and (not math.isfinite(val) or val != int(val))) or val < 1:
-        return [SpecError(path, where, dp, "expected a positive integer (1 = attention tensor-parallel)")]
-    val = int(val)
     if val == 1:
         return []
     if not target.is_moe:
@@ -433,17 +441,9 @@ def check_ep(target: ModelSpec, ep: Any, chips: tuple[int, ...], where: str = "-
     num_experts/E whole experts) and every target chip count t (E ranks of t/E chips each).
     ``every_chip`` False (a study's chip counts): E must divide num_experts; a row whose t it does
     not divide is infeasible (dse.evaluation.designs.invalid_combinations), not refused here."""
-    if isinstance(ep, bool) or not isinstance(ep, (int, float, str)):
+    val = _positive_int(ep)
+    if val is None:
         return [SpecError(path, where, ep, "expected a positive integer (1 = no expert parallel)")]
-    try:
-        val = int(ep) if isinstance(ep, str) else ep
-    except ValueError:
-        val = None
-    if isinstance(val, float) and not math.isfinite(val):      # ep: .nan / .inf
-        val = None
-    if val is None or val != int(val) or val < 1:
-        return [SpecError(path, where, ep, "expected a positive integer (1 = no expert parallel)")]
-    val = int(val)
     if val == 1:
         return []
     if not target.is_moe:

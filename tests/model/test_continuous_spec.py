@@ -23,14 +23,20 @@ CASE = dict(hw="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", batch=64
             alpha=0.8, k=4)
 
 
-def draft_step_ms(B, S, P, X):
-    """One 1B draft step (q = 1) for B sequences at context S with X prompt tokens riding along:
-    linear and attention parts, each sqrt(t_c^2 + t_m^2) (roofline_p 2), fixed costs left out."""
-    lin_c = (2 * (L * LAYER + HEAD) * B + 2 * L * LAYER * X) / (PEAK * ETA_C)
-    lin_m = (L * LAYER + HEAD) * 2 / (BW * ETA_M)
-    att_c = ATT * (B * (S + 1) + X * (P + 1) / 2) / (PEAK * ETA_C)
-    att_m = (B * (S + 1) + X) * KV_TOKEN / (BW * ETA_M)
+def step_ms(model, B, S, P, X):
+    """One decode step (q = 1) of ``model`` = (layers, weights a layer, LM head, KV bytes a token,
+    attention FLOP per query-key pair) for B sequences at context S with X prompt tokens (of prompts
+    of P) riding along: linear and attention parts, each sqrt(t_c^2 + t_m^2) (roofline_p 2), fixed
+    costs left out (they cancel in a difference)."""
+    layers, layer, head, kv_token, att = model
+    lin_c = (2 * (layers * layer + head) * B + 2 * layers * layer * X) / (PEAK * ETA_C)
+    lin_m = (layers * layer + head) * 2 / (BW * ETA_M)
+    att_c = att * (B * (S + 1) + X * (P + 1) / 2) / (PEAK * ETA_C)
+    att_m = (B * (S + 1) + X) * kv_token / (BW * ETA_M)
     return 1e3 * (math.hypot(lin_c, lin_m) + math.hypot(att_c, att_m))
+
+
+DRAFT_1B = (L, LAYER, HEAD, KV_TOKEN, ATT)
 
 
 def test_the_draft_prefills_its_share_of_the_arriving_prompts():
@@ -41,7 +47,7 @@ def test_the_draft_prefills_its_share_of_the_arriving_prompts():
     X = 2048 * 63 / 256 * tau
     assert X == pytest.approx(1694.25, abs=0.01)
     S = 2048 + 128                      # mean context P + G/2
-    extra = draft_step_ms(64, S, 2048, X) - draft_step_ms(64, S, 2048, 0.0)
+    extra = step_ms(DRAFT_1B, 64, S, 2048, X) - step_ms(DRAFT_1B, 64, S, 2048, 0.0)
     assert extra == pytest.approx(4.507, abs=0.001)
     r = evaluate_design(**CASE, continuous=True)
     assert r["tau"] == pytest.approx(tau)
@@ -81,14 +87,7 @@ KV8 = L8 * 2 * HKV8 * DH8 * 2                                                  #
 ATT8 = 4 * H8 * DH8 * L8
 
 
-def target_step_ms(B, S, P, X):
-    """One 8B decode step (q = 1) of B sequences at context S with X prompt tokens (of prompts of P)
-    riding along, roofline parts only (fixed costs cancel in a difference)."""
-    lin_c = (2 * (L8 * LAYER8 + HEAD8) * B + 2 * L8 * LAYER8 * X) / (PEAK * ETA_C)
-    lin_m = (L8 * LAYER8 + HEAD8) * 2 / (BW * ETA_M)
-    att_c = ATT8 * (B * (S + 1) + X * (P + 1) / 2) / (PEAK * ETA_C)
-    att_m = (B * (S + 1) + X) * KV8 / (BW * ETA_M)
-    return 1e3 * (math.hypot(lin_c, lin_m) + math.hypot(att_c, att_m))
+TARGET_8B = (L8, LAYER8, HEAD8, KV8, ATT8)
 
 
 def test_the_closed_loop_queue_by_hand():
@@ -137,8 +136,8 @@ def test_ttft_under_load_is_the_queue_of_prompt_tokens_in_iterations_that_carry_
     lam = 63/(TTFT + 255 t). No batch-1 prefill that re-reads the weights."""
     r = evaluate_design(hw="h100-sxm", target="llama-3.1-8b", batch=64, prompt=2048, output=256, continuous=True)
     S = 2048 + 128
-    d_own = target_step_ms(64, S, 2048, 2048) - target_step_ms(64, S, 2048, 504)
-    d_full = target_step_ms(64, S, 2048, 8128) - target_step_ms(64, S, 2048, 504)
+    d_own = step_ms(TARGET_8B, 64, S, 2048, 2048) - step_ms(TARGET_8B, 64, S, 2048, 504)
+    d_full = step_ms(TARGET_8B, 64, S, 2048, 8128) - step_ms(TARGET_8B, 64, S, 2048, 504)
     assert (d_own, d_full) == pytest.approx((32.478, 165.027), abs=0.001)
     t = r["baseline_ms_per_token"]
     own, busy = t + d_own, (t + d_full) * 2048 / 8128

@@ -117,6 +117,21 @@ def test_more_flops_never_raises_ttft_or_tpot_and_more_bandwidth_never_raises_tp
         assert np.all(wide["tpot_s"][both] <= base["tpot_s"][both] * (1 + 1e-9))
 
 
+def test_a_closed_loops_ttft_can_rise_with_bandwidth():
+    """docs/serving.md's example: 8B on an H100, 64 clients, 2,048-token prompts, 256 output tokens:
+    1.5x the bandwidth decodes faster, the same clients send more requests a second and the prompts'
+    queue grows: TTFT +5% (4x: +24%); with 128-token prompts it falls."""
+    kw = dict(hw="h100-sxm", target="llama-3.1-8b", batch=64, prompt=2048, output=256, continuous=True)
+    base = evaluate_design(**kw)["ttft_ms"]
+    assert evaluate_design(**kw, set_fields={"mem_bw_tb_s": 3.35 * 1.5})["ttft_ms"] / base == pytest.approx(1.05,
+                                                                                                           abs=0.005)
+    assert evaluate_design(**kw, set_fields={"mem_bw_tb_s": 3.35 * 4})["ttft_ms"] / base == pytest.approx(1.235,
+                                                                                                         abs=0.005)
+    short = dict(kw, prompt=128)
+    assert (evaluate_design(**short, set_fields={"mem_bw_tb_s": 3.35 * 1.5})["ttft_ms"]
+            < evaluate_design(**short)["ttft_ms"])
+
+
 def test_the_issue_case_ttft_falls_with_flops_at_batch_256():
     """8B on an H100 under continuous batching: 20% more FLOP/s at batch 256 used to raise TTFT 27x."""
     kw = dict(hw="h100-sxm", target="llama-3.1-8b", batch=256, continuous=True)
@@ -189,6 +204,16 @@ def test_a_fleet_is_whole_deployments_at_the_best_point():
         assert (z["deployments"] - 1) * per < 50 <= z["deployments"] * per
     assert r["sla_points"]["agg"]["deployment_chips"] == 8
     assert r["sla_points"]["disagg"]["deployment_chips"] % 8 == 0
+    # a disaggregated deployment is p + d instances of 8 chips; its prefill share is p / (p + d)
+    dis = r["sla_points"]["disagg"]
+    p_inst = dis["prefill_share"] * dis["deployment_chips"] / 8
+    assert p_inst == pytest.approx(round(p_inst)) and 1 <= round(p_inst) <= 8
+    assert r["sla_points"]["agg"]["prefill_share"] is None
+    for p in r["sla_points"].values():           # tokens/s per user is 1 / TPOT
+        assert p["tokens_per_s_per_user"] == pytest.approx(1e3 / p["tpot_ms"], rel=1e-12)
+    best = r["sla_points"][r["sla_serving"]]
+    assert r["sla_tokens_per_s_per_chip"] == pytest.approx(best["tokens_per_s_per_chip"], rel=1e-12)
+    assert r["sla_concurrency"] == best["concurrency"] and r["sla_speculation"] == best["speculation"]
 
 
 def test_cli_prints_both_pools_and_refuses_an_sla_no_point_meets(tmp_path):
