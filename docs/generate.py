@@ -635,16 +635,19 @@ def regenerate(text: str, file: str, runner: Runner, cheap: bool, measured: bool
 
 
 def run(cheap: bool = False, measured: bool = False, write: bool = True, texts: dict | None = None,
-        only: str | None = None) -> list[str]:
+        only: str | None = None, files: tuple[str, ...] | None = None, pages: bool | None = None) -> list[str]:
     """Regenerate every target (or check them: ``write`` False); ``texts`` {relative path: text}
     replaces files' contents (the drift test plants a stale number this way); ``only``: the files
-    whose path contains it (and no knob page or calibration block). Returns what changed."""
+    whose path contains it; ``files``: these relative paths; ``pages``: the knob page and the
+    calibration and acceptance blocks too (by default only when neither narrows the files).
+    Returns what changed."""
     runner = Runner()
     changed = []
+    pages = (only is None and files is None) if pages is None else pages
     try:
         for path in targets():
             rel = str(path.relative_to(ROOT))
-            if only and only not in rel:
+            if (only and only not in rel) or (files is not None and rel not in files):
                 continue
             text = (texts or {}).get(rel, path.read_text())
             new, diff = regenerate(text, rel, runner, cheap, measured)
@@ -654,7 +657,7 @@ def run(cheap: bool = False, measured: bool = False, write: bool = True, texts: 
         if write:
             for src, dst in runner.figures:
                 shutil.copyfile(src, dst)
-        if only:
+        if not pages:
             return changed
         if not cheap:           # docs/calibration.md quotes `dse validate` (python -m dse.validation.comparison FILE)
             from dse.validation import comparison

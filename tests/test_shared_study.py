@@ -158,7 +158,7 @@ def _states_or_empty(url, name):
 
 
 def test_wrong_study_name_is_one_line_exit_2(tmp_path, storage):
-    p, name = study_file(tmp_path, n_trials=25)
+    p, name = study_file(tmp_path, n_trials=4, batch_size=4)     # a study to name: its size is not the case
     r = subprocess.run([DSE, "run", str(p), "--storage", storage, "--quiet"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     r = CliRunner().invoke(main, ["export", "--storage", storage, "--study", "no-such", "--out",

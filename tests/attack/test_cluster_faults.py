@@ -117,17 +117,17 @@ def test_a_proxy_restarted_mid_run_costs_no_worker(tmp_path, shm):
     _need_grpc()
     path, port = shm / "p.db", _free_port()
     db, url = f"sqlite:///{path}", f"grpc://localhost:{port}"
-    study = write_study(tmp_path, **{"name": "restart", "search.n_trials": 160, "search.batch_size": 20})
+    study = write_study(tmp_path, **{"name": "restart", "search.n_trials": 80, "search.batch_size": 10})
     proxy = _start_proxy(db, port)
     workers = []
     try:
         workers = [subprocess.Popen([DSE, "run", study, "--storage", url, "--quiet", "--no-parquet"],
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                     env=_env(DSE_WORKER=str(i))) for i in range(2)]
-        _wait_for(lambda: _states_sqlite(path, "restart").get("COMPLETE", 0) >= 40, 300, *workers)
+        _wait_for(lambda: _states_sqlite(path, "restart").get("COMPLETE", 0) >= 20, 300, *workers)
         proxy.send_signal(signal.SIGTERM)
         proxy.wait(timeout=60)
-        assert _states_sqlite(path, "restart").get("COMPLETE", 0) < 160, "the run ended before the restart"
+        assert _states_sqlite(path, "restart").get("COMPLETE", 0) < 80, "the run ended before the restart"
         time.sleep(3)
         proxy = _start_proxy(db, port)
         outs = [w.communicate(timeout=600) for w in workers]
@@ -141,10 +141,10 @@ def test_a_proxy_restarted_mid_run_costs_no_worker(tmp_path, shm):
     assert any("the storage proxy did not answer" in e for e in errs), errs      # retried, and said so
     trials = _trials(db, "restart")
     states = [t.state.name for t in trials]
-    assert states.count("COMPLETE") == 160 and "RUNNING" not in states and "WAITING" not in states
+    assert states.count("COMPLETE") == 80 and "RUNNING" not in states and "WAITING" not in states
     assert _reasked(trials) == []
     # no FAIL but the last batches' trials asked beyond the total (two workers racing for the last slots)
-    assert all(t.number >= 160 for t in trials if t.state.name == "FAIL")
+    assert all(t.number >= 80 for t in trials if t.state.name == "FAIL")
 
 
 @pytest.mark.servers

@@ -144,13 +144,13 @@ def _worker(spec, url, i, barrier, results):
 @pytest.mark.parametrize("storage", ["journal", pytest.param("mysql", marks=pytest.mark.servers)], indirect=True)
 def test_four_workers_on_an_empty_study_seed_it_once_and_end_with_exactly_the_total(tmp_path, storage):
     # (on MariaDB and the journal: PostgreSQL's four workers are tests/test_shared_study.py's)
-    """Sampler auto: one worker seeds (seed_count designs), the others wait; the study ends with 160
+    """Sampler auto: one worker seeds (seed_count designs), the others wait; the study ends with 80
     COMPLETE trials and nothing else, and the export's runs name all four workers."""
     import optuna
 
     from dse.storage.backends import resolve_storage
     name = f"together-{uuid.uuid4().hex[:8]}"
-    study = write_study(tmp_path, **{"name": name, "search.n_trials": 160, "search.batch_size": 20,
+    study = write_study(tmp_path, **{"name": name, "search.n_trials": 80, "search.batch_size": 10,
                                      "search.sampler": "auto"})
     spec = load_study(study)
     warm = resolve_storage(None, storage, tmp_path / "x")[0]      # drivers imported before the fork
@@ -167,9 +167,9 @@ def test_four_workers_on_an_empty_study_seed_it_once_and_end_with_exactly_the_to
     store = resolve_storage(None, storage, tmp_path / "x")[0]
     ostudy = optuna.load_study(study_name=name, storage=store)
     states = [t.state.name for t in ostudy.get_trials(deepcopy=False)]
-    assert states.count("COMPLETE") == 160 and len(states) == 160, {s: states.count(s) for s in set(states)}
-    assert sum(g[2] for g in got) == 160
-    assert ostudy.user_attrs["dse_seeds"]["designs"] == seed_count(160, 20)
+    assert states.count("COMPLETE") == 80 and len(states) == 80, {s: states.count(s) for s in set(states)}
+    assert sum(g[2] for g in got) == 80
+    assert ostudy.user_attrs["dse_seeds"]["designs"] == seed_count(80, 10)
     out = tmp_path / "export.parquet"
     code, _, err, _ = cli("export", "--storage", storage, "--study", name, "--out", out)
     assert code == 0, err
@@ -178,7 +178,7 @@ def test_four_workers_on_an_empty_study_seed_it_once_and_end_with_exactly_the_to
     seeds = {0} | {derive_seed(0, i) for i in (1, 2, 3)}
     assert {r["seed"] for r in runs} == seeds and len(runs) == 4, runs
     df = pq.read_table(out).to_pandas()
-    assert len(df) == 160 and set(df["seed"]) <= seeds
+    assert len(df) == 80 and set(df["seed"]) <= seeds
 
 
 def test_runs_are_one_record_per_worker_merged_on_read_and_the_old_list_still_reads():

@@ -188,20 +188,21 @@ def test_64_workers_on_a_server_with_100_connections(tmp_path):
     study = write_study(tmp_path, **{"name": name, "search.n_trials": 128, "search.batch_size": 2})
     warm = resolve_storage(None, url, tmp_path / "x")[0]  # SQLAlchemy, alembic and the driver imported before the fork
     warm.engine.dispose()                                 # (and its connection closed: the children hold their own)
-    with _monitor(url) as c:        # connections before the workers: ours, and pools earlier tests left open
-        before = c.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()").fetchone()[0]
+    # the workers' connections carry this test's name: tests that run beside it (pytest -n 3) hold
+    # connections of their own to the same database
+    tagged = f"{url}?application_name={name}"
     ctx = multiprocessing.get_context("fork")
     barrier, results = ctx.Barrier(64), ctx.Queue()
     spec = load_study(study)
-    procs = [ctx.Process(target=_worker, args=(spec, url, barrier, results)) for _ in range(64)]
+    procs = [ctx.Process(target=_worker, args=(spec, tagged, barrier, results)) for _ in range(64)]
     for p in procs:
         p.start()
     seen, got = [], []
     deadline = time.monotonic() + 900
     monitor = _monitor(url)               # opened first: one of the server's slots, held throughout
     while len(got) < 64 and time.monotonic() < deadline:
-        seen.append(monitor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
-                    .fetchone()[0])
+        seen.append(monitor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                                    (name,)).fetchone()[0])
         while not results.empty():
             got.append(results.get())
         time.sleep(0.5)
@@ -213,6 +214,5 @@ def test_64_workers_on_a_server_with_100_connections(tmp_path):
     store, _ = resolve_storage(None, url, tmp_path / "x")
     trials = optuna.load_study(study_name=name, storage=store).get_trials(deepcopy=False)
     assert sum(t.state.name == "COMPLETE" for t in trials) == 128
-    # one connection a worker, those there before (this test's own among them) and at most one of
-    # the server's autovacuum workers
-    assert max(seen) <= before + 64 + 1, (before, seen)
+    # one connection a worker at most; and the tag was seen (most workers connected at once)
+    assert 32 <= max(seen) <= 64, seen
