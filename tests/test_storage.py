@@ -42,17 +42,6 @@ def require(what: str, reason: str):
     pytest.skip(reason)
 
 
-@pytest.fixture(params=["journal", pytest.param("postgres", marks=pytest.mark.servers)])
-def shared_url(request, shm):
-    if request.param == "journal":
-        return f"journal:{shm / 'shared.journal'}"
-    url = os.environ.get("DSE_TEST_PG_URL")
-    if not url:
-        require("postgres", "no PostgreSQL server: set DSE_TEST_PG_URL=postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB "
-                "(.ci/run does)")
-    return url
-
-
 # --------------------------------------------------------------------------- 64 workers at once
 
 def _one_worker(study_path, url, barrier, results):
@@ -75,20 +64,21 @@ def _one_worker(study_path, url, barrier, results):
         results.put(("error", f"{type(exc).__name__}: {exc}"))
 
 
-def test_64_workers_starting_together_create_one_study(tmp_path, shared_url):
+def test_64_workers_starting_together_create_one_study(tmp_path, shm):
+    """On a journal; PostgreSQL's 64 workers starting together are
+    tests/attack/test_workers.py::test_64_workers_on_a_server_with_100_connections (one study, the total)."""
     import optuna
 
     from dse.storage.backends import resolve_storage
+    shared_url = f"journal:{shm / 'shared.journal'}"
     s = small_study(tmp_path)
-    resolve_storage(None, f"sqlite:///{tmp_path / 'warm.db'}", tmp_path / "x")   # import SQLAlchemy, alembic and
-    if "://" in shared_url:                                                       # the driver once, before the fork
-        __import__(shared_url.split("://")[0].partition("+")[2])
+    resolve_storage(None, f"sqlite:///{tmp_path / 'warm.db'}", tmp_path / "x")   # SQLAlchemy imported before the fork
     ctx = multiprocessing.get_context("fork")        # children inherit the imports: 64 starts in ~1 s
     barrier, results = ctx.Barrier(64), ctx.Queue()
     procs = [ctx.Process(target=_one_worker, args=(str(s.path), shared_url, barrier, results)) for _ in range(64)]
     for p in procs:
         p.start()
-    got = [results.get(timeout=300) for _ in procs]   # PostgreSQL: ~55 s on 2 loaded cores
+    got = [results.get(timeout=300) for _ in procs]
     for p in procs:
         p.join(timeout=60)
     errors = [g[1] for g in got if g[0] != "ok"]
