@@ -20,9 +20,9 @@ from .catalog.specs import DTYPES, DeviceSpec, RuntimeSpec, override, spec_field
 from .errors import MISSING, SpecError, raise_collected
 from .model.arrays import DesignBatch, HardwareArrays
 from .model.columns import BOUND_COLUMNS
-from .model.evaluate import METRIC_COLUMNS, Metrics, evaluate
+from .model.evaluate import METRIC_COLUMNS, Metrics, evaluate, with_sla
 from .model.roofline import BOUND_NAMES
-from .model.serving import chips_in_design
+from .model.serving import chips_in_design, sla_metrics, sla_picks
 from .model.transformer import WEIGHT_FORMATS, default_kv_dtype
 from .units import FACTOR
 from .workload.spec import (
@@ -334,12 +334,16 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     anchor = None
     if baseline_ms is not None:
         design, anchor = anchor_to_baseline(design, w, as_number(baseline_ms, "--baseline-ms", rng=Range(lo=0.0, lo_open=True)) * 1e-3)
-    m = evaluate(design, w)
+    if sla is None:
+        m, picks = evaluate(design, w), None
+    else:                       # the SLA search once: the record's sla_* and the points per mode from it
+        picks = sla_picks(design, w, evaluate, sla, w.serving)
+        m = with_sla(evaluate(design, dataclasses.replace(w, sla=None)), design, w, picks)
     out = to_record(m, 0)
     out.update(max_batched_tokens=w.max_batched_tokens, arrivals=w.arrivals)
     if sla is not None:
         out.update(sla_ttft_target_ms=sla.ttft_s * 1e3, sla_tpot_target_ms=sla.tpot_s * 1e3, serving=w.serving)
-        out["sla_points"] = _sla_points(design, w, db_tech, dev, total, ddev, draft_chips)
+        out["sla_points"] = _sla_points(design, w, picks, db_tech, dev, total, ddev, draft_chips)
         out["usd_per_mtok"] = out["sla_points"].get(out["sla_serving"] or "", {}).get("usd_per_mtok")
         if rate_rps is not None:
             out["rate_rps"] = rate_rps
@@ -397,16 +401,16 @@ def _sla(ttft_ms, tpot_ms, serving) -> Sla | None:
     return Sla(ttft_s=ttft * 1e-3, tpot_s=tpot * 1e-3)
 
 
-def _sla_points(design: DesignBatch, w: Workload, tech, dev, chips, ddev, draft_chips) -> dict[str, dict]:
-    """The best aggregated and disaggregated operating points under w.sla (as w.serving allows), each
-    in display units with its cost per million output tokens (economics.usd_per_mtok)."""
+def _sla_points(design: DesignBatch, w: Workload, picks: dict, tech, dev, chips, ddev, draft_chips) -> dict[str, dict]:
+    """The best aggregated and disaggregated operating points under w.sla (``picks``, as w.serving
+    allows), each in display units with its cost per million output tokens (economics.usd_per_mtok)."""
     from .model.economics import usd_per_mtok
-    from .model.serving import sla_metrics
     # the manufacturing cost estimate (the same estimator a synthesised chip gets; dse.model.columns)
     price = _cost_and_price(dev, chips, tech, ddev, draft_chips)["cost_usd"]
     out = {}
-    for mode in (("agg", "disagg") if w.serving == "best" else (w.serving,)):
-        r = {k: np.asarray(v)[0] for k, v in sla_metrics(design, w, evaluate, w.sla, mode).items()}
+    for mode in picks:
+        one = sla_metrics(design, w, evaluate, w.sla, mode, picks={mode: picks[mode]})
+        r = {k: np.asarray(v)[0] for k, v in one.items()}
         if not r["sla_serving"]:
             out[mode] = dict(met=False)
             continue
