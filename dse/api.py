@@ -253,6 +253,10 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     # without k or a tree size, the tree (and k) is re-chosen per design among the method's sizes
     choices = drafter.tree_choices() if shape and not published else ()
     tree_nodes = shape.nodes if shape else (tree_nodes or 0)
+    # mtp:N drafts its N chained steps unless k is given (SGLang's --speculative-num-steps N,
+    # TensorRT-LLM's num_nextn_predict_layers N)
+    if k is None and drafter.kind == "mtp" and drafter.heads:
+        k = drafter.heads
     k = shape.depth if published else ("auto" if k is None else k)
     resolution = None
     if drafter.kind == "none" and not on_chip:
@@ -263,7 +267,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         k_val = parse_k(k, drafter)
         acc = make_acceptance(alpha, acceptance, tau, rank_acceptance, where="--", rank_name="rank-acceptance")
     else:       # from the published table or the acceptance model (dse.acceptance.fit)
-        from .acceptance.fit import resolve
+        from .acceptance.resolve import resolve
         k_val = parse_k(k, drafter)
         k_fixed = k_val if k_val else None
         # the table's rows of the method's published tree where it is the default (re-chosen or not)
@@ -324,7 +328,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                  temperature=float(temperature), overlap=overlap, tree_nodes=tree_nodes,
                  datastore_bytes=float(datastore_gb) * FACTOR["gb"], continuous=bool(continuous),
                  max_batched_tokens=int(max_batched_tokens), ep=ep, dp=dp,
-                 k_max=k_max if drafter.kind not in ("medusa", "hydra") else drafter.heads,
+                 k_max=drafter.k_cap or k_max,
                  rank_profile=None if profile.geometric else profile, task=task_mix, tree_choices=choices, **band)
     design = DesignBatch(target=target_hw, draft=draft_arrays, draft_on_chip=on_chip,
                          draft_link_bw_bytes_s=link_bw, draft_link_latency_s=link_lat,

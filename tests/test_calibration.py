@@ -342,19 +342,22 @@ def test_serving_load_rows_are_loaded(report):
     rows = {r["id"]: r for r in report["rows"] if r["id"].startswith("load:")}
     assert len({i.split("/")[0] for i in rows}) == 81
     modelled = {int(i.split(":")[1].split("/")[0]) for i, r in rows.items() if r["role"] != "not modelled"}
-    # NIM's sweep (13-20), TensorRT-LLM's DeepSeek-R1 max-throughput rows with attention DP (21-23),
-    # InferenceX's DeepSeek-R1 H200 (53-56) and B200 (57-61) sweeps, vLLM's blog (69-70)
-    assert modelled == set(range(13, 24)) | set(range(53, 62)) | {69, 70}
+    # NIM's sweep (13-20), TensorRT-LLM's DeepSeek-R1 max-throughput rows with attention DP (21-23) and
+    # min-latency rows with MTP (24-25), InferenceX's DeepSeek-R1 H200 (53-56) and B200 (57-61) sweeps,
+    # vLLM's blog (69-70)
+    assert modelled == set(range(13, 26)) | set(range(53, 62)) | {69, 70}
     for i in modelled:
-        # the B200 sweep's TPOT row was not transcribed: TTFT and throughput only; 21-23: throughput only
-        want = {"tput"} if 21 <= i <= 23 else {"ttft", "tput"} if 57 <= i <= 61 else {"ttft", "tpot", "tput"}
+        # the B200 sweep's TPOT row was not transcribed: TTFT and throughput only; 21-25: throughput only
+        want = {"tput"} if 21 <= i <= 25 else {"ttft", "tput"} if 57 <= i <= 61 else {"ttft", "tpot", "tput"}
         assert {k.split("/")[1] for k in rows if k.split("/")[0] == f"load:{i}"} == want, i
     for r in rows.values():
         if r["role"] != "not modelled":
             assert r["role"] == "held-out" and r["fit_group"] == "" and "held out" in r["note"]
             assert r["design"]["continuous"] is True
-    why = {i: rows[f"load:{i}"]["note"] for i in (1, 9, 24, 62, 71)}
-    assert why[1].startswith("open loop") and why[9].startswith("no concurrency") and why[24].startswith("MTP")
+    why = {i: rows[f"load:{i}"]["note"] for i in (1, 9, 62, 71)}
+    assert why[1].startswith("open loop") and why[9].startswith("no concurrency")
+    # "MTP 3 layers": DeepSeek-R1's MTP module chained 3 times, its acceptance from the table
+    assert rows["load:24/tput"]["design"]["draft"] == rows["load:25/tput"]["design"]["draft"] == "mtp:3"
     # TensorRT-LLM's attention DP: one rank a GPU (--dp 8), its max_num_tokens per rank
     d21 = rows["load:21/tput"]["design"]
     assert (d21["dp"], d21["ep"], d21["batch"], d21["max_batched_tokens"]) == (8, 8, 7168, 8 * 2048)

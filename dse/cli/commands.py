@@ -210,7 +210,7 @@ def _kv(ctx, param, values):
               help="Attention data-parallel ranks for an MoE target (divides a stage's chips; each rank's chips run "
                    "attention for its share of the sequences; 1 = attention tensor-parallel).")
 @click.option("--draft", default="none", show_default=True,
-              help="Model name/file, eagle, eagle2, eagle3, medusa:H, hydra[:H], ngram, retrieval, early-exit:L, or none.")
+              help="Model name/file, eagle, eagle2, eagle3, mtp[:N], medusa:H, hydra[:H], ngram, retrieval, early-exit:L, or none.")
 @click.option("--draft-hw", default=None,
               help="Put the draft model on this colocated draft chip (name or YAML file) [default: none: the draft "
                    "runs on the target chips].")

@@ -1,6 +1,6 @@
 """The latency and energy terms of every design (MODEL.md sections 2, 3 and 5): the baseline
-decode step, the prefill and TTFT, the draft (draft model, EAGLE head, early exit, Medusa and
-Hydra heads, n-gram lookup; chains and trees), the verify pass, the draft-chip link, the iteration
+decode step, the prefill and TTFT, the draft (draft model, EAGLE head, MTP module, early exit,
+Medusa and Hydra heads, n-gram lookup; chains and trees), the verify pass, the draft-chip link, the iteration
 and its software share, k = auto over the candidates, the acceptance band, request latency under
 static or continuous batching, and the energy per token priced from the iteration's ingredients."""
 
@@ -15,7 +15,7 @@ from ..workload.spec import Workload
 from . import scheduler, specdec
 from . import transformer as tf
 from .arrays import DesignBatch, HardwareArrays
-from .drafters import draft_tp, eagle_fc_params, eagle_head, medusa_head_params
+from .drafters import draft_tp, eagle_fc_params, eagle_head, medusa_head_params, mtp_block, mtp_proj_params
 from .k_auto import BOUND_MARGIN, auto_k, auto_k_bound, concat_terms
 from .roofline import OVERHEAD, StepCost, step_cost, stream_factor
 from .tau import acceptance_terms, largest_k, tau_table, tree_terms
@@ -175,10 +175,12 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
         """np.where(tree rows, a(), b): ``a`` a function, computed only where some row is a tree."""
         return np.where(tree_c, a(), b) if any_tree else b
 
-    # ---- a draft model, EAGLE head or early exit: one step per drafted token (k-independent) ----
-    model_draft = d.kind in ("model", "eagle", "early-exit")
+    # ---- a draft model, EAGLE head, MTP module or early exit: one step per drafted token (k-independent) ----
+    model_draft = d.kind in ("model", "eagle", "mtp", "early-exit")
+    head_like = d.kind in ("eagle", "mtp")          # a head on the target's features, inside the iteration
     if model_draft:
-        model = d.model if d.kind == "model" else eagle_head(tgt, d.meth) if d.kind == "eagle" else tgt
+        model = (d.model if d.kind == "model" else eagle_head(tgt, d.meth) if d.kind == "eagle"
+                 else mtp_block(tgt) if d.kind == "mtp" else tgt)
         layers = d.exit_layer if d.kind == "early-exit" else None
 
         def draft_step(q, x=0.0, tree=False):
@@ -189,8 +191,16 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
             t_spec_overhead: its step is its kernels, its fc(2d -> d), the per-sequence sampling
             (top-k) cost and the runtime's draft_step_overhead (the loop around a head step, paid
             by an eager runtime). A tree's step (any drafter) also pays draft_step_overhead once:
-            the top-k expansion of the depth's nodes into the next level (mask, positions)."""
-            eagle = d.kind == "eagle"
+            the top-k expansion of the depth's nodes into the next level (mask, positions).
+
+            An MTP step (chained: the one module N times) is priced like an EAGLE step on its own
+            parts (arXiv 2412.19437 section 2.2): one pass of ``mtp_block`` (a block of the target's
+            kind: MLA + the routed experts its B*q tokens touch + the shared expert + router,
+            roofline.step_cost) with the shared LM head (V*d read once per step, 2*V*d FLOPs per
+            position), plus its eh_proj (2d -> d) in place of EAGLE's fc; no embedding of its own.
+            DeepSeek-V3 fp8 at batch 1 on 8 chips: (187.1M + 9 x 44.04M + 1.8M + 926.7M + 102.8M) B
+            = 1.615 GB a step, 0.217 GB a chip, 198 us with its kernels (tests/model/test_mtp.py)."""
+            eagle = head_like
             # the target's own layers (early exit, an MoE EAGLE layer) keep its expert parallel
             c = step_cost(model, Dc, batch=Bc, q=q, context=Sc, layers=layers, step_overhead=not eagle,
                           prefill_tokens=x, prefill_len=P[:, None], **(kw if d.kind == "model" else kw_tc))
@@ -199,7 +209,8 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
                 c = c._replace(time_s=c.time_s + h, t_overhead_s=c.t_overhead_s + h, t_fixed_s=c.t_fixed_s + h)
             if not eagle:
                 return c
-            fc = float(eagle_fc_params(tgt, d.meth))     # fc(2d -> d) (EAGLE-3: 3d -> d) on the features
+            # fc(2d -> d) (EAGLE-3: 3d -> d) on the features; MTP's eh_proj (2d -> d)
+            fc = float(mtp_proj_params(tgt) if d.kind == "mtp" else eagle_fc_params(tgt, d.meth))
             f_c = 2 * fc * Bc * (q + x) / (Tc.peak_flop_s * Tc.compute_efficiency * cf_t) / Tc.chips
             f_m = fc * wb / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * sf_t) / Tc.chips
             seq = Bc * Dc.sequence_overhead_s
@@ -250,7 +261,7 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
         # continuous batching: a draft model or EAGLE head prefills its share of the prompts that
         # arrive per iteration, tau times a step's, in its first step (early exit shares the
         # target's cache: the verify pass fills it)
-        x_draft = x_verify if cont and d.kind in ("model", "eagle") else 0.0
+        x_draft = x_verify if cont and d.kind in ("model", "eagle", "mtp") else 0.0
         # the drafter's memory and link energy (J) and FLOPs per iteration (host-side n-gram lookups: outside
         # the model), on the group it runs on
         e_draft = fl_draft = fa_draft = 0.0
@@ -261,7 +272,7 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
             e_draft, fl_draft, fa_draft = (kf * one_step.energy_j, kf * one_step.group_flops_lin,
                                            kf * one_step.group_flops_att)
             draft_ai, draft_bound = np.broadcast_to(one_ai, t_draft.shape), np.broadcast_to(one_bound, t_draft.shape)
-            if cont and d.kind in ("model", "eagle"):
+            if cont and d.kind in ("model", "eagle", "mtp"):
                 first = draft_step(1.0, x_draft)
                 chain = StepCost(*((kf - 1.0) * a + b for a, b in zip(one_step, first)))
                 t_draft, fixed_draft = chain.time_s, chain.t_fixed_s
@@ -467,7 +478,7 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
         # the drafter's own prefill of a chunk (a draft model or EAGLE head keeps its cache of every
         # prompt) rides in its first step on the target's chips; a draft chip prefills beside them
         extra = 0.0
-        if d.kind in ("model", "eagle"):      # per prompt token: the draft's step with P of them riding along
+        if d.kind in ("model", "eagle", "mtp"):     # per prompt token: the draft's step with P of them riding along
             per = np.ravel(draft_step(1.0, (P / B)[:, None]).time_s - one_step.time_s) / np.maximum(P, 1.0)
             extra = np.where(on_chip | off, 0.0, per)
         q_it = np.where(k > 0, np.where(is_tree, nodes + 1.0, k + 1.0), 1.0)
