@@ -429,3 +429,27 @@ def test_serving_load_ttft_ratio_in_its_measured_band(report):
     s = report["summary"]["load"]["ttft_ms"]
     assert s["n"] == 15 and 0.08 <= s["median_ratio"] <= 0.2
     assert s["median_ratio"] == pytest.approx(statistics.median(1 + r["rel_error"] for r in ttft))
+
+
+def test_speculation_as_serving_stacks_run_it(report):
+    """Issue 28: SGLang's EAGLE-3 and vLLM V1's EAGLE chains (specdec_serving_measurements.csv). The sglang
+    runtime's unoverlapped host work is fitted on 4 rows (AngelSlim issue 163, Qwen3-30B-A3B on 4 H100s),
+    vllm's on 6 (issue 20780, K = 2, 4, 6); the held-out rows -- Qwen3-30B-A3B on 2 H100s (SpecForge
+    issue 339, where every setting was slower than plain decoding), batch 4, Llama-3.3-70B's 63-node tree
+    on 8 H100s, vLLM's K = 3, 5, 7 and Llama-3-8B -- are within 30%, their median within 15%, on both
+    sides. As the graphs runtime (an engine that overlaps its host work) the same SGLang rows are credited
+    20% or more too much: the measured MoE slowdowns (0.72-0.93x) come out as speedups."""
+    rows = [r for r in report["rows"] if r["id"].startswith("servingspec:")]
+    held = [r for r in rows if r["role"] == "held-out"]
+    assert len(held) == 18 and sum(r["role"] == "fit" for r in rows) == 10
+    errs = [r["rel_error"] for r in held]
+    assert max(abs(e) for e in errs) <= 0.30
+    assert sorted(abs(e) for e in errs)[len(errs) // 2] <= 0.15
+    assert min(errs) < 0 < max(errs)
+    moe = [r for r in held if r["design"]["target"] == "qwen3-30b-a3b" and r["design"]["chips"] == 2]
+    assert len(moe) == 8 and all(r["predicted"] < 1.0 for r in moe)          # slower than plain decoding, as measured
+    graphs = [evaluate_design(**dict(r["design"], runtime="graphs"))["speedup"] / r["measured"] - 1.0 for r in moe]
+    assert sorted(graphs)[len(graphs) // 2] >= 0.20 and all(g > 0 for g in graphs)
+    # the rows the batch drains are reported, not modelled
+    drained = {r["id"] for r in rows if r["role"] == "not modelled"}
+    assert drained == {"servingspec:14", "servingspec:15", "servingspec:16"}
