@@ -377,6 +377,10 @@ class RuntimeSpec:
     draft_step_overhead_s: float = num("draft_step_overhead_us", "us", 0, 1e6, default=0.0,
                                        desc="host cost of each draft-head step (EAGLE, Hydra) and of each tree draft "
                                             "step's top-k expansion, where the runtime pays it (an eager loop)")
+    spec_schedule_s: float = num("spec_schedule_us", "us", 0, 1e6, default=0.0,
+                                 desc="host work per speculative iteration that the serving stack does not overlap "
+                                      "with the GPU (scheduling, batch and tree metadata, result processing: SGLang "
+                                      "and vLLM serve speculation without their overlap schedulers); 0 = overlapped")
 
 
 DTYPES = ("bf16", "fp16", "fp8", "int8", "int4")

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..workload.spec import Workload
-from . import scheduler, specdec
+from . import scheduler, spec_iteration, specdec
 from . import transformer as tf
 from .arrays import DesignBatch, HardwareArrays
 from .drafters import draft_tp, eagle_fc_params, eagle_head, medusa_head_params, mtp_block, mtp_proj_params
@@ -265,6 +265,11 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
         # the drafter's memory and link energy (J) and FLOPs per iteration (host-side n-gram lookups: outside
         # the model), on the group it runs on
         e_draft = fl_draft = fa_draft = 0.0
+        # an EAGLE head re-runs over the verified positions to rebuild its features from the target's
+        # (SGLang forward_draft_extend_after_decode, num_steps + 1 positions a sequence; vLLM
+        # EagleProposer.propose's first pass over the verified tokens): its first draft pass. So does
+        # an MTP module, which these stacks run through the same EAGLE worker (SGLang NEXTN)
+        extend = d.kind in ("eagle", "mtp")
         if model_draft:
             per_k = one_step.time_s
             t_draft = kf * one_step.time_s
@@ -272,16 +277,24 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
             e_draft, fl_draft, fa_draft = (kf * one_step.energy_j, kf * one_step.group_flops_lin,
                                            kf * one_step.group_flops_att)
             draft_ai, draft_bound = np.broadcast_to(one_ai, t_draft.shape), np.broadcast_to(one_bound, t_draft.shape)
-            if cont and d.kind in ("model", "eagle", "mtp"):
-                first = draft_step(1.0, x_draft)
+            if extend or (cont and d.kind == "model"):
+                # an EAGLE head's (and an MTP module's) first pass is its draft extend over the k+1
+                # verified positions
+                first = draft_step(kf + 1.0 if extend else 1.0, x_draft)
                 chain = StepCost(*((kf - 1.0) * a + b for a, b in zip(one_step, first)))
                 t_draft, fixed_draft = chain.time_s, chain.t_fixed_s
                 draft_ai, draft_bound = chain.arithmetic_intensity, chain.bound
                 e_draft, fl_draft, fa_draft = chain.energy_j, chain.group_flops_lin, chain.group_flops_att
             if any_tree:
-                # a tree: one step per depth, over as many positions as that depth holds (EAGLE-2)
-                parts = [draft_step(np.maximum(level[..., i], 1).astype(np.float64), x_draft if i == 0 else 0.0,
-                                    tree=True) for i in range(K)]
+                # a tree: one step per depth, over as many positions as that depth holds (EAGLE-2);
+                # an EAGLE head's first is its extend over the k+1 verified positions, which drafts
+                # depth 1, and step i > 0 runs the nodes of depth i to draft depth i+1
+                # (SGLang forward_draft_extend_after_decode then draft_forward; the deepest level is
+                # never run)
+                rows = [kf + 1.0] + [level[..., i - 1] for i in range(1, K)] if extend else \
+                    [level[..., i] for i in range(K)]
+                parts = [draft_step(np.maximum(r, 1).astype(np.float64), x_draft if i == 0 else 0.0, tree=True)
+                         for i, r in enumerate(rows)]
                 used = [level[..., i] > 0 for i in range(K)]
                 tot = [sum(np.where(u, getattr(c, f), 0.0) for c, u in zip(parts, used)) for f in StepCost._fields]
                 tree_cost = StepCost(*tot)
@@ -351,8 +364,9 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
         else:
             t_link = np.zeros(np.broadcast_shapes(on_c.shape, kf.shape))
 
-        # ---- accounting ----
-        t_iter, exposed = specdec.iteration_time_s(t_draft, verify.time_s, t_link, Tc.spec_overhead_s,
+        # ---- accounting: the passes and what the stack does beside them (spec_iteration) ----
+        extra = spec_iteration.iteration_extras(Tc, tgt.vocab_size, Bc, q_verify)
+        t_iter, exposed = specdec.iteration_time_s(t_draft, verify.time_s, t_link, extra.time_s,
                                                    p_win, on_c & w.overlap)
         # the software's share of the iteration: the draft's fixed costs as far as they are exposed
         # (overlapped drafting hides the same fraction of them as of the draft time), the verify
@@ -361,14 +375,14 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
             shown_draft = np.where(t_draft > 0, fixed_draft * np.where(t_draft > 0, exposed / t_draft, 0.0), 0.0)
         else:                       # serial drafting: all of it
             shown_draft = fixed_draft
-        t_fixed = shown_draft + verify.t_fixed_s + Tc.spec_overhead_s
+        t_fixed = shown_draft + verify.t_fixed_s + extra.fixed_s
         e_iter = fl_t = fa_t = fl_d = fa_d = np.nan
         if energy:
             if w.overlap and any_on:
                 # overlapped, the window drafted during verification is drafted again unless usable (1 - p_win)
                 again = np.where(on_c, 2.0 - p_win, 1.0)
                 e_draft, fl_draft, fa_draft = again * e_draft, again * fl_draft, again * fa_draft
-            e_iter = verify.energy_j + e_draft
+            e_iter = verify.energy_j + e_draft + extra.energy_j
             fl_t, fa_t, fl_d, fa_d = verify.group_flops_lin + fl_draft, verify.group_flops_att + fa_draft, 0.0, 0.0
             if any_on:          # a draft chip: its FLOPs at its own J/FLOP, the link's bytes at the SerDes'
                 e_iter = e_iter + np.where(on_c, link_bytes * Tc.link_j_per_byte, 0.0)
@@ -381,7 +395,7 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
                                fl_d=fl_d, fa_d=fa_d)
 
     overlapped = on_chip & w.overlap
-    floor_s = base.time_s + T.spec_overhead_s
+    floor_s = base.time_s + T.spec_overhead_s + T.spec_schedule_s
     # k = 1..K1 first (and every fixed k); K1 < k <= K_auto where the bound allows
     K1 = min(K, max(K_FIRST, int(batch.k.max()))) if k_bound else K
 

@@ -51,7 +51,7 @@ def chosen_tree_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -
     def floor(nodes):
         """(T_verify(N) + t_spec) / tau_max(N) per row."""
         w_n = dataclasses.replace(w_tree, tree_nodes=nodes)
-        return (tree_verify_s(batch, w, nodes) + batch.target.spec_overhead_s) / float(
+        return (tree_verify_s(batch, w, nodes) + batch.target.spec_overhead_s + batch.target.spec_schedule_s) / float(
             acceptance_terms(w_n, largest_k(w_n), nodes)[0])
 
     done: list[tuple[np.ndarray, np.ndarray, dict]] = []        # (rows, size index per row, their metrics)

@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from ..catalog.database import Database, load_database
+from . import spec_serving
 
 #: short name -> file in hardware_db/measurements/
 FILES = {"decode": "decode_measurements_public.csv", "specdec": "specdec_measurements_public.csv",
          "extra": "decode_measurements_extra.csv", "serving": "serving_measurements_public.csv",
          "moe": "decode_measurements_moe.csv",
          "specbench": "specdec_measurements_extra.csv", "energy": "energy_measurements_public.csv",
-         "load": "serving_load_measurements_public.csv"}
+         "load": "serving_load_measurements_public.csv", "servingspec": "specdec_serving_measurements.csv"}
 
 #: CSV hardware text -> (device, --set overrides, mapping note)
 _ONE_GCD = {"mem_bw_tb_s": 1.6, "memory_capacity_gib": 64, "peak_tflops_bf16": 191.5, "peak_tops_int8": 191.5}
@@ -548,6 +549,8 @@ def _label(rid: str, row: dict[str, str]) -> str:
         return (f"{row['hardware']} x{row['num_chips']} {row['model']} {row['precision'].split(' (')[0]} "
                 f"c={row['concurrency'] or '-'} {row['input_len'] or '-'}/{row['output_len'] or '-'} "
                 f"({row['framework'].split(' (')[0]})")
+    if rid.startswith("servingspec:"):
+        return spec_serving.label(row)
     if rid.startswith("energy:"):
         return (f"{row['hardware']} x{row['num_chips']} {row['model']} {row['precision'].split(' ')[0]} "
                 f"{row['task'].split(' ')[0]} B={row['batch_size']} ({row['framework'].split(' (')[0]})")
@@ -602,6 +605,12 @@ def cases(db: Database | None = None) -> list[Case]:
                 case = _serving_case(rid, row)
             elif rid.startswith("energy:"):
                 case = _energy_case(rid, row, v3)
+            elif rid.startswith("servingspec:"):        # role set by the file's own rules (spec_serving.FIT_RULES)
+                try:
+                    out.append(Case(**spec_serving.case_fields(rid, row)))
+                except spec_serving.NotModelled as why:
+                    raise _NotModelled(str(why)) from None
+                continue
             elif rid.startswith("load:"):
                 out += [dataclasses.replace(c, label=label) for c in _load_cases(rid, row)]
                 continue

@@ -75,10 +75,21 @@ def test_one_mtp_step_by_hand(db):
     # 102,760,448 / 8 FLOP take 0.012 us), and the 30 us draft-step cost: 197.9 us
     step = t_lin + t_att + t_ar + kernels + 12_845_056 / 6.64e12 + 30e-6
     assert step == pytest.approx(197.9e-6, abs=0.05e-6)
+    # In the iteration the first pass is the draft extend over the k+1 verified positions (SGLang runs
+    # an MTP module through its EAGLE worker): at k = 1 two tokens, which touch 256 (1 - (248/256)^2)
+    # = 15.75 routed experts: (187,105,280 + 1,835,008 + 16.75 x 44,040,192 - 16,973,824) / 8 +
+    # 16,973,824 = 130,678,784 B, the head's 115,834,880 B, and 194 tokens of cache x 1,152 B = 223,488 B
+    assert tf.experts_touched(256, 8, 2.0) == pytest.approx(15.75, abs=1e-12)
+    c2, c4 = (step_cost(mtp_block(tgt), hw, batch=1.0, q=q, context=192.0, step_overhead=False,
+                        **tf.step_kwargs("fp8", "bf16")) for q in (2.0, 4.0))
+    assert float(c2.bytes[0]) == 130_678_784 + 115_834_880 + 223_488
+    extend = float(c2.time_s[0]) + 12_845_056 / 6.64e12 + 30e-6      # (eh_proj's FLOPs at 2 tokens: 0.02 us)
     r = evaluate_design(draft="mtp:1", alpha=0.9, **KW)
-    assert r["k"] == 1 and r["draft_ms_per_iter"] == pytest.approx(step * 1e3, rel=1e-9)
+    assert r["k"] == 1 and r["draft_ms_per_iter"] == pytest.approx(extend * 1e3, rel=1e-4)
+    # k = 3: the extend over 4 positions, then two one-token steps
     r3 = evaluate_design(draft="mtp:3", alpha=0.9, **KW)
-    assert r3["k"] == 3 and r3["draft_ms_per_iter"] == pytest.approx(3 * step * 1e3, rel=1e-9)
+    extend4 = float(c4.time_s[0]) + 12_845_056 / 6.64e12 + 30e-6
+    assert r3["k"] == 3 and r3["draft_ms_per_iter"] == pytest.approx((extend4 + 2 * step) * 1e3, rel=1e-4)
 
 
 def test_mtp_costs_more_than_a_one_layer_eagle_head_and_grows_with_the_experts_touched(db):
