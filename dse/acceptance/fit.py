@@ -58,6 +58,7 @@ from pathlib import Path
 import numpy as np
 
 from ..catalog.acceptance import MIX_TASKS, MODELLED_KINDS, TASKS, AcceptanceRow, load_groups, load_table, table_path
+from ..catalog.checkpoints import reference_checkpoint
 from ..catalog.database import Database, load_database
 from ..catalog.specs import ModelSpec
 from ..model import specdec
@@ -257,7 +258,8 @@ def row_features(r: AcceptanceRow) -> PairFeatures:
 
 def pair_key(r_or_target, drafter: DrafterSpec | None = None) -> tuple:
     """The drafter level a row (or a target and drafter) belongs to: ('ckpt', checkpoint) for a
-    named head, ('ckpt', checkpoint, target) for a named draft model (one checkpoint drafts several
+    named head (a bare head method: the method authors' head for the target, where the registry
+    marks one), ('ckpt', checkpoint, target) for a named draft model (one checkpoint drafts several
     targets), else (target, method, draft model or exit layer)."""
     if drafter is None:
         r = r_or_target
@@ -269,11 +271,14 @@ def pair_key(r_or_target, drafter: DrafterSpec | None = None) -> tuple:
         return (target, r.draft_kind, who)
     if drafter.checkpoint:
         return ("ckpt", drafter.checkpoint, r_or_target) if drafter.kind == "model" else ("ckpt", drafter.checkpoint)
+    ref = reference_checkpoint(r_or_target, drafter.meth) if drafter.meth in HEAD_METHODS else ""
+    if ref:                     # a bare method: the method authors' head for this target
+        return ("ckpt", ref)
     who = drafter.model.name if drafter.kind == "model" else (drafter.exit_layer if drafter.kind == "early-exit" else "")
     return (r_or_target, drafter.meth, who)
 
 
-def _key(k: tuple) -> str:
+def level_key(k: tuple) -> str:
     return json.dumps(list(k))
 
 
@@ -282,7 +287,7 @@ def _logit(a):
     return np.log(a / (1.0 - a))
 
 
-def _sigmoid(x):
+def sigmoid(x):
     return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=np.float64)))
 
 
@@ -324,7 +329,7 @@ class Fit:
         beta = np.array([self.coef[p] for p in PARAMS])
         eta = float(x @ beta + off)
         if key is not None:
-            u, n = self.anchors.get(_key(key), (0.0, 0))
+            u, n = self.anchors.get(level_key(key), (0.0, 0))
             return eta + u, int(n)
         return eta, 0
 
@@ -380,19 +385,19 @@ def _design(rows: list[AcceptanceRow], levels: dict[str, int]):
     X, off = zip(*(feature_vector(row_features(r)) for r in rows))
     Z = np.zeros((len(rows), len(levels)))
     for i, r in enumerate(rows):
-        Z[i, levels[_key(pair_key(r))]] = 1.0
+        Z[i, levels[level_key(pair_key(r))]] = 1.0
     return np.array(X), np.array(off), Z
 
 
 def _fit_core(rows, y, ridge, lam):
-    levels = {k: i for i, k in enumerate(sorted({_key(pair_key(r)) for r in rows}))}
+    levels = {k: i for i, k in enumerate(sorted({level_key(pair_key(r)) for r in rows}))}
     X, off, Z = _design(rows, levels)
     beta, u = _solve(X, Z, y - off, ridge, lam)
     n = Z.sum(axis=0)
     return beta, {k: [float(u[i]), int(n[i])] for k, i in levels.items()}
 
 
-def _predict_row_tau(beta, anchors, r: AcceptanceRow) -> tuple[float, float]:
+def predict_row_tau(beta, anchors, r: AcceptanceRow) -> tuple[float, float]:
     """(predicted alpha of the row's first task / single alpha, predicted tau at the row's shape)."""
     coef = dict(zip(PARAMS, beta))
     fit = Fit(coef=coef, sigma={"all": 0.0}, rows={}, anchors=anchors, loso={}, ridge=0.0, table_hash="", probe=[])
@@ -401,23 +406,23 @@ def _predict_row_tau(beta, anchors, r: AcceptanceRow) -> tuple[float, float]:
         taus, alphas = [], []
         for t in MIX_TASKS:
             f = dataclasses.replace(row_features(r), task_weights=((t, 1.0),))
-            a = float(_sigmoid(fit.predict_logit(f, pair_key(r))[0]))
+            a = float(sigmoid(fit.predict_logit(f, pair_key(r))[0]))
             alphas.append(a)
             taus.append(float(tau_at_shape(r.draft_kind, a, **shape)))
         return float(np.mean(alphas)), 1.0 / float(np.mean([1.0 / t for t in taus]))
-    a = float(_sigmoid(fit.predict_logit(row_features(r), pair_key(r))[0]))
+    a = float(sigmoid(fit.predict_logit(row_features(r), pair_key(r))[0]))
     return a, float(tau_at_shape(r.draft_kind, a, **shape))
 
 
 def _held_out_result(beta, anchors, r: AcceptanceRow, conv: Converted, y: float, source: str) -> dict:
-    a_pred, tau_pred = _predict_row_tau(beta, anchors, r)
+    a_pred, tau_pred = predict_row_tau(beta, anchors, r)
     # the residual in logit(alpha): observed alpha against the model's single-alpha prediction
     # (a mix row: the alpha that gives the predicted mixed tau at its shape)
     a_mix = alpha_of_tau(r.draft_kind, tau_pred, k=r.k or TAU_CHECK_K, nodes=r.tree_nodes,
                          depth=r.tree_depth) if r.task == "mix" else a_pred
     return dict(source=source, method=r.draft_kind, alpha_pred=a_pred, tau_pred=tau_pred, tau_obs=conv.tau,
                 error=(tau_pred - conv.tau) / conv.tau, residual=float(y - _logit(a_mix)),
-                seen=_key(pair_key(r)) in anchors, temperature=r.temperature)
+                seen=level_key(pair_key(r)) in anchors, temperature=r.temperature)
 
 
 def table_hash(root=None) -> str:
@@ -519,7 +524,7 @@ def _stored(root: str) -> Fit:
     except (FileNotFoundError, json.JSONDecodeError, TypeError):
         f, stale = None, f"{p} is missing or unreadable"
     if f is not None and f.table_hash != table_hash(root):
-        stale = f"{table_path(root)} changed since {p} was written"
+        stale = f"{table_path(root)} or checkpoints.yaml beside it changed since {p} was written"
     elif f is not None and f.probe != machinery_probe():
         stale = "the model's tree acceptance changed since the acceptance fit was written"
     if stale:
@@ -550,6 +555,4 @@ def __getattr__(name: str):
 
 if __name__ == "__main__":   # python -m dse.acceptance.fit docs/acceptance.md docs/img/acceptance-fit.png
     import sys
-
-    from dse.acceptance.report import update_doc as _update_doc
-    _update_doc(sys.argv[1], sys.argv[2])
+    __getattr__("update_doc")(sys.argv[1], sys.argv[2])

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..catalog.acceptance import MODELLED_KINDS, TASKS, load_table
 from ..process.matplotlib_env import import_matplotlib
-from .fit import BAND_LEVEL, LAMBDAS, PARAMS, RIDGES, Fit, _predict_row_tau, loso_median, stored_fit
+from .fit import BAND_LEVEL, LAMBDAS, PARAMS, RIDGES, Fit, loso_median, predict_row_tau, stored_fit
 
 
 def _per_method(results: list[dict], f: Fit) -> dict:
@@ -103,7 +103,7 @@ def predicted_rows(f: Fit, root=None) -> dict[str, float]:
         if (r.draft_kind not in MODELLED_KINDS or r.task not in TASKS + ("mix",) or r.temperature is None
                 or conv.get("tau") is None or (r.k is None and not r.is_tree and r.stat_kind != "alpha")):
             continue
-        out[r.id] = _predict_row_tau(beta, f.anchors, r)[1]
+        out[r.id] = predict_row_tau(beta, f.anchors, r)[1]
     return out
 
 

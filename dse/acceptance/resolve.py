@@ -23,7 +23,7 @@ from ..catalog.database import Database, load_database
 from ..catalog.specs import ModelSpec
 from ..model.transformer import total_params
 from ..workload.spec import AcceptanceSpec, DrafterSpec, TaskMix, Workload, mixture
-from .fit import BAND_LEVEL, HEAD_METHODS, Fit, PairFeatures, _key, _sigmoid, is_llama3, pair_key, stored_fit
+from .fit import BAND_LEVEL, HEAD_METHODS, Fit, PairFeatures, is_llama3, level_key, pair_key, sigmoid, stored_fit
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ def resolve(target: ModelSpec, drafter: DrafterSpec, task: TaskMix, temperature:
         if rows:
             return Resolution((_from_table("mix", 1.0, rows, f),))
     key = pair_key(target.name, drafter)
-    seen = _key(key) in f.anchors
+    seen = level_key(key) in f.anchors
     out = []
     for t, w in zip(task.tasks, task.weights):
         rows = _table_rows(target, drafter, t, temperature, db, f, shape)
@@ -140,8 +140,10 @@ def resolve(target: ModelSpec, drafter: DrafterSpec, task: TaskMix, temperature:
         feats = features_for(target, drafter, t, temperature, db)
         eta, n = f.predict_logit(feats, key)
         s = f.band(drafter.meth, seen)
-        a, lo, hi = (float(_sigmoid(eta + d)) for d in (0.0, -s, s))
-        terms = [f"{drafter.meth}" + (f" checkpoint {drafter.checkpoint}" if drafter.checkpoint else ""),
+        a, lo, hi = (float(sigmoid(eta + d)) for d in (0.0, -s, s))
+        ref = key[1] if key[0] == "ckpt" and not drafter.checkpoint else ""
+        terms = [f"{drafter.meth}" + (f" checkpoint {drafter.checkpoint}" if drafter.checkpoint else "")
+                 + (f" = {ref} (the method authors' head for {target.name})" if ref else ""),
                  f"task {t}", f"T={temperature:g}"]
         if drafter.kind == "model":
             terms.insert(1, f"{total_params(drafter.model) / total_params(target):.2%} of the target's parameters, "
@@ -151,8 +153,8 @@ def resolve(target: ModelSpec, drafter: DrafterSpec, task: TaskMix, temperature:
                             "exit (LayerSkip)")
         if n:
             terms.append(f"its level fitted on {n} table row{'s' if n > 1 else ''}"
-                         + (" of this checkpoint" if drafter.checkpoint else " of this pair"))
-        elif drafter.checkpoint:
+                         + (" of this checkpoint" if drafter.checkpoint or ref else " of this pair"))
+        elif drafter.checkpoint or ref:
             terms.append("no table rows of this checkpoint: the method's mean")
         terms.append(f"band: {100 * BAND_LEVEL:.0f}% of held-out residuals of {f.band_name(drafter.meth, seen)}")
         out.append(TaskAcceptance(t, w, a, lo, hi, "model", ", ".join(terms)))

@@ -31,6 +31,7 @@ class Checkpoint:
     recipe: str
     source: str
     target_name: str = ""
+    reference: bool = False  # the method authors' head for its target: what a bare --draft METHOD drafts with
 
     @property
     def public(self) -> bool:
@@ -61,10 +62,12 @@ def _load(path: str) -> dict[str, Checkpoint]:
         if not isinstance(e, dict):
             errs.append(SpecError(path, where, e, "expected {target, kind, recipe, source}"))
             continue
-        extra = set(e) - {"target", "target_name", "kind", "params_b", "recipe", "source"}
+        extra = set(e) - {"target", "target_name", "kind", "params_b", "recipe", "source", "reference"}
         if extra:
             errs.append(SpecError(path, f"{where}.{sorted(extra)[0]}", e[sorted(extra)[0]],
-                                  "expected only target, target_name, kind, params_b, recipe, source"))
+                                  "expected only target, target_name, kind, params_b, recipe, source, reference"))
+        if e.get("reference", False) not in (True, False):
+            errs.append(SpecError(path, f"{where}.reference", e.get("reference"), "expected true or false"))
         if e.get("kind") not in KIND_METHODS:
             errs.append(SpecError(path, f"{where}.kind", e.get("kind"), f"expected one of {', '.join(KIND_METHODS)}"))
         for f in ("target", "recipe", "source"):
@@ -75,9 +78,29 @@ def _load(path: str) -> dict[str, Checkpoint]:
             errs.append(SpecError(path, f"{where}.params_b", p, "expected a number > 0 (billions of parameters)"))
         out[str(cid)] = Checkpoint(id=str(cid), target=str(e.get("target", "")), kind=str(e.get("kind", "")),
                                    params_b=None if p is None else float(p), recipe=str(e.get("recipe", "")),
-                                   source=str(e.get("source", "")), target_name=str(e.get("target_name", "")))
+                                   source=str(e.get("source", "")), target_name=str(e.get("target_name", "")),
+                                   reference=e.get("reference") is True)
+    refs: dict[tuple, str] = {}
+    for c in out.values():
+        if c.reference and refs.setdefault((c.target, c.kind), c.id) != c.id:
+            errs.append(SpecError(path, f"checkpoints.{c.id}.reference", True, f"expected one reference {c.kind} "
+                                  f"checkpoint for {c.target}; {refs[(c.target, c.kind)]} is one"))
     raise_collected(errs)
     return out
+
+
+#: the --draft method -> the kind of head it drafts with
+METHOD_KIND = {m: k for k, ms in KIND_METHODS.items() for m in ms}
+
+
+def reference_checkpoint(target: str, method: str, root=None) -> str:
+    """The id of the method authors' head for ``target`` (``reference: true``), '' if none: what a
+    bare ``--draft METHOD`` drafts with."""
+    kind = METHOD_KIND.get(method)
+    for c in load_checkpoints(root).values():
+        if c.reference and c.kind == kind and c.target == target:
+            return c.id
+    return ""
 
 
 def unknown_checkpoint(ident: str, known, where: str = "--draft", value: str | None = None) -> SpecError:
@@ -98,7 +121,7 @@ def checkpoint_for(method: str, ident: str, root=None, where: str = "--draft", v
         raise unknown_checkpoint(ident, reg, where, value)
     if method not in KIND_METHODS[c.kind]:
         raise SpecError(None, where, value if value is not None else ident,
-                        f"{c.id} is a {c.kind} checkpoint: draft with it as "
+                        f"{c.id} is a checkpoint of kind {c.kind}: draft with it as "
                         f"{' or '.join(m + ':' + c.id for m in KIND_METHODS[c.kind])}")
     return c
 
