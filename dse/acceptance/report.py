@@ -121,7 +121,7 @@ def plot_fit(f: Fit, path, root=None) -> None:
     markers = ["o", "s", "^", "D", "v", "P", "X", "*", "<"]
     fig = Figure(figsize=(11.0, 4.8), layout="constrained")
     ax, bx = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
-    hi = max(max(v["tau_obs"], v["tau_pred"]) for v in f.loso.values()) * 1.05
+    hi = max(max(v["tau_obs"], v["tau_pred"]) for v in [*f.loso.values(), *f.held_out.values()]) * 1.05
     ax.plot([1, hi], [1, hi], color="#666666", lw=0.8)
     for frac in (0.88, 1.12):
         ax.plot([1, hi], [1 * frac, hi * frac], color="#999999", lw=0.6, ls=":")
@@ -136,6 +136,12 @@ def plot_fit(f: Fit, path, root=None) -> None:
                    label=f"{m} ({len(v)} rows, {len({x['source'] for x in v})} source{'s' if len({x['source'] for x in v}) > 1 else ''})")
         names.append(m + ("" if inf else " *"))
         meds.append(100 * float(np.median([abs(x["error"]) for x in v])))
+    held = list(f.held_out.values())
+    if held:        # the held-out sources, never fitted: hollow, predicted by the full fit
+        ax.scatter([x["tau_obs"] for x in held], [x["tau_pred"] for x in held], s=22, facecolors="none",
+                   edgecolors="#000000", linewidths=0.8,
+                   label=f"held-out sources ({len(held)} rows: {', '.join(sorted({x['source'] for x in held}))})")
+    ax.legend(fontsize=7, loc="upper left")
     from matplotlib.ticker import FuncFormatter, NullFormatter
     plain = FuncFormatter(lambda v, _: f"{v:g}")
     ax.set_xscale("log")
@@ -146,9 +152,8 @@ def plot_fit(f: Fit, path, root=None) -> None:
         axis.set_ticks([1, 1.5, 2, 3, 4, 6, 8])
     bx.xaxis.set_major_formatter(plain)
     ax.set_xlabel("published tau (tokens per target pass, at the row's own chain or tree)")
-    ax.set_ylabel("predicted with the row's source left out")
+    ax.set_ylabel("predicted with the row's source left out (hollow: never fitted)")
     ax.set_title("Leave-one-source-out: predicted vs published tau (dotted: +-12%)", fontsize=9)
-    ax.legend(fontsize=7, loc="upper left")
     ax.grid(True, lw=0.4, alpha=0.5)
     bx.barh(range(len(names))[::-1], meds, color="#0072B2")
     bx.set_yticks(range(len(names))[::-1], names, fontsize=8)
