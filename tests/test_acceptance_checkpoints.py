@@ -132,3 +132,28 @@ def test_a_study_drafts_with_a_checkpoint(tmp_path):
     p.write_text(yaml.safe_dump(raw))
     with pytest.raises(SpecError, match=r"workload.draft\[1\] = 'eagle3:nobody/nothing': no checkpoint"):
         load_study(p)
+
+
+def test_a_bare_head_on_a_target_without_rows_is_the_methods_mean_by_hand():
+    """eagle3 on Llama-3.1-70B: no reference head and no table rows of the pair, so the method's
+    mean: b_eagle3 + t_code + h log10(70.55B / 10B) + l (a Llama-3 target), u = 0, with the band of
+    a checkpoint the fit has not seen. And the same on Vicuna-33B drops the Llama-3 term."""
+    import json
+    import math
+    from pathlib import Path
+
+    from dse.model.transformer import total_params
+    fitj = json.loads((Path(__file__).resolve().parent.parent / "hardware_db" / "acceptance" / "fit.json").read_text())
+    c = fitj["coef"]
+    db = load_database()
+    for name, llama3 in (("llama-3.1-70b", 1.0), ("vicuna-33b", 0.0)):
+        tgt = db.model(name)
+        d = parse_drafter("eagle3", tgt, db)
+        t = acc.resolve(tgt, d, parse_task("code"), 0.0, db).tasks[0]
+        eta = (c["method:eagle3"] + c["task:code"] + c["head:log10_target_size"] * math.log10(total_params(tgt) / 1e10)
+               + c["head:llama3_target"] * llama3)
+        s = acc.band_of(fitj["sigma"], "eagle3", False)
+        assert t.origin == "model" and t.alpha == pytest.approx(1 / (1 + math.exp(-eta)), rel=1e-12)
+        assert t.low == pytest.approx(1 / (1 + math.exp(-(eta - s))), rel=1e-12)
+        assert "a checkpoint it has not seen" in t.detail
+    assert c["head:llama3_target"] < 0        # Llama-3 targets accept less than Vicuna/LLaMA-2 with these heads
