@@ -15,20 +15,29 @@ exactly, other shapes are the model's extrapolation.
 
     logit(alpha) = b_method + t_task (+ c_task for prompt lookup and retrieval) + s_group * T
                    + [draft model] a * log10(draft/target parameters) - f * (not the same family)
-                   + [draft heads] h * log10(target parameters / 10B)
+                   + [draft heads] h * log10(target parameters / 10B) + l * (a Llama-3 target)
                    + [early exit]  logit(exit layer / layers)   (slope 1, not fitted: see below)
+                   + u_checkpoint
 
-by ridge regression (penalty RIDGE on everything but the method intercepts) on logit(alpha);
-a row of the Spec-Bench mix (six tasks in equal parts) enters with each task's effect at 1/6.
-Early exits in the table all sit at 25-31% of the depth, so the exit slope is fixed at 1 (the
-odds of acceptance proportional to the odds of the exit fraction: 1 at the last layer) rather
-than fitted. A prediction for a (target, draft) pair that has table rows at another task or
-temperature is shifted by the mean residual of those rows (n/(n+1) of it): ``anchored``.
+a mixed model: the fixed effects by ridge regression (penalty RIDGE on everything but the
+method intercepts), and one random effect u per drafter level -- a named checkpoint
+(hardware_db/acceptance/checkpoints.yaml; a draft model's checkpoint per target), else the
+(target, method, draft) pair -- shrunk toward the method's mean by the penalty LAMBDA on u (the
+BLUP of a random intercept of variance sigma^2 / LAMBDA: a level with n rows of mean residual m
+gets u = n m / (n + LAMBDA) when it is the only term). RIDGE and LAMBDA are the pair with the
+smallest leave-one-source-out median tau error. A row of the Spec-Bench mix (six tasks in equal
+parts) enters with each task's effect at 1/6. Early exits in the table all sit at 25-31% of the
+depth, so the exit slope is fixed at 1 (the odds of acceptance proportional to the odds of the
+exit fraction: 1 at the last layer) rather than fitted.
 
 **Error and band.** Leave-one-source-out: every source (paper, leaderboard, repository) is
-held out in turn, the model refitted on the others and the source's rows predicted. The band
-of a modelled alpha is +-1 RMS of the LOSO residuals in logit(alpha) of its method (of all
-methods where a method has fewer than MIN_BAND_ROWS rows); a table row has no band.
+held out in turn, the model refitted on the others and the source's rows predicted (with the
+checkpoint's u where other sources measured the same checkpoint). The band of a modelled alpha
+is the BAND_LEVEL quantile of |LOSO residual| in logit(alpha) of its method, for a checkpoint
+the fit has seen and for one it has not (pooled over all methods where a method has fewer than
+MIN_BAND_ROWS); its coverage is checked on each source with the band computed without it. Rows
+marked ``held-out`` (whole sources) are never fitted: the full fit's error on them is reported
+apart. A table row has no band.
 
 The fit is stored in hardware_db/acceptance/fit.json (``dse acceptance fit --write``), with a
 hash of the table and a probe of the tree machinery; a stale file is refitted in memory with a
@@ -54,20 +63,16 @@ from ..catalog.acceptance import (
     TABLE_KINDS,
     TASKS,
     AcceptanceRow,
+    load_groups,
     load_table,
     table_path,
 )
+from ..catalog.checkpoints import reference_checkpoint
 from ..catalog.database import Database, load_database
 from ..catalog.specs import ModelSpec
 from ..model import specdec
 from ..model.tau import acceptance_terms
-from ..process.matplotlib_env import import_matplotlib
-from ..workload.spec import (
-    AcceptanceSpec,
-    DrafterSpec,
-    Workload,
-    make_acceptance,
-)
+from ..workload.spec import AcceptanceSpec, DrafterSpec, Workload, make_acceptance
 
 #: method -> group for the temperature slope
 GROUPS = {"model": "model", "eagle": "head", "eagle2": "head", "eagle3": "head", "medusa": "head", "hydra": "head",
@@ -79,16 +84,20 @@ TASK_EFFECTS = tuple(t for t in TASKS if t != "chat")        # chat is the refer
 PARAMS = (tuple(f"method:{m}" for m in MODELLED_KINDS) + tuple(f"task:{t}" for t in TASK_EFFECTS)
           + tuple(f"copy-task:{t}" for t in TASK_EFFECTS) + tuple(f"temperature:{g}" for g in
                                                                   ("model", "head", "copy", "exit"))
-          + ("model:log10_size_ratio", "model:other_family", "head:log10_target_size"))
+          + ("model:log10_size_ratio", "model:other_family", "head:log10_target_size", "head:llama3_target"))
 N_INTERCEPTS = len(MODELLED_KINDS)
-#: ridge penalties tried on logit(alpha) effects; the fit keeps the one with the smallest median
+#: ridge penalties tried on logit(alpha) effects, and penalties on the drafter levels' u (LAMBDA:
+#: the residual variance over the levels' variance); the fit keeps the pair with the smallest median
 #: leave-one-source-out tau error (over rows whose method has another source): chosen on the same
 #: residuals it is judged by, so that median is slightly optimistic (docs/acceptance.md)
 RIDGES = (0.3, 1.0, 3.0, 10.0)
+LAMBDAS = (0.1, 0.3, 1.0, 3.0)
 #: the early exit's slope on logit(exit fraction): fixed, not fitted (the table's exits are all at 25-31%)
 EXIT_SLOPE = 1.0
+#: the band's level: the fraction of held-out residuals inside it (a +-1 sigma band of a normal)
+BAND_LEVEL = 0.68
 #: fewest LOSO residuals for a method's own band (else the band of all methods)
-MIN_BAND_ROWS = 5
+MIN_BAND_ROWS = 8
 #: chain length at which an alpha row without k is compared as tau
 TAU_CHECK_K = 4
 #: alpha is kept inside (ALPHA_EPS, 1 - ALPHA_EPS) before taking its logit
@@ -196,7 +205,8 @@ def convert(r: AcceptanceRow) -> Converted:
                                 if r.is_tree else "(inverting (1 - a^(k+1)) / (1 - a))"))
 
 
-# ------------------------------------------------------------------ features
+
+# ------------------------------------------------------------------ features and drafter levels
 
 @dataclass(frozen=True)
 class PairFeatures:
@@ -208,11 +218,12 @@ class PairFeatures:
     log_ratio: float = 0.0           # draft models: log10(draft / target parameters)
     other_family: float = 0.0        # draft models: 1 when not of the target's family
     log_target: float = 0.0          # heads: log10(target parameters / 10B)
+    llama3: float = 0.0              # heads: 1 for a Llama-3 target (families.yaml: llama-3)
     exit_logit: float = 0.0          # early exit: logit(exit layer / layers)
 
 
 def feature_vector(f: PairFeatures) -> tuple[np.ndarray, float]:
-    """(x, offset): logit(alpha) = x . beta + offset."""
+    """(x, offset): logit(alpha) = x . beta + offset (+ the drafter level's u)."""
     x = np.zeros(len(PARAMS))
     idx = {p: i for i, p in enumerate(PARAMS)}
     x[idx[f"method:{f.method}"]] = 1.0
@@ -227,6 +238,7 @@ def feature_vector(f: PairFeatures) -> tuple[np.ndarray, float]:
         x[idx["model:other_family"]] = f.other_family
     if f.method in HEAD_METHODS:
         x[idx["head:log10_target_size"]] = f.log_target
+        x[idx["head:llama3_target"]] = f.llama3
     return x, EXIT_SLOPE * f.exit_logit if f.method == "early-exit" else 0.0
 
 
@@ -234,13 +246,19 @@ def _tasks_of(task: str) -> tuple[tuple[str, float], ...]:
     return tuple((t, 1 / 6) for t in MIX_TASKS) if task == "mix" else ((task, 1.0),)
 
 
+def is_llama3(name: str, family: str = "", root=None) -> bool:
+    """A Llama-3 target (families.yaml: llama-3; DeepSeek-R1-Distill-Llama-8B maps to llama-3.1-8b)."""
+    return load_groups(root).family_of(name, family) == "llama-3"
+
+
+@lru_cache(maxsize=4096)
 def row_features(r: AcceptanceRow) -> PairFeatures:
     tp = r.target_params_b or 1.0
     kw = {}
     if r.draft_kind == "model":
         kw = dict(log_ratio=math.log10(max(r.draft_params_b, 1e-3) / tp), other_family=0.0 if r.same_family else 1.0)
     elif r.draft_kind in HEAD_METHODS:
-        kw = dict(log_target=math.log10(tp / 10.0))
+        kw = dict(log_target=math.log10(tp / 10.0), llama3=float(is_llama3(r.target_model or r.target)))
     elif r.draft_kind == "early-exit":
         f = r.exit_layer / r.target_layers
         kw = dict(exit_logit=math.log(f / (1.0 - f)))
@@ -248,14 +266,29 @@ def row_features(r: AcceptanceRow) -> PairFeatures:
 
 
 def pair_key(r_or_target, drafter: DrafterSpec | None = None) -> tuple:
-    """(target, method, draft model or exit layer): rows of one pair anchor its predictions."""
+    """The drafter level a row (or a target and drafter) belongs to: ('ckpt', checkpoint) for a
+    named head (a bare head method: the method authors' head for the target, where the registry
+    marks one), ('ckpt', checkpoint, target) for a named draft model (one checkpoint drafts several
+    targets), else (target, method, draft model or exit layer)."""
     if drafter is None:
         r = r_or_target
-        who = r.draft_model if r.draft_kind == "model" else (r.exit_layer if r.draft_kind == "early-exit" else "")
-        return (r.target_model, r.draft_kind, who)
-    meth = drafter.meth
+        target = r.target_model or r.target
+        if r.checkpoint:
+            return ("ckpt", r.checkpoint, target) if r.draft_kind == "model" else ("ckpt", r.checkpoint)
+        who = (r.draft_model or r.draft) if r.draft_kind == "model" else \
+            (r.exit_layer if r.draft_kind == "early-exit" else "")
+        return (target, r.draft_kind, who)
+    if drafter.checkpoint:
+        return ("ckpt", drafter.checkpoint, r_or_target) if drafter.kind == "model" else ("ckpt", drafter.checkpoint)
+    ref = reference_checkpoint(r_or_target, drafter.meth) if drafter.meth in HEAD_METHODS else ""
+    if ref:                     # a bare method: the method authors' head for this target
+        return ("ckpt", ref)
     who = drafter.model.name if drafter.kind == "model" else (drafter.exit_layer if drafter.kind == "early-exit" else "")
-    return (r_or_target, meth, who)
+    return (r_or_target, drafter.meth, who)
+
+
+def level_key(k: tuple) -> str:
+    return json.dumps(list(k))
 
 
 def _logit(a):
@@ -269,12 +302,19 @@ def sigmoid(x):
 
 # ------------------------------------------------------------------ the fit
 
-def _solve(X: np.ndarray, y: np.ndarray, ridge: float) -> np.ndarray:
-    pen = np.full(X.shape[1], ridge)
-    pen[:N_INTERCEPTS] = 1e-9           # intercepts: (almost) free; keeps a method without rows at 0
+def _solve(X: np.ndarray, Z: np.ndarray, y: np.ndarray, ridge: float, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """Fixed effects beta and the levels' u minimising |y - X beta - Z u|^2 + ridge |beta_effects|^2
+    + lam |u|^2 (the intercepts almost free; a method without rows held at 0): Henderson's mixed-model
+    equations with a ridge on the fixed effects."""
+    p = X.shape[1]
+    pen = np.full(p, ridge)
+    pen[:N_INTERCEPTS] = 1e-9
     unseen = ~np.any(X[:, :N_INTERCEPTS] != 0, axis=0)
     pen[:N_INTERCEPTS][unseen] = ridge
-    return np.linalg.solve(X.T @ X + np.diag(pen), X.T @ y)
+    A = np.hstack([X, Z])
+    P = np.concatenate([pen, np.full(Z.shape[1], lam)])
+    sol = np.linalg.solve(A.T @ A + np.diag(P), A.T @ y)
+    return sol[:p], sol[p:]
 
 
 @dataclass(frozen=True)
@@ -282,48 +322,91 @@ class Fit:
     """The fitted model, the rows' conversions and the leave-one-source-out results."""
 
     coef: dict[str, float]
-    sigma: dict[str, float]             # method -> band half-width in logit(alpha); 'all' for the pooled
+    sigma: dict[str, float]             # band half-width in logit(alpha): 'method|seen', 'method|new', 'method', 'all'
     rows: dict[str, dict]               # id -> {alpha, tau, how}
-    anchors: dict[str, list]            # json key of a pair -> [mean residual, n]
-    loso: dict[str, dict]               # id -> {alpha_pred, tau_pred, tau_obs, error, residual}
+    anchors: dict[str, list]            # json key of a drafter level -> [u, rows]
+    loso: dict[str, dict]               # id -> {alpha_pred, tau_pred, tau_obs, error, residual, seen, covered}
     ridge: float
     table_hash: str
     probe: list[float]
+    lam: float = 1.0
+    held_out: dict = dataclasses.field(default_factory=dict)   # id -> as loso, from the full fit
 
     def predict_logit(self, f: PairFeatures, key: tuple | None = None) -> tuple[float, int]:
-        """(logit(alpha), rows anchoring it)."""
+        """(logit(alpha), rows of the drafter level behind its u)."""
         x, off = feature_vector(f)
         beta = np.array([self.coef[p] for p in PARAMS])
         eta = float(x @ beta + off)
         if key is not None:
-            res, n = self.anchors.get(json.dumps(list(key)), (0.0, 0))
-            return eta + n / (n + 1.0) * res, int(n)
+            u, n = self.anchors.get(level_key(key), (0.0, 0))
+            return eta + u, int(n)
         return eta, 0
 
-    def band(self, method: str) -> float:
-        return self.sigma.get(method, self.sigma["all"])
+    def band(self, method: str, seen: bool = False) -> float:
+        """The band's half-width in logit(alpha) for a prediction of ``method`` whose drafter level
+        the fit has (``seen``) or has not seen."""
+        return band_of(self.sigma, method, seen)
+
+    def band_name(self, method: str, seen: bool = False) -> str:
+        for k in (f"{method}|{_seen(seen)}", method, f"all|{_seen(seen)}"):
+            if k in self.sigma:
+                return (f"{method}" if k.startswith(method) else "all methods") + (
+                    f", {'a checkpoint it has' if seen else 'a checkpoint it has not'} seen" if "|" in k else "")
+        return "all methods"
 
 
-def _design(rows: list[AcceptanceRow]):
+def _seen(seen: bool) -> str:
+    return "seen" if seen else "new"
+
+
+def band_of(sigma: dict, method: str, seen: bool) -> float:
+    for k in (f"{method}|{_seen(seen)}", method, f"all|{_seen(seen)}", "all"):
+        if k in sigma:
+            return sigma[k]
+    return 0.0
+
+
+def bands(residuals: list[dict]) -> dict[str, float]:
+    """BAND_LEVEL quantiles of |residual| (logit alpha): per method and seen/new level where each has
+    MIN_BAND_ROWS, per method, and over all methods (the fallbacks of band_of)."""
+    def q(v):
+        return float(np.quantile(np.abs(v), BAND_LEVEL))
+    out: dict[str, float] = {}
+    if not residuals:
+        return {"all": 0.0}
+    out["all"] = q([v["residual"] for v in residuals])
+    for s in (True, False):
+        v = [x["residual"] for x in residuals if x["seen"] == s]
+        if len(v) >= MIN_BAND_ROWS:
+            out[f"all|{_seen(s)}"] = q(v)
+    for m in MODELLED_KINDS:
+        mine = [x for x in residuals if x["method"] == m]
+        if len(mine) < MIN_BAND_ROWS:
+            continue
+        out[m] = q([x["residual"] for x in mine])
+        split = {s: [x["residual"] for x in mine if x["seen"] == s] for s in (True, False)}
+        if all(len(v) >= MIN_BAND_ROWS for v in split.values()):
+            out.update({f"{m}|{_seen(s)}": q(v) for s, v in split.items()})
+    return out
+
+
+def _design(rows: list[AcceptanceRow], levels: dict[str, int]):
     X, off = zip(*(feature_vector(row_features(r)) for r in rows))
-    return np.array(X), np.array(off)
+    Z = np.zeros((len(rows), len(levels)))
+    for i, r in enumerate(rows):
+        Z[i, levels[level_key(pair_key(r))]] = 1.0
+    return np.array(X), np.array(off), Z
 
 
-def _anchor_table(rows, resid) -> dict[str, list]:
-    acc: dict[tuple, list] = {}
-    for r, e in zip(rows, resid):
-        acc.setdefault(pair_key(r), []).append(float(e))
-    return {json.dumps(list(k)): [float(np.mean(v)), len(v)] for k, v in acc.items()}
+def _fit_core(rows, y, ridge, lam):
+    levels = {k: i for i, k in enumerate(sorted({level_key(pair_key(r)) for r in rows}))}
+    X, off, Z = _design(rows, levels)
+    beta, u = _solve(X, Z, y - off, ridge, lam)
+    n = Z.sum(axis=0)
+    return beta, {k: [float(u[i]), int(n[i])] for k, i in levels.items()}
 
 
-def _fit_core(rows, y, ridge):
-    X, off = _design(rows)
-    beta = _solve(X, y - off, ridge)
-    resid = y - (X @ beta + off)
-    return beta, _anchor_table(rows, resid)
-
-
-def _predict_row_tau(beta, anchors, r: AcceptanceRow) -> tuple[float, float]:
+def predict_row_tau(beta, anchors, r: AcceptanceRow) -> tuple[float, float]:
     """(predicted alpha of the row's first task / single alpha, predicted tau at the row's shape)."""
     coef = dict(zip(PARAMS, beta))
     fit = Fit(coef=coef, sigma={"all": 0.0}, rows={}, anchors=anchors, loso={}, ridge=0.0, table_hash="", probe=[])
@@ -340,8 +423,22 @@ def _predict_row_tau(beta, anchors, r: AcceptanceRow) -> tuple[float, float]:
     return a, float(tau_at_shape(r.draft_kind, a, **shape))
 
 
+def _held_out_result(beta, anchors, r: AcceptanceRow, conv: Converted, y: float, source: str) -> dict:
+    a_pred, tau_pred = predict_row_tau(beta, anchors, r)
+    # the residual in logit(alpha): observed alpha against the model's single-alpha prediction
+    # (a mix row: the alpha that gives the predicted mixed tau at its shape)
+    a_mix = alpha_of_tau(r.draft_kind, tau_pred, k=r.k or TAU_CHECK_K, nodes=r.tree_nodes,
+                         depth=r.tree_depth) if r.task == "mix" else a_pred
+    return dict(source=source, method=r.draft_kind, alpha_pred=a_pred, tau_pred=tau_pred, tau_obs=conv.tau,
+                error=(tau_pred - conv.tau) / conv.tau, residual=float(y - _logit(a_mix)),
+                seen=level_key(pair_key(r)) in anchors, temperature=r.temperature)
+
+
 def table_hash(root=None) -> str:
-    return hashlib.sha256(table_path(root).read_bytes()).hexdigest()[:16]
+    h = hashlib.sha256(table_path(root).read_bytes())
+    from ..catalog.checkpoints import checkpoints_path
+    h.update(checkpoints_path(root).read_bytes())
+    return h.hexdigest()[:16]
 
 
 def machinery_probe() -> list[float]:
@@ -356,34 +453,35 @@ def loso_median(f: Fit, informative: bool = True) -> float:
     return float(np.median(errs)) if errs else float("nan")
 
 
-def fit(root=None, ridge: float | None = None, loso: bool = True) -> Fit:
-    """Fit the model on the table's fit rows, with every leave-one-source-out refit; ``ridge``
-    None: the penalty of RIDGES with the smallest LOSO median."""
-    if ridge is None:
-        fits = [fit(root, r) for r in RIDGES]
+def coverage(results, sigma_of) -> float:
+    """The fraction of held-out results inside their band: |residual| <= sigma_of(result)."""
+    v = [abs(x["residual"]) <= sigma_of(x) for x in results]
+    return float(np.mean(v)) if v else float("nan")
+
+
+def fit(root=None, ridge: float | None = None, lam: float | None = None, loso: bool = True) -> Fit:
+    """Fit the model on the table's fit rows, with every leave-one-source-out refit; ``ridge`` and
+    ``lam`` None: the pair of RIDGES x LAMBDAS with the smallest LOSO median."""
+    if ridge is None or lam is None:
+        fits = [fit(root, r, m) for r in ((ridge,) if ridge is not None else RIDGES)
+                for m in ((lam,) if lam is not None else LAMBDAS)]
         return min(fits, key=loso_median)
     table = load_table(root)
+    from ..catalog.checkpoints import check_table_links
+    from ..errors import raise_collected
+    raise_collected(check_table_links(table, root))
     conv = {r.id: convert(r) for r in table}
     rows = [r for r in table if r.fit and conv[r.id].alpha is not None]
     y = _logit([conv[r.id].alpha for r in rows])
-    beta, anchors = _fit_core(rows, y, ridge)
+    beta, anchors = _fit_core(rows, y, ridge, lam)
     out_loso: dict[str, dict] = {}
     if loso:
         for src in sorted({r.source_key for r in rows}):
             keep = [i for i, r in enumerate(rows) if r.source_key != src]
-            b, anc = _fit_core([rows[i] for i in keep], y[keep], ridge)
+            b, anc = _fit_core([rows[i] for i in keep], y[keep], ridge, lam)
             for i, r in enumerate(rows):
-                if r.source_key != src:
-                    continue
-                a_pred, tau_pred = _predict_row_tau(b, anc, r)
-                tau_obs = conv[r.id].tau
-                # the residual in logit(alpha): observed alpha against the model's single-alpha
-                # prediction (a mix row: the alpha that gives the predicted mixed tau at its shape)
-                a_mix = alpha_of_tau(r.draft_kind, tau_pred, k=r.k or TAU_CHECK_K, nodes=r.tree_nodes,
-                                     depth=r.tree_depth) if r.task == "mix" else a_pred
-                out_loso[r.id] = dict(source=src, method=r.draft_kind, alpha_pred=a_pred, tau_pred=tau_pred,
-                                      tau_obs=tau_obs, error=(tau_pred - tau_obs) / tau_obs,
-                                      residual=float(y[i] - _logit(a_mix)))
+                if r.source_key == src:
+                    out_loso[r.id] = _held_out_result(b, anc, r, conv[r.id], y[i], src)
     sigma: dict[str, float] = {"all": 0.0}
     if out_loso:
         # a held-out row tells how far a new source lands from the others only when its method
@@ -393,14 +491,22 @@ def fit(root=None, ridge: float | None = None, loso: bool = True) -> Fit:
         for v in out_loso.values():
             v["informative"] = len(sources[v["method"]]) > 1
         inf = [v for v in out_loso.values() if v["informative"]]
-        sigma["all"] = float(np.sqrt(np.mean(np.square([v["residual"] for v in inf])))) if inf else 0.0
-        for m in MODELLED_KINDS:
-            res = [v["residual"] for v in inf if v["method"] == m]
-            if len(res) >= MIN_BAND_ROWS:
-                sigma[m] = float(np.sqrt(np.mean(np.square(res))))
+        sigma = bands(inf)
+        # the band's held-out coverage: each source's rows against the band of the other sources' residuals
+        for src in {v["source"] for v in out_loso.values()}:
+            others = bands([v for v in inf if v["source"] != src])
+            for v in out_loso.values():
+                if v["source"] == src:
+                    v["covered"] = bool(abs(v["residual"]) <= band_of(others, v["method"], v["seen"]))
+    held = {}
+    for r in table:
+        if r.held_out and conv[r.id].alpha is not None:
+            held[r.id] = _held_out_result(beta, anchors, r, conv[r.id], float(_logit(conv[r.id].alpha)), r.source_key)
+            held[r.id]["covered"] = bool(abs(held[r.id]["residual"]) <= band_of(sigma, r.draft_kind, held[r.id]["seen"]))
     return Fit(coef=dict(zip(PARAMS, map(float, beta))), sigma=sigma,
                rows={r.id: dict(alpha=conv[r.id].alpha, tau=conv[r.id].tau, how=conv[r.id].how) for r in table},
-               anchors=anchors, loso=out_loso, ridge=ridge, table_hash=table_hash(root), probe=machinery_probe())
+               anchors=anchors, loso=out_loso, ridge=ridge, table_hash=table_hash(root), probe=machinery_probe(),
+               lam=lam, held_out=held)
 
 
 def fit_path(root=None) -> Path:
@@ -427,7 +533,7 @@ def _stored(root: str) -> Fit:
     except (FileNotFoundError, json.JSONDecodeError, TypeError):
         f, stale = None, f"{p} is missing or unreadable"
     if f is not None and f.table_hash != table_hash(root):
-        stale = f"{table_path(root)} changed since {p} was written"
+        stale = f"{table_path(root)} or checkpoints.yaml beside it changed since {p} was written"
     elif f is not None and f.probe != machinery_probe():
         stale = "the model's tree acceptance changed since the acceptance fit was written"
     if stale:
@@ -442,121 +548,20 @@ def stored_fit(db: Database | None = None) -> Fit:
     return _stored(str((db or load_database()).root))
 
 
-# ------------------------------------------------------------------ the fit's report (dse acceptance fit, docs)
-
-def report(f: Fit) -> dict:
-    """Coefficients, bands, and the leave-one-source-out error per method and overall."""
-    per = {}
-    for m in MODELLED_KINDS:
-        v = [x for x in f.loso.values() if x["method"] == m]
-        if not v:
-            continue
-        errs = [abs(x["error"]) for x in v]
-        per[m] = dict(rows=len(v), sources=len({x["source"] for x in v}), informative=bool(v[0].get("informative")),
-                      median_abs_error=float(np.median(errs)), max_abs_error=float(np.max(errs)),
-                      band_logit=f.band(m))
-    return dict(ridge=f.ridge, coefficients={p: f.coef[p] for p in PARAMS}, band_logit=f.sigma, per_method=per,
-                loso_median=loso_median(f), loso_median_all_rows=loso_median(f, informative=False),
-                rows_fitted=len(f.loso), rows_in_table=len(f.rows))
+# the resolution of a workload's acceptance (.resolve) and the fit's report (.report) live beside this
+# module; their names stay importable from here (dse.acceptance.fit.resolve, .report, ...)
+_ELSEWHERE = {"resolve": ("Resolution", "TaskAcceptance", "features_for", "resolve", "resolved_workload"),
+              "report": ("_BEGIN", "_END", "format_report", "plot_fit", "predicted_rows", "report", "update_doc")}
 
 
-def format_report(rep: dict) -> str:
-    lines = [f"ridge penalty {rep['ridge']:g} (the smallest held-out median of {', '.join(map(str, RIDGES))})",
-             "", "coefficients of logit(alpha):"]
-    lines += [f"  {k:<28}{v:+.3f}" for k, v in rep["coefficients"].items()]
-    lines += ["", "leave-one-source-out, tau predicted for each held-out row at its own chain or tree:",
-              f"  {'method':<12}{'rows':>5}{'sources':>8}{'median |err|':>14}{'max |err|':>11}{'band (logit)':>14}"]
-    for m, v in rep["per_method"].items():
-        note = "" if v["informative"] else "  (one source: held out, the method has no data)"
-        lines.append(f"  {m:<12}{v['rows']:>5}{v['sources']:>8}{100 * v['median_abs_error']:>13.1f}%"
-                     f"{100 * v['max_abs_error']:>10.1f}%{v['band_logit']:>14.3f}{note}")
-    lines += ["", f"median |tau error| held out: {100 * rep['loso_median']:.1f}% over the rows of methods with "
-                  f"another source; {100 * rep['loso_median_all_rows']:.1f}% over all {rep['rows_fitted']} fitted rows"]
-    return "\n".join(lines)
-
-
-def predicted_rows(f: Fit, root=None) -> dict[str, float]:
-    """The full fit's tau for every row it can place (a modelled method, one of the workload's
-    tasks or the mix, a temperature, and a chain length or tree): id -> tau at the row's shape."""
-    beta = np.array([f.coef[p] for p in PARAMS])
-    out = {}
-    for r in load_table(root):
-        conv = f.rows.get(r.id) or {}
-        if (r.draft_kind not in MODELLED_KINDS or r.task not in TASKS + ("mix",) or r.temperature is None
-                or conv.get("tau") is None or (r.k is None and not r.is_tree and r.stat_kind != "alpha")):
-            continue
-        out[r.id] = _predict_row_tau(beta, f.anchors, r)[1]
-    return out
-
-
-# ------------------------------------------------------------------ docs/acceptance.md and its figure
-
-_BEGIN, _END = "<!-- BEGIN dse acceptance fit -->", "<!-- END dse acceptance fit -->"
-
-
-def plot_fit(f: Fit, path, root=None) -> None:
-    """The held-out figure: each fitted row's tau predicted with its source left out, against the
-    published tau, one marker per method; and the error per method."""
-    Figure = import_matplotlib("matplotlib.figure").Figure
-    rows = {r.id: r for r in load_table(root)}
-    colours = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000", "#9a9a9a"]
-    markers = ["o", "s", "^", "D", "v", "P", "X", "*", "<"]
-    fig = Figure(figsize=(11.0, 4.8), layout="constrained")
-    ax, bx = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
-    hi = max(max(v["tau_obs"], v["tau_pred"]) for v in f.loso.values()) * 1.05
-    ax.plot([1, hi], [1, hi], color="#666666", lw=0.8)
-    for frac in (0.88, 1.12):
-        ax.plot([1, hi], [1 * frac, hi * frac], color="#999999", lw=0.6, ls=":")
-    names, meds = [], []
-    for i, m in enumerate(MODELLED_KINDS):
-        v = [x for x in f.loso.values() if x["method"] == m]
-        if not v:
-            continue
-        inf = v[0].get("informative")
-        ax.scatter([x["tau_obs"] for x in v], [x["tau_pred"] for x in v], s=18 if inf else 10,
-                   marker=markers[i], color=colours[i], alpha=0.85 if inf else 0.35, linewidths=0,
-                   label=f"{m} ({len(v)} rows, {len({x['source'] for x in v})} source{'s' if len({x['source'] for x in v}) > 1 else ''})")
-        names.append(m + ("" if inf else " *"))
-        meds.append(100 * float(np.median([abs(x["error"]) for x in v])))
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-    plain = FuncFormatter(lambda v, _: f"{v:g}")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    for axis in (ax.xaxis, ax.yaxis):
-        axis.set_major_formatter(plain)
-        axis.set_minor_formatter(NullFormatter())
-        axis.set_ticks([1, 1.5, 2, 3, 4, 6, 8])
-    bx.xaxis.set_major_formatter(plain)
-    ax.set_xlabel("published tau (tokens per target pass, at the row's own chain or tree)")
-    ax.set_ylabel("predicted with the row's source left out")
-    ax.set_title("Leave-one-source-out: predicted vs published tau (dotted: +-12%)", fontsize=9)
-    ax.legend(fontsize=7, loc="upper left")
-    ax.grid(True, lw=0.4, alpha=0.5)
-    bx.barh(range(len(names))[::-1], meds, color="#0072B2")
-    bx.set_yticks(range(len(names))[::-1], names, fontsize=8)
-    bx.axvline(12, color="#D55E00", lw=0.8, ls="--")
-    bx.set_xscale("log")
-    bx.set_xlabel("median |tau error| held out (%), log scale; dashed: 12%")
-    bx.set_title("Per method (* one source: held out, the method has no data left)", fontsize=9)
-    for y, v in zip(range(len(names))[::-1], meds):
-        bx.text(v * 1.05, y, f"{v:.1f}%", va="center", fontsize=7)
-    fig.suptitle(f"The acceptance model, fitted on {len(f.loso)} published rows of "
-                 f"{len({r.source_key for r in rows.values() if r.id in f.loso})} sources: median held-out "
-                 f"error {100 * loso_median(f):.1f}% (methods with another source), "
-                 f"{100 * loso_median(f, False):.1f}% (all)", fontsize=10)
-    fig.savefig(path, format="png", dpi=150)
-
-
-def update_doc(path, img) -> None:
-    """Refresh docs/acceptance.md between its markers (the fit's report) and its figure."""
-    f = stored_fit()
-    plot_fit(f, img)
-    p = Path(path)
-    doc = p.read_text()
-    i, j = doc.index(_BEGIN) + len(_BEGIN), doc.index(_END)
-    p.write_text(doc[:i] + "\n```text\n" + format_report(report(f)) + "\n```\n" + doc[j:])
+def __getattr__(name: str):
+    for mod, names in _ELSEWHERE.items():
+        if name in names:
+            import importlib
+            return getattr(importlib.import_module(f"{__package__}.{mod}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":   # python -m dse.acceptance.fit docs/acceptance.md docs/img/acceptance-fit.png
     import sys
-    update_doc(sys.argv[1], sys.argv[2])
+    __getattr__("update_doc")(sys.argv[1], sys.argv[2])

@@ -1,6 +1,14 @@
-"""A workload's acceptance: the published table's rows for the exact pair, task and temperature where
-there are any, else the acceptance model fitted on them (:mod:`.fit`) with its band; an MTP drafter
-(catalog.acceptance.TABLE_KINDS) from the table alone.
+"""A workload's acceptance from the published table or the acceptance model (:mod:`.fit`): per
+task, the table's rows of the exact pair (or checkpoint), task and temperature, else the model's
+prediction with its band and the band's level.
+
+**A bare method** (``--draft eagle3``) is the drafter level the table's unnamed rows of that target
+measured (vLLM's head in SpecDecode-Bench for llama-3.1-8b), else the method's mean over the
+checkpoints the fit has seen, with the band of a checkpoint it has not seen: a user who names no
+head gets the population of public heads, not the best paper's. ``--draft eagle3:<checkpoint>``
+is that checkpoint: its own rows where the table has the (checkpoint, task, temperature), else
+the model with the checkpoint's fitted level u and the band of a seen checkpoint. An MTP drafter
+(catalog.acceptance.TABLE_KINDS) takes the table alone.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from ..catalog.specs import ModelSpec
 from ..errors import MISSING, SpecError
 from ..model.transformer import total_params
 from ..workload.spec import AcceptanceSpec, DrafterSpec, TaskMix, Workload, mixture
-from .fit import HEAD_METHODS, Fit, PairFeatures, pair_key, sigmoid, stored_fit
+from .fit import BAND_LEVEL, HEAD_METHODS, Fit, PairFeatures, is_llama3, level_key, pair_key, sigmoid, stored_fit
 
 
 @dataclass(frozen=True)
@@ -50,7 +58,10 @@ class Resolution:
                        [t.weight for t in self.tasks], [t.task for t in self.tasks])
 
     def text(self) -> str:
-        """'alpha 0.74 from table rows specbench-03' / 'alpha 0.71 +-0.06 modelled: ...', per task in a mix."""
+        """'alpha 0.74 from table rows specbench-03' / 'alpha 0.71 +-0.06 (68% band) modelled: ...', per
+        task in a mix."""
+        level = f"{100 * BAND_LEVEL:.0f}% band"
+
         def one(t: TaskAcceptance) -> str:
             if t.rates:
                 shown = ", ".join(f"{a:.2f}" for a in t.rates[:8]) + (", ..." if len(t.rates) > 8 else "")
@@ -58,7 +69,7 @@ class Resolution:
             if t.origin == "table":
                 return f"alpha {t.alpha:.2f} from {t.detail}"
             half = 0.5 * (t.high - t.low)
-            return f"alpha {t.alpha:.2f} +-{half:.2f} modelled: {t.detail}"
+            return f"alpha {t.alpha:.2f} +-{half:.2f} ({level}) modelled: {t.detail}"
         if len(self.tasks) == 1:
             return one(self.tasks[0])
         parts = ", ".join(f"{t.task} {t.alpha:.2f}" + (" (table)" if t.origin == "table" else "") for t in self.tasks)
@@ -70,7 +81,7 @@ class Resolution:
         half = [0.5 * (t.high - t.low) for t in mod]
         band = f"+-{min(half):.2f}" + (f"-{max(half):.2f}" if max(half) - min(half) >= 0.005 else "")
         detail = mod[0].detail.replace(f", task {mod[0].task}", "")
-        return f"alpha per task {parts} ({weights}), {band} modelled: {detail}"
+        return f"alpha per task {parts} ({weights}), {band} ({level}) modelled: {detail}"
 
 
 def features_for(target: ModelSpec, drafter: DrafterSpec, task: str, temperature: float, db: Database
@@ -84,7 +95,8 @@ def features_for(target: ModelSpec, drafter: DrafterSpec, task: str, temperature
         kw = dict(log_ratio=math.log10(total_params(drafter.model) / total_params(target)),
                   other_family=0.0 if same else 1.0)
     elif meth in HEAD_METHODS:
-        kw = dict(log_target=math.log10(total_params(target) / 1e9 / 10.0))
+        kw = dict(log_target=math.log10(total_params(target) / 1e9 / 10.0),
+                  llama3=float(is_llama3(target.name, target.family, db.root)))
     elif meth == "early-exit":
         f = drafter.exit_layer / target.num_layers
         kw = dict(exit_logit=math.log(f / (1.0 - f)))
@@ -93,13 +105,15 @@ def features_for(target: ModelSpec, drafter: DrafterSpec, task: str, temperature
 
 def _table_rows(target: ModelSpec, drafter: DrafterSpec, task: str, temperature: float, db: Database, f: Fit,
                 shape: tuple | None = None):
-    """The table's rows of this pair, task and temperature; of those measured at ``shape`` (k,
-    tree nodes, tree depth) only those when there are any (a row of the design's own chain or tree
-    is its measurement: the effective alpha of another shape is an extrapolation)."""
+    """The table's rows of this pair (a named checkpoint: of that checkpoint, on any method that
+    drafts with it the same way), task and temperature; of those measured at ``shape`` (k, tree
+    nodes, tree depth) only those when there are any (a row of the design's own chain or tree is
+    its measurement: the effective alpha of another shape is an extrapolation). Held-out rows too:
+    they are published measurements, only kept out of the fit."""
     key = pair_key(target.name, drafter)
     out = []
     for r in load_table(db.root):
-        if (pair_key(r) == key and r.task == task and r.temperature is not None
+        if (pair_key(r) == key and r.draft_kind == drafter.meth and r.task == task and r.temperature is not None
                 and abs(r.temperature - temperature) < 1e-9 and f.rows.get(r.id, {}).get("alpha") is not None):
             if drafter.kind == "early-exit" and r.target_layers != target.num_layers:
                 continue
@@ -112,10 +126,10 @@ def _table_rows(target: ModelSpec, drafter: DrafterSpec, task: str, temperature:
 
 def resolve(target: ModelSpec, drafter: DrafterSpec, task: TaskMix, temperature: float,
             db: Database | None = None, shape: tuple | None = None) -> Resolution:
-    """The drafter's acceptance per task: the table's rows for this exact pair, task and
+    """The drafter's acceptance per task: the table's rows for this exact pair or checkpoint, task and
     temperature where there are any (their mean effective alpha; those of the design's own
-    ``shape`` = (k, tree nodes, tree depth) first, when known), else the model (anchored on the
-    pair's other rows) with its band."""
+    ``shape`` = (k, tree nodes, tree depth) first, when known), else the model (with the drafter
+    level's u where the fit has seen it) with its band."""
     db = db or load_database()
     f = stored_fit(db)
     if drafter.meth in TABLE_KINDS:
@@ -125,6 +139,8 @@ def resolve(target: ModelSpec, drafter: DrafterSpec, task: TaskMix, temperature:
         rows = _table_rows(target, drafter, "mix", temperature, db, f, shape)
         if rows:
             return Resolution((_from_table("mix", 1.0, rows, f),))
+    key = pair_key(target.name, drafter)
+    seen = level_key(key) in f.anchors
     out = []
     for t, w in zip(task.tasks, task.weights):
         rows = _table_rows(target, drafter, t, temperature, db, f, shape)
@@ -132,10 +148,13 @@ def resolve(target: ModelSpec, drafter: DrafterSpec, task: TaskMix, temperature:
             out.append(_from_table(t, w, rows, f))
             continue
         feats = features_for(target, drafter, t, temperature, db)
-        eta, n = f.predict_logit(feats, pair_key(target.name, drafter))
-        s = f.band(drafter.meth)
+        eta, n = f.predict_logit(feats, key)
+        s = f.band(drafter.meth, seen)
         a, lo, hi = (float(sigmoid(eta + d)) for d in (0.0, -s, s))
-        terms = [f"{drafter.meth}", f"task {t}", f"T={temperature:g}"]
+        ref = key[1] if key[0] == "ckpt" and not drafter.checkpoint else ""
+        terms = [f"{drafter.meth}" + (f" checkpoint {drafter.checkpoint}" if drafter.checkpoint else "")
+                 + (f" = {ref} (the method authors' head for {target.name})" if ref else ""),
+                 f"task {t}", f"T={temperature:g}"]
         if drafter.kind == "model":
             terms.insert(1, f"{total_params(drafter.model) / total_params(target):.2%} of the target's parameters, "
                             f"{'same family' if feats.other_family == 0 else 'other family'}")
@@ -143,8 +162,11 @@ def resolve(target: ModelSpec, drafter: DrafterSpec, task: TaskMix, temperature:
             terms.insert(1, f"exit at {drafter.exit_layer}/{target.num_layers} layers of a target trained for early "
                             "exit (LayerSkip)")
         if n:
-            terms.append(f"anchored on {n} table row{'s' if n > 1 else ''} of this pair")
-        terms.append(f"band +-1 LOSO RMS of {drafter.meth if drafter.meth in f.sigma else 'all methods'}")
+            terms.append(f"its level fitted on {n} table row{'s' if n > 1 else ''}"
+                         + (" of this checkpoint" if drafter.checkpoint or ref else " of this pair"))
+        elif drafter.checkpoint or ref:
+            terms.append("no table rows of this checkpoint: the method's mean")
+        terms.append(f"band: {100 * BAND_LEVEL:.0f}% of held-out residuals of {f.band_name(drafter.meth, seen)}")
         out.append(TaskAcceptance(t, w, a, lo, hi, "model", ", ".join(terms)))
     return Resolution(tuple(out))
 
@@ -220,7 +242,9 @@ def _from_table(task: str, weight: float, rows, f: Fit) -> TaskAcceptance:
     a = float(np.mean([f.rows[r.id]["alpha"] for r in rows]))
     ids = ", ".join(r.id for r in rows)
     srcs = "; ".join(sorted({r.source for r in rows}))
-    return TaskAcceptance(task, weight, a, a, a, "table", f"table row{'s' if len(rows) > 1 else ''} {ids} ({srcs})")
+    ck = {r.checkpoint for r in rows if r.checkpoint}
+    what = f"table row{'s' if len(rows) > 1 else ''} {ids}" + (f" of {', '.join(sorted(ck))}" if ck else "")
+    return TaskAcceptance(task, weight, a, a, a, "table", f"{what} ({srcs})")
 
 
 def resolved_workload(w: Workload, db: Database | None = None) -> tuple[Workload, Resolution | None]:

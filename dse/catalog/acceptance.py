@@ -40,10 +40,12 @@ MODELLED_KINDS = ("model", "eagle", "eagle2", "eagle3", "medusa", "hydra", "ngra
 TABLE_KINDS = ("mtp",)
 #: published methods kept in the table that no dse drafter represents
 OTHER_KINDS = ("ngram-lm", "medusa2", "block", "lookahead", "recycling", "samd")
+#: `fit`: yes (fitted), no (with why_not), held-out (could be fitted; kept out to report the error on)
+FIT_VALUES = ("yes", "no", "held-out")
 STAT_KINDS = ("alpha", "tau", "acceptance_ratio", "per_position", "speedup_only")
 COLUMNS = ("id", "source_key", "source", "checked", "target", "target_model", "target_params_b", "draft",
-           "draft_model", "draft_params_b", "same_family", "method", "draft_kind", "exit_layer", "target_layers",
-           "task", "task_detail", "temperature", "sampling", "k", "tree_nodes", "tree_depth", "stat_kind",
+           "draft_model", "checkpoint", "draft_params_b", "same_family", "method", "draft_kind", "exit_layer",
+           "target_layers", "task", "task_detail", "temperature", "sampling", "k", "tree_nodes", "tree_depth", "stat_kind",
            "stat_value", "rates", "includes_bonus", "fit", "why_not", "hardware", "speedup", "notes")
 
 
@@ -60,6 +62,7 @@ class AcceptanceRow:
     target_params_b: float | None
     draft: str
     draft_model: str
+    checkpoint: str            # the draft checkpoint (hardware_db/acceptance/checkpoints.yaml), '' if not named
     draft_params_b: float | None
     same_family: bool | None
     method: str
@@ -78,6 +81,7 @@ class AcceptanceRow:
     rates: tuple[float, ...]   # per-position conditional rates (stat_kind per_position)
     includes_bonus: str
     fit: bool                  # used to fit the acceptance model
+    held_out: bool             # fit = held-out: a source kept out of the fit to report the model's error on
     why_not: str
     hardware: str
     speedup: str
@@ -183,7 +187,7 @@ def _row(c: dict[str, str], path: str, where: str) -> AcceptanceRow:
         source=text("source", required=True), checked=text("checked", required=True),
         target=text("target", required=True), target_model=text("target_model"),
         target_params_b=number("target_params_b", Range(lo=0.0, lo_open=True)),
-        draft=text("draft", required=True), draft_model=text("draft_model"),
+        draft=text("draft", required=True), draft_model=text("draft_model"), checkpoint=text("checkpoint"),
         draft_params_b=number("draft_params_b", Range(lo=0.0)), same_family=yes_no("same_family"),
         method=text("method", required=True), draft_kind=kind,
         exit_layer=number("exit_layer", Range(True, 1, 10000), True),
@@ -193,7 +197,8 @@ def _row(c: dict[str, str], path: str, where: str) -> AcceptanceRow:
         k=number("k", Range(True, 1, 64), True), tree_nodes=number("tree_nodes", Range(True, 1, 1024), True),
         tree_depth=number("tree_depth", Range(True, 1, 64), True), stat_kind=stat,
         stat_value=number("stat_value", value_rng), rates=rates, includes_bonus=text("includes_bonus"),
-        fit=text("fit", ("yes", "no")) == "yes", why_not=text("why_not"), hardware=text("hardware"),
+        fit=text("fit", FIT_VALUES) == "yes", held_out=c.get("fit", "").strip() == "held-out",
+        why_not=text("why_not"), hardware=text("hardware"),
         speedup=text("speedup"), notes=text("notes"))
     # cross-column rules: what the conversions in dse.acceptance.fit rely on
     if stat != "speedup_only" and row["stat_value"] is None:
@@ -208,7 +213,7 @@ def _row(c: dict[str, str], path: str, where: str) -> AcceptanceRow:
                                  or row["exit_layer"] >= row["target_layers"]):
         errs.append(SpecError(path, f"{where}.exit_layer", c.get("exit_layer"),
                               "an early exit needs exit_layer < target_layers"))
-    if row["fit"]:
+    if row["fit"] or row["held_out"]:
         if kind not in MODELLED_KINDS or row["task"] == "other" or stat == "speedup_only":
             errs.append(SpecError(path, f"{where}.fit", "yes", "a fitted row needs a modelled draft_kind, one of the "
                                   "workload's tasks (or mix) and an acceptance statistic"))
@@ -220,7 +225,7 @@ def _row(c: dict[str, str], path: str, where: str) -> AcceptanceRow:
                                 or row["same_family"] is None):
             errs.append(SpecError(path, f"{where}.draft_params_b", c.get("draft_params_b"),
                                   "a fitted draft-model row needs both parameter counts and same_family"))
-    elif not row["why_not"]:
+    if not row["fit"] and not row["held_out"] and not row["why_not"]:
         errs.append(SpecError(path, f"{where}.why_not", "", "say why a row is not fitted"))
     raise_collected(errs)
     return AcceptanceRow(**row)

@@ -172,7 +172,8 @@ def _acc_rows(target, draft, task):
         out.append(dict(id=r.id, target=r.target_model or r.target, draft=r.draft_model or r.draft,
                         kind=r.draft_kind, task=r.task, T=r.temperature, shape=r.shape,
                         statistic=f"{r.stat_kind} {r.stat_value:g}" if r.stat_value is not None else r.stat_kind,
-                        alpha=conv.get("alpha"), tau=conv.get("tau"), fit="yes" if r.fit else "no", row=r, conv=conv))
+                        alpha=conv.get("alpha"), tau=conv.get("tau"),
+                        fit="yes" if r.fit else "held-out" if r.held_out else "no", row=r, conv=conv))
     return out
 
 
@@ -183,12 +184,18 @@ def _acc_rows(target, draft, task):
               help="Draft: a kind (eagle3, model, ngram, ...), a dse model or part of a name [default: every draft].")
 @click.option("--task", "text_task", default=None,
               help="chat, code, math, summarization, translation, qa, rag, mix [default: every task].")
+@click.option("--checkpoints", is_flag=True,
+              help="List the draft checkpoints (hardware_db/acceptance/checkpoints.yaml) instead of the rows: "
+                   "target, kind, the table rows of each and its fitted level.")
 @click.option("--json", "as_json", is_flag=True, help="Every field of the rows as JSON.")
-def acceptance_list(target, draft, text_task, as_json):
-    """List published acceptance rows (alpha and tau as the model uses them)."""
+def acceptance_list(target, draft, text_task, checkpoints, as_json):
+    """List published acceptance rows (alpha and tau as the model uses them), or the draft checkpoints."""
     import dataclasses
 
     from .text import table
+    if checkpoints:
+        _list_checkpoints(target, draft, as_json)
+        return
     rows = _acc_rows(target, draft, text_task)
     if as_json:
         click.echo(json.dumps([{**dataclasses.asdict(r["row"]), **{"alpha_model": r["conv"].get("alpha"),
@@ -197,6 +204,39 @@ def acceptance_list(target, draft, text_task, as_json):
         return
     click.echo(table([{k: v for k, v in r.items() if k in _ACC_COLS} for r in rows], _ACC_COLS))
     click.echo(f"{len(rows)} rows (`dse acceptance show ID` for the source and the conversion)")
+
+
+def _list_checkpoints(target, draft, as_json):
+    """`dse acceptance list --checkpoints`: the registry, each with its table rows and fitted level u."""
+    import dataclasses
+
+    from ..acceptance.fit import level_key, stored_fit
+    from ..catalog.acceptance import load_table
+    from ..catalog.checkpoints import KIND_METHODS, load_checkpoints
+    from .text import table
+    f = stored_fit()
+    rows = load_table()
+    out = []
+    for c in load_checkpoints().values():
+        if target and not (target.lower() == c.target.lower() or target.lower() in c.target_name.lower()):
+            continue
+        if draft and not (draft.lower() in KIND_METHODS[c.kind] or draft.lower() in c.id.lower()):
+            continue
+        mine = [r for r in rows if r.checkpoint == c.id]
+        u = f.anchors.get(level_key(("ckpt", c.id))) if c.kind != "model" else None
+        out.append(dict(id=c.id, target=c.target, kind=c.kind, draft_as=" or ".join(f"{m}:{c.id}" if m != "model"
+                                                                                   else c.id.split("/")[-1]
+                                                                                   for m in KIND_METHODS[c.kind]),
+                        rows=len(mine), fitted=sum(r.fit for r in mine), level=None if u is None else round(u[0], 3),
+                        recipe=c.recipe, source=c.source, checkpoint=c))
+    if as_json:
+        click.echo(json.dumps([{**dataclasses.asdict(o["checkpoint"]), "rows": o["rows"], "fitted_rows": o["fitted"],
+                                "level_logit": o["level"]} for o in out], indent=2))
+        return
+    cols = ["id", "target", "kind", "rows", "fitted", "level"]
+    click.echo(table([{k: v for k, v in o.items() if k in cols} for o in out], cols))
+    click.echo(f"{len(out)} checkpoints (draft with one as --draft eagle3:<id>, eagle:<id>, ...; level: its fitted "
+               "effect on logit(alpha), none without fitted rows: the method's mean)")
 
 
 @acceptance_group.command("show")
@@ -210,7 +250,7 @@ def acceptance_show(ident, as_json):
     from ..catalog.acceptance import load_table, row_by_id
     r = row_by_id(load_table(), ident)
     f = stored_fit()
-    conv, loso = f.rows.get(r.id, {}), f.loso.get(r.id)
+    conv, loso = f.rows.get(r.id, {}), f.loso.get(r.id) or f.held_out.get(r.id)
     if as_json:
         click.echo(json.dumps({"row": dataclasses.asdict(r), "conversion": conv, "held_out": loso}, indent=2))
         return
@@ -221,7 +261,8 @@ def acceptance_show(ident, as_json):
             click.echo(f"{key:<16}{shown}")
     click.echo(f"{'conversion':<16}{conv.get('how', '-')}")
     if loso:
-        click.echo(f"{'held out':<16}with {loso['source']} left out of the fit, the model predicts tau "
+        how = "never fitted (a held-out source)" if r.held_out else f"with {loso['source']} left out of the fit"
+        click.echo(f"{'held out':<16}{how}, the model predicts tau "
                    f"{loso['tau_pred']:.3f} against {loso['tau_obs']:.3f} ({100 * loso['error']:+.1f}%)")
 
 

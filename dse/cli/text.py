@@ -170,7 +170,8 @@ def _design_table(r: dict) -> str:
         out.append(f"TTFT         {num(r['ttft_ms'], '.2f')} ms   request {num(r['request_latency_ms'], '.1f')} ms")
         return "\n".join(out)
     banded = r.get("speedup_low") is not None and r["speedup_low"] != r["speedup_high"]
-    band = (f"  band {num(r['speedup_low'], '.3f')}x-{num(r['speedup_high'], '.3f')}x "
+    from ..acceptance.fit import BAND_LEVEL
+    band = (f"  {100 * BAND_LEVEL:.0f}% band {num(r['speedup_low'], '.3f')}x-{num(r['speedup_high'], '.3f')}x "
             f"({num(r['spec_ms_per_token_high'], '.3f')}-{num(r['spec_ms_per_token_low'], '.3f')} ms/token)"
             if banded else "")
     out.append(f"speculative  {num(r['spec_ms_per_token'], '.3f')} ms/token  {fmt(r['tokens_per_s'])} tok/s  "
@@ -185,7 +186,8 @@ def _design_table(r: dict) -> str:
     reach = "P(deepest level accepted)" if r.get("tree_nodes") else "P(all k accepted)"
     window = (f"  P(window usable) {num(r['p_window'], '.3f')}" if r.get("overlap") and r.get("p_window") is not None
               else "")
-    tband = f" ({num(r['tau_low'], '.3f')}-{num(r['tau_high'], '.3f')})" if banded else ""
+    tband = (f" ({100 * BAND_LEVEL:.0f}% band {num(r['tau_low'], '.3f')}-{num(r['tau_high'], '.3f')})"
+             if banded else "")
     out.append(f"accounting   tau {num(r['tau'], '.3f')}{tband} tokens/pass  alpha {alpha}  k {r['k']}  "
                f"c {num(r['draft_cost_ratio'], '.3f')}  {reach} {num(r['p_all_accepted'], '.3f')}{window}")
     out.append(energy_line(r))

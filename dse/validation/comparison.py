@@ -84,7 +84,8 @@ def acceptance_rows(db: Database | None = None) -> list[dict[str, Any]]:
         p = pred.get(r.id)
         role = ("fit" if r.fit else "held-out") if p is not None else "not modelled"
         label = f"{r.target_model or r.target} + {r.draft_kind} {r.shape} ({r.task}, T={r.temperature})"
-        note = r.why_not if not r.fit else ""
+        note = ("held out: a source kept out of the acceptance fit (docs/acceptance.md)" if r.held_out
+                else r.why_not if not r.fit else "")
         if p is None and not note:
             note = "no tau at a known chain or tree"
         out.append(dict(id=f"acceptance:{r.id}", role=role, fit_group="acceptance" if r.fit else "",

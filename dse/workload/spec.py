@@ -107,6 +107,7 @@ class DrafterSpec:
     exit_layer: int = 0               # early-exit:L
     heads: int = 0                    # medusa:H, hydra:H; mtp:N the N chained MTP steps (0: k auto)
     method: str = ""                  # '' = the kind itself
+    checkpoint: str = ""              # eagle3:<id>: a draft checkpoint of hardware_db/acceptance/checkpoints.yaml
 
     @property
     def can_use_draft_chip(self) -> bool:
@@ -320,14 +321,17 @@ class Workload:
 
 #: the --draft spellings besides a model name or file
 DRAFT_SPELLINGS = ("none", "ngram", "retrieval", "eagle", "eagle2", "eagle3", "mtp", "mtp:N", "hydra", "hydra:H",
-                   "medusa:H", "early-exit:L")
+                   "medusa:H", "early-exit:L", "eagle3:<checkpoint>")
+#: Medusa-1's public checkpoints carry 5 heads (Cai et al. 2024, arXiv 2401.10774; dse/model/capacity.py)
+MEDUSA_CHECKPOINT_HEADS = 5
 
 
 def parse_drafter(spec: str, target: ModelSpec, db: Database, where: str = "--draft", path: str | None = None
                   ) -> DrafterSpec:
     """'none' | 'ngram' | 'retrieval' | 'eagle' | 'eagle2' | 'eagle3' | 'mtp[:N]' | 'hydra[:H]' |
-    'medusa:H' | 'early-exit:L' | a model name or file. A draft model must share the target's tokenizer
-    (hardware_db/acceptance/families.yaml); MTP needs a target that ships an MTP module
+    'medusa:H' | 'early-exit:L' | 'METHOD:<checkpoint>' (eagle, eagle2, eagle3, medusa, hydra: a checkpoint
+    of hardware_db/acceptance/checkpoints.yaml) | a model name or file. A draft model must share the
+    target's tokenizer (hardware_db/acceptance/families.yaml); MTP needs a target that ships an MTP module
     (ModelSpec.mtp_layers > 0), and mtp:N drafts N chained steps (k = N unless k is given; at most N)."""
     s = str(spec).strip()
     low = s.lower()
@@ -349,6 +353,8 @@ def parse_drafter(spec: str, target: ModelSpec, db: Database, where: str = "--dr
     if low == "hydra":
         return DrafterSpec(kind="hydra", label=low, heads=HYDRA_HEADS)
     head, _, arg = low.partition(":")
+    if head in ("eagle", "eagle2", "eagle3", "medusa", "hydra") and arg and not arg.isdigit():
+        return _checkpoint_drafter(head, s.partition(":")[2].strip(), db, where, path, s)
     if head in ("medusa", "hydra", "early-exit"):
         hi = 64 if head != "early-exit" else target.num_layers - 1
         try:
@@ -372,6 +378,20 @@ def parse_drafter(spec: str, target: ModelSpec, db: Database, where: str = "--dr
                         "a draft model must share the target's tokenizer; pick one of its family, or a drafter "
                         "that uses the target's vocabulary (eagle3, medusa:H, ngram, early-exit:L, ...)")
     return DrafterSpec(kind="model", label=model.name, model=model)
+
+
+def _checkpoint_drafter(method: str, ident: str, db: Database, where: str, path: str | None, value: str
+                        ) -> DrafterSpec:
+    """METHOD:<checkpoint>: the registered checkpoint (one line naming it and how to list the known
+    ones if it is not registered, exit 2)."""
+    from ..catalog.checkpoints import checkpoint_for
+    try:
+        c = checkpoint_for(method, ident, db.root, where, value)
+    except SpecError as exc:
+        raise SpecError(path, exc.field, exc.value, exc.allowed) from None
+    heads = MEDUSA_CHECKPOINT_HEADS if method == "medusa" else HYDRA_HEADS if method == "hydra" else 0
+    return DrafterSpec(kind=METHOD_KINDS[method], label=f"{method}:{c.id}", heads=heads, checkpoint=c.id,
+                       method=method if method != METHOD_KINDS[method] else "")
 
 
 def make_acceptance(alpha=None, per_position=None, tau=None, rank=None, *, where: str = "",
