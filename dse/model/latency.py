@@ -52,6 +52,8 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
     """Every latency metric (Metrics attribute -> array), with the energy ingredients energy_metrics
     prices; dse.model.evaluate blanks those of designs that do not fit."""
     tgt, d = w.target, w.drafter
+    if w.tree is not None and w.tree.depth and d.kind != "none":    # a framework's tree or chain: its own depth
+        batch = dataclasses.replace(batch, k=np.full(batch.n, w.tree.depth))
     zero_n = np.broadcast_to(0.0, (batch.n,))
     wb = tf.WEIGHT_BYTES[w.dtype]
     fmt = tf.WEIGHT_FORMATS[w.dtype]
@@ -231,12 +233,14 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
         kf = kc.astype(np.float64)
         # ---- acceptance: chains by Leviathan / per-position rates; trees by their best shape ----
         tau, p_all, p_win = tau_tab[kc], p_tab[kc], win_tab[kc]
-        level = None
+        level = rows = None
         if any_tree:
             level = np.broadcast_to((np.arange(K) < kc[..., None]).astype(np.int64), kc.shape + (K,))
-            t_tau, t_deep, t_win, t_shape = tree_terms(w, nodes_c, kc, K, tree_depth)
+            t_tau, t_deep, t_win, t_shape, t_rows = tree_terms(w, nodes_c, kc, K, tree_depth)
             tau, p_all, p_win = (np.where(tree_c, a, b) for a, b in ((t_tau, tau), (t_deep, p_all), (t_win, p_win)))
-            level = np.where(tree_c[..., None], t_shape.astype(np.int64), level)    # nodes per depth, (.., K)
+            # nodes per depth, and the rows each draft step processes (a framework's tree: as it drafts), (.., K)
+            rows = np.where(tree_c[..., None], t_rows.astype(np.int64), level)
+            level = np.where(tree_c[..., None], t_shape.astype(np.int64), level)
 
         # ---- verify: q = k+1, or tree nodes + 1 under a tree mask (continuous batching: + P*tau/G
         # prefill tokens per sequence, as a request now lasts G/tau iterations) ----
@@ -268,10 +272,11 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
                 draft_ai, draft_bound = chain.arithmetic_intensity, chain.bound
                 e_draft, fl_draft, fa_draft = chain.energy_j, chain.group_flops_lin, chain.group_flops_att
             if any_tree:
-                # a tree: one step per depth, over as many positions as that depth holds (EAGLE-2)
-                parts = [draft_step(np.maximum(level[..., i], 1).astype(np.float64), x_draft if i == 0 else 0.0,
+                # a tree: one step per depth, over as many positions as that depth holds (EAGLE-2), or
+                # over the rows the framework's draft step processes (dse.model.framework_trees)
+                parts = [draft_step(np.maximum(rows[..., i], 1).astype(np.float64), x_draft if i == 0 else 0.0,
                                     tree=True) for i in range(K)]
-                used = [level[..., i] > 0 for i in range(K)]
+                used = [rows[..., i] > 0 for i in range(K)]
                 tot = [sum(np.where(u, getattr(c, f), 0.0) for c, u in zip(parts, used)) for f in StepCost._fields]
                 tree_cost = StepCost(*tot)
                 t_draft = np.where(tree_c, tree_cost.time_s, t_draft)
@@ -293,8 +298,8 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
             draft_ai = np.broadcast_to(head.arithmetic_intensity, t_draft.shape)
             draft_bound = np.broadcast_to(head.bound, t_draft.shape)
             if any_tree:
-                parts = [hydra_step(np.maximum(level[..., i], 1).astype(np.float64)) for i in range(K)]
-                used = [level[..., i] > 0 for i in range(K)]
+                parts = [hydra_step(np.maximum(rows[..., i], 1).astype(np.float64)) for i in range(K)]
+                used = [rows[..., i] > 0 for i in range(K)]
                 tree_cost = StepCost(*[sum(np.where(u, getattr(c, f), 0.0) for c, u in zip(parts, used))
                                        for f in StepCost._fields])
                 t_draft = np.where(tree_c, tree_cost.time_s, t_draft)
@@ -383,9 +388,9 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
         tau_k, win_k = tau_tab[kk], win_tab[kk]
         steps = np.broadcast_to(kk, (n, ks.size)).astype(np.float64)
         if any_tree:
-            t_tau, _, t_win, t_shape = tree_terms(w, nodes_c, kk, K, tree_depth)
+            t_tau, _, t_win, _, t_rows = tree_terms(w, nodes_c, kk, K, tree_depth)
             tau_k, win_k = np.where(tree_c, t_tau, tau_k), np.where(tree_c, t_win, win_k)
-            steps = np.where(tree_c, (t_shape > 0).sum(axis=-1), steps)     # a tree drafts one step per level
+            steps = np.where(tree_c, (t_rows > 0).sum(axis=-1), steps)     # a tree's draft steps
         draft = 0.0 if per_k is None else np.reshape(per_k, (-1, 1)) * steps
         draft = np.where(overlapped[:, None], (1.0 - win_k) * draft, draft)
         lb = (draft + floor_s[:, None]) / tau_k * (1.0 - BOUND_MARGIN)

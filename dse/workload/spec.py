@@ -18,6 +18,7 @@ from ..catalog.fields import Range, as_number
 from ..catalog.rank_profiles import RankProfile
 from ..catalog.specs import ModelSpec
 from ..errors import SpecError
+from .trees import TreeSpec
 
 if TYPE_CHECKING:   # the database loader pulls in yaml; the model imports this module
     from ..catalog.database import Database
@@ -306,6 +307,9 @@ class Workload:
     #: method's tree re-chosen for the batch: DrafterSpec.tree_choices, dse.model.tree_choice);
     #: tree_nodes is then the largest (the published tree). () = tree_nodes as given
     tree_choices: tuple[int, ...] = ()
+    #: the tree a serving framework builds (dse.workload.trees, dse.model.framework_trees), priced and
+    #: credited as built at its own depth (k fixed to it); None = dse's best tree of tree_nodes nodes
+    tree: TreeSpec | None = None
 
 
 #: the --draft spellings besides a model name or file
