@@ -262,6 +262,8 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         and drafter.kind != "none" else None
     # without k or a tree size, the tree (and k) is re-chosen per design among the method's sizes
     choices = drafter.tree_choices() if shape and not published else ()
+    if published and shape.tree is not None:       # the published tree as its code builds it
+        fw = shape.tree
     tree_nodes = shape.nodes if shape else (tree_nodes or 0)
     k = shape.depth if published else ("auto" if k is None else k)
     resolution = None
@@ -381,8 +383,8 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                framework_tree=fw.label if fw is not None else None,
                k_mode=(f"tree and k chosen for batch {batch} among {_sizes(choices)}; the published tree: "
                        f"--tree-nodes published" if choices else
-                       f"the framework's {'chain' if fw.is_chain else 'tree'} {fw.label}" if fw is not None else
-                       "the method's published tree" if shape else "auto" if k_val == 0 else "fixed"), anchor=anchor,
+                       "the method's published tree" if shape else
+                       f"the framework's {'chain' if fw.is_chain else 'tree'} {fw.label}" if fw is not None else "auto" if k_val == 0 else "fixed"), anchor=anchor,
                rank_profile_source=(None if not out["rank_profile"] else "given per rank (--rank-acceptance)"
                                     if out["rank_profile"] == "given" else
                                     ("ESTIMATE: " if profile.estimate else "") + profile.source))

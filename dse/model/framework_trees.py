@@ -50,12 +50,6 @@ from ..workload.trees import TreeSpec
 from . import specdec
 from .work import COUNTS
 
-#: EAGLE-1's default static tree mc_sim_7b_63 (SafeAILab/EAGLE eagle/model/choices.py): 25 nodes, 4-8-8-3-2
-#: per depth (hardware_db/acceptance/rank_profiles.yaml profiles.eagle.fit.tree holds the same list)
-EAGLE1_MC_SIM_7B_63 = ((0,), (1,), (2,), (3,), (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0), (2, 1), (3, 0),
-                       (0, 0, 0), (0, 0, 1), (0, 0, 2), (0, 1, 0), (0, 1, 1), (0, 2, 0), (0, 2, 1), (1, 0, 0),
-                       (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 0, 2), (0, 0, 0, 0, 0), (0, 0, 0, 0, 1))
-
 
 class BuiltTree(NamedTuple):
     """A framework's tree: its drafted nodes' path probabilities and depths (1 = a child of the root),

@@ -189,7 +189,8 @@ class DraftChoices:
                 w = dataclasses.replace(w, tree=None)
             shape = d.default_shape() if self.default_trees and d.kind != "none" and tree is None else None
             if shape is not None:       # the acceptance of the published tree (the table's rows measured on it)
-                w = dataclasses.replace(w, tree_nodes=shape.nodes, k_max=shape.depth)
+                w = dataclasses.replace(w, tree_nodes=shape.nodes, k_max=shape.depth,
+                                        tree=shape.tree if self.default_trees == "published" else None)
             if d.kind == "none":
                 w = dataclasses.replace(w, acceptance_source="none")
             elif not self.acceptance_given:

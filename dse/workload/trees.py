@@ -74,6 +74,23 @@ class TreeSpec:
 
 
 BEST = TreeSpec(framework="best", label="best")
+#: EAGLE-1's default static tree mc_sim_7b_63 (SafeAILab/EAGLE eagle/model/choices.py): 25 nodes, 4-8-8-3-2
+#: per depth, ranks 1-4 (hardware_db/acceptance/rank_profiles.yaml profiles.eagle.fit.tree holds the same list)
+EAGLE1_MC_SIM_7B_63 = ((0,), (1,), (2,), (3,), (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0), (2, 1), (3, 0),
+                       (0, 0, 0), (0, 0, 1), (0, 0, 2), (0, 1, 0), (0, 1, 1), (0, 2, 0), (0, 2, 1), (1, 0, 0),
+                       (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 0, 2), (0, 0, 0, 0, 0), (0, 0, 0, 0, 1))
+#: EAGLE-1's published tree as a framework tree (a static one)
+EAGLE1_TREE = TreeSpec(framework="static", depth=5, tokens=26, choices=EAGLE1_MC_SIM_7B_63, label="eagle1:mc_sim_7b_63")
+#: the top_k of EAGLE-2's reference code (SafeAILab/EAGLE eagle/evaluation/gen_ea_answer_*.py; the paper's setting)
+EAGLE2_TOP_K = 10
+
+
+def eagle2_tree(nodes: int, depth: int = 6) -> TreeSpec:
+    """EAGLE-2's dynamic tree of ``nodes`` drafted nodes over ``depth`` levels (its code's depth is the
+    expansions after the first level: depth - 1), top_k 10: SGLang's algorithm with steps = depth,
+    tokens = nodes + 1 (SafeAILab/EAGLE eagle/model/cnets.py topK_genrate; dse.model.framework_trees)."""
+    return TreeSpec(framework="sglang", depth=depth, tokens=nodes + 1, topk=EAGLE2_TOP_K,
+                    label=f"eagle2:top_k={EAGLE2_TOP_K},depth={depth - 1},total_token={nodes + 1}")
 
 
 def _int(where: str, key: str, raw: str, lo: int, hi: int, path: str | None) -> int:

@@ -14,7 +14,7 @@ from dse.model import framework_trees as ft
 from dse.model import specdec
 from dse.model.latency import latency_metrics, tree_verify_s
 from dse.workload.spec import AcceptanceSpec
-from dse.workload.trees import parse_tree
+from dse.workload.trees import EAGLE1_MC_SIM_7B_63, parse_tree
 
 #: a 3-rank profile, the same at every depth: P(the rank-1 / rank-2 / rank-3 child is the accepted one)
 P3 = (0.4, 0.35, 0.2)
@@ -88,7 +88,7 @@ def test_eagle1_static_tree_is_the_yaml_one():
 
     from dse.catalog.database import default_root
     raw = yaml.safe_load((default_root() / "acceptance" / "rank_profiles.yaml").read_text())
-    assert [tuple(c) for c in raw["profiles"]["eagle"]["fit"]["tree"]] == list(ft.EAGLE1_MC_SIM_7B_63)
+    assert [tuple(c) for c in raw["profiles"]["eagle"]["fit"]["tree"]] == list(EAGLE1_MC_SIM_7B_63)
 
 
 profiles = st.lists(st.floats(0.01, 0.6), min_size=2, max_size=5).map(
