@@ -284,10 +284,12 @@ class StudySpec:
                          # published tree (DraftChoices.default_trees)
                          "tree_nodes": self.drafts.default_trees if self.drafts is not None and
                          self.drafts.default_trees == "published" else None if self.drafts is not None
-                         and self.drafts.default_trees else self.tree_nodes,
+                         and self.drafts.default_trees else None if self.drafts is not None
+                         and self.drafts.base.tree is not None else self.tree_nodes,
                          "k_max": self.k_max, "continuous": self.continuous,
                          **({"ep": self.ep} if self.ep != 1 else {}),
-                         **({"tree": self.workload.tree.label} if self.workload.tree is not None else {}),
+                         **({"tree": self.drafts.base.tree.label} if self.drafts is not None
+                            and self.drafts.base.tree is not None else {}),
                          **({"dp": self.workload.dp} if self.workload.dp != 1 else {}),
                          **({"arrivals": self.workload.arrivals} if self.workload.arrivals != "closed" else {}),
                          # the serving search's settings, where they differ from none (a study without

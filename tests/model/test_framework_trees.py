@@ -186,3 +186,50 @@ def test_tree_rules_against_k_tree_nodes_and_drafter():
     assert r["tree_nodes"] == 0 and r["k"] >= 1
     # best is the default, spelled out
     assert evaluate_design(**kw, draft="eagle3", tree="best")["tau"] == evaluate_design(**kw, draft="eagle3")["tau"]
+
+
+@pytest.mark.parametrize("a", [0.6, 0.7, 0.8, 0.9])
+def test_eagle1_static_tree_credits_2_to_3_percent_less_than_the_best(a):
+    """EAGLE-1's mc_sim_7b_63 under EAGLE's profile against dse's best 25-node tree of depth <= 5:
+    never more, and 2-3% less tau (docs/model.md, "Framework trees")."""
+    from dse.catalog.database import default_root
+    from dse.catalog.rank_profiles import load_rank_profiles
+    from dse.workload.trees import EAGLE1_TREE
+    prof = load_rank_profiles(default_root()).profiles["eagle"]
+    p = np.tile(prof.probabilities(np.array([a]), 25), (6, 1))
+    static = ft.framework_table(p, EAGLE1_TREE).tau
+    best = 1 + specdec.best_tree_nodes(p, 5, 25)[0].sum()
+    assert 0.97 * best <= static < 0.985 * best
+
+
+def test_a_study_drafts_the_framework_tree(tmp_path):
+    """workload.tree: each row whose draft the framework takes drafts its tree at its depth (the
+    draft 'none' row none); it survives the round trip through results metadata; with a k or a
+    tree size, or for a draft the framework builds no tree for, it is refused in one line."""
+    from pathlib import Path
+
+    import yaml
+
+    from dse.errors import SpecErrors
+    from dse.report.context import study_from_mapping, study_mapping
+    from dse.study import load_study
+
+    def study(**wl):
+        raw = yaml.safe_load((Path(__file__).parents[2] / "studies" / "quickstart.yaml").read_text())
+        raw["workload"] = dict(target="llama-3.1-8b", draft=["none", "eagle3"], batch=[1, 32], **wl)
+        raw["space"], raw["constraints"], raw["output"] = {"target_chip": {"device": "h100-sxm"}}, [], str(tmp_path / "o")
+        (tmp_path / "s.yaml").write_text(yaml.safe_dump(raw))
+        return load_study(tmp_path / "s.yaml")
+    s = study(tree="sglang:topk=4,steps=3,tokens=8")
+    w = s.drafts.workload("eagle3")
+    assert (w.tree.label, w.tree_nodes, w.tree_choices) == ("sglang:topk=4,steps=3,tokens=8", 7, ())
+    assert s.drafts.workload("none").tree is None
+    again = study_from_mapping(study_mapping(s.resolved())).drafts.workload("eagle3")
+    assert again.tree == w.tree
+    with pytest.raises((SpecError, SpecErrors), match="space.k = 3: workload.tree sglang:topk=4,steps=3,tokens=8 "
+                                                      "drafts 3 steps"):
+        study(tree="sglang:topk=4,steps=3,tokens=8", k=3)
+    with pytest.raises((SpecError, SpecErrors), match="workload.tree_nodes"):
+        study(tree="sglang", tree_nodes=7)
+    with pytest.raises((SpecError, SpecErrors), match="workload.tree vllm:k"):
+        study(tree="vllm:k=99")
