@@ -20,9 +20,9 @@ from .catalog.specs import DTYPES, DeviceSpec, RuntimeSpec, override, spec_field
 from .errors import MISSING, SpecError, raise_collected
 from .model.arrays import DesignBatch, HardwareArrays
 from .model.columns import BOUND_COLUMNS
-from .model.evaluate import METRIC_COLUMNS, Metrics, evaluate
+from .model.evaluate import METRIC_COLUMNS, Metrics, evaluate, with_sla
 from .model.roofline import BOUND_NAMES
-from .model.serving import chips_in_design
+from .model.serving import chips_in_design, sla_metrics, sla_picks
 from .model.transformer import WEIGHT_FORMATS, default_kv_dtype
 from .units import FACTOR
 from .workload.spec import (
@@ -49,7 +49,8 @@ from .workload.trees import check_tree, parse_tree
 RUNTIME_FIELDS = ("kernels_per_layer", "layer_sync_us", "mla_extra_kernels", "moe_extra_kernels", "shared_expert_kernels",
                   "spec_overhead_us", "ngram_draft_us", "memory_reserve_fraction",
                   "sequence_overhead_us", "request_overhead_us", "roofline_p", "int8_stream_factor",
-                  "int4_stream_factor", "tree_kernels_per_layer", "draft_step_overhead_us")
+                  "int4_stream_factor", "tree_kernels_per_layer", "draft_step_overhead_us",
+                  "spec_schedule_us")
 
 
 def hardware_arrays(dev: DeviceSpec, rt: RuntimeSpec, chips, dtype: str,
@@ -94,6 +95,7 @@ def hardware_arrays(dev: DeviceSpec, rt: RuntimeSpec, chips, dtype: str,
         scale_out_latency_s=0.0 if dev.scale_out_latency_s is None else dev.scale_out_latency_s,
         scale_out_efficiency=1.0 if dev.scale_out_efficiency is None else dev.scale_out_efficiency,
         tree_kernels_per_layer=rt.tree_kernels_per_layer, draft_step_overhead_s=rt.draft_step_overhead_s,
+        spec_schedule_s=rt.spec_schedule_s,
         pp=pp, layer_regions=dev.layer_regions, dies=dev.dies, region_hop_s=hops[0], die_hop_s=hops[1],
         layer_sync_s=rt.layer_sync_s, **energy)
 
@@ -265,6 +267,10 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     if published and shape.tree is not None:       # the published tree as its code builds it
         fw = shape.tree
     tree_nodes = shape.nodes if shape else (tree_nodes or 0)
+    # mtp:N drafts its N chained steps unless k is given (SGLang's --speculative-num-steps N,
+    # TensorRT-LLM's num_nextn_predict_layers N)
+    if k is None and drafter.kind == "mtp" and drafter.heads:
+        k = drafter.heads
     k = shape.depth if published else ("auto" if k is None else k)
     resolution = None
     if drafter.kind == "none" and not on_chip:
@@ -275,7 +281,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         k_val = parse_k(k, drafter)
         acc = make_acceptance(alpha, acceptance, tau, rank_acceptance, where="--", rank_name="rank-acceptance")
     else:       # from the published table or the acceptance model (dse.acceptance.fit)
-        from .acceptance.fit import resolve
+        from .acceptance.resolve import resolve
         k_val = parse_k(k, drafter)
         k_fixed = k_val if k_val else None
         # the table's rows of the method's published tree where it is the default (re-chosen or not)
@@ -336,8 +342,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                  temperature=float(temperature), overlap=overlap, tree_nodes=tree_nodes,
                  datastore_bytes=float(datastore_gb) * FACTOR["gb"], continuous=bool(continuous),
                  max_batched_tokens=int(max_batched_tokens), ep=ep, dp=dp,
-                 k_max=(k_max if drafter.kind not in ("medusa", "hydra") else drafter.heads) if fw is None
-                 else max(k_max, fw.depth), tree=fw,
+                 k_max=(drafter.k_cap or k_max) if fw is None else max(drafter.k_cap or k_max, fw.depth), tree=fw,
                  rank_profile=None if profile.geometric else profile, task=task_mix, tree_choices=choices, **band)
     design = DesignBatch(target=target_hw, draft=draft_arrays, draft_on_chip=on_chip,
                          draft_link_bw_bytes_s=link_bw, draft_link_latency_s=link_lat,
@@ -347,12 +352,16 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     anchor = None
     if baseline_ms is not None:
         design, anchor = anchor_to_baseline(design, w, as_number(baseline_ms, "--baseline-ms", rng=Range(lo=0.0, lo_open=True)) * 1e-3)
-    m = evaluate(design, w)
+    if sla is None:
+        m, picks = evaluate(design, w), None
+    else:                       # the SLA search once: the record's sla_* and the points per mode from it
+        picks = sla_picks(design, w, evaluate, sla, w.serving)
+        m = with_sla(evaluate(design, dataclasses.replace(w, sla=None)), design, w, picks)
     out = to_record(m, 0)
     out.update(max_batched_tokens=w.max_batched_tokens, arrivals=w.arrivals)
     if sla is not None:
         out.update(sla_ttft_target_ms=sla.ttft_s * 1e3, sla_tpot_target_ms=sla.tpot_s * 1e3, serving=w.serving)
-        out["sla_points"] = _sla_points(design, w, db_tech, dev, total, ddev, draft_chips)
+        out["sla_points"] = _sla_points(design, w, picks, db_tech, dev, total, ddev, draft_chips)
         out["usd_per_mtok"] = out["sla_points"].get(out["sla_serving"] or "", {}).get("usd_per_mtok")
         if rate_rps is not None:
             out["rate_rps"] = rate_rps
@@ -412,16 +421,16 @@ def _sla(ttft_ms, tpot_ms, serving) -> Sla | None:
     return Sla(ttft_s=ttft * 1e-3, tpot_s=tpot * 1e-3)
 
 
-def _sla_points(design: DesignBatch, w: Workload, tech, dev, chips, ddev, draft_chips) -> dict[str, dict]:
-    """The best aggregated and disaggregated operating points under w.sla (as w.serving allows), each
-    in display units with its cost per million output tokens (economics.usd_per_mtok)."""
+def _sla_points(design: DesignBatch, w: Workload, picks: dict, tech, dev, chips, ddev, draft_chips) -> dict[str, dict]:
+    """The best aggregated and disaggregated operating points under w.sla (``picks``, as w.serving
+    allows), each in display units with its cost per million output tokens (economics.usd_per_mtok)."""
     from .model.economics import usd_per_mtok
-    from .model.serving import sla_metrics
     # the manufacturing cost estimate (the same estimator a synthesised chip gets; dse.model.columns)
     price = _cost_and_price(dev, chips, tech, ddev, draft_chips)["cost_usd"]
     out = {}
-    for mode in (("agg", "disagg") if w.serving == "best" else (w.serving,)):
-        r = {k: np.asarray(v)[0] for k, v in sla_metrics(design, w, evaluate, w.sla, mode).items()}
+    for mode in picks:
+        one = sla_metrics(design, w, evaluate, w.sla, mode, picks={mode: picks[mode]})
+        r = {k: np.asarray(v)[0] for k, v in one.items()}
         if not r["sla_serving"]:
             out[mode] = dict(met=False)
             continue

@@ -20,6 +20,7 @@ import yaml
 from click.testing import CliRunner
 
 from dse.acceptance import fit as acc
+from dse.acceptance.resolve import resolve
 from dse.api import evaluate_design
 from dse.catalog.acceptance import filter_rows, load_table, row_by_id, table_path
 from dse.catalog.database import load_database
@@ -395,7 +396,7 @@ def test_study_rows_match_dse_eval(tmp_path):
         assert w.drafter.label == label
         assert row.tau_low <= row.tau <= row.tau_high
         if row.params_draft in ("llama-3.2-1b", "early-exit"):       # chains: tau by eq. 1 at each end
-            alphas = [t.alpha for t in acc.resolve(w.target, w.drafter, w.task, 0.0).tasks]
+            alphas = [t.alpha for t in resolve(w.target, w.drafter, w.task, 0.0).tasks]
             assert row.tau == pytest.approx(tau_chain(alphas[0], int(row.k)) if row.k else 1.0, rel=1e-12)
     assert ev  # the eval path is pinned in test_modelled_acceptance_and_its_band_by_hand
 

@@ -94,7 +94,7 @@ def model(name: str) -> dict:
     L, f, V = m["num_layers"], m["intermediate_size"], m["vocab_size"]
     layer = d * h * dh + 2 * d * hkv * dh + h * dh * d + 3 * d * f
     lm = V * d
-    return dict(L=L, d=d, h=h, hkv=hkv, dh=dh, layer=layer, lm=lm,
+    return dict(L=L, d=d, h=h, hkv=hkv, dh=dh, layer=layer, lm=lm, V=V,
                 stored=L * layer + lm * (1 if m["tied_embeddings"] else 2),
                 kv_per_token_bytes=L * 2 * hkv * dh * 2.0)
 
@@ -292,7 +292,10 @@ def metrics(tm: dict, dm: dict, T: dict, D: dict | None, *, B: int, P: int, G: i
     t_draft = k * one_draft["time"]
     # link: 2 latencies + (B*k + 2*B) int32 token ids over half the (bidirectional) link bandwidth
     t_link = (2 * D["lat"] + (B * k * 4 + 2 * B * 4) / (0.5 * min(D["link"], T["link"]))) if on else 0.0
-    t_iter = t_draft + verify["time"] + t_link + SPEC_S          # serial drafting (no overlap)
+    # the verification's sampling (dse.model.spec_iteration): the verify pass's B x (k+1) x V fp32
+    # logits written and read back, 2 x B x (k+1) x V x 4 bytes on each target chip at BW x eta_m
+    sample_bytes = 2 * B * (k + 1) * tm["V"] * 4.0
+    t_iter = t_draft + verify["time"] + t_link + SPEC_S + sample_bytes / (T["bw"] * T["eta_m"])   # serial drafting
     tau = (1 - alpha ** (k + 1)) / (1 - alpha)                   # Leviathan Eq. 1
     spec = t_iter / tau
     # energy per generated token (MODEL.md section 5): the iteration's verify, k draft steps and link bytes
@@ -306,7 +309,8 @@ def metrics(tm: dict, dm: dict, T: dict, D: dict | None, *, B: int, P: int, G: i
     e_link = (B * k * 4 + 2 * B * 4) * T["link_j"] if on else 0.0
     pre = step(tm, T, B=B, q=P, S=0, prefill=True)
     prompts = min(pre["energy"] + T["idle"] * t * pre["time"], T["limit"] * t * pre["time"]) / (B * G)
-    e_iter = min(verify["energy"] + k * one_draft["energy"] + e_link + idle * t_iter, limit * t_iter) + prompts * B * tau
+    e_iter = min(verify["energy"] + k * one_draft["energy"] + e_link + t * sample_bytes * T["mem_j"] + idle * t_iter,
+                 limit * t_iter) + prompts * B * tau
     e_base = min(base["energy"] + T["idle"] * t * base["time"], T["limit"] * t * base["time"]) / B + prompts
     pre_t = pre["time"]
     pre_d = step(dm, Dg, B=B, q=P, S=0, prefill=True)["time"]
@@ -743,14 +747,19 @@ def test_synthesised_chip_with_draft_chip_every_column(synth_grid):
 
 @pytest.mark.parametrize("which", ["known", "synth_grid"])
 def test_iteration_time_is_the_sum_of_its_parts(which, request):
-    """iter_ms = draft + verify + link + the runtime's spec overhead (0.1 ms, graphs.yaml); and the
-    columns derived from it: spec = iter/tau, speedup = baseline/spec, tokens/s = 1000*B/spec."""
+    """iter_ms = draft + verify + link + the runtime's spec overhead (0.1 ms, graphs.yaml) + the
+    verification's sampling (2 x B x (K+1) x V x 4 B at the target's BW x eta_m; V = 128,256 for
+    both targets); and the columns derived from it: spec = iter/tau, speedup = baseline/spec,
+    tokens/s = 1000*B/spec."""
     _, df, _ = request.getfixturevalue(which)
     fit = df[df.fits]
     assert len(fit) == {"known": 2, "synth_grid": 4}[which]
     for _, r in fit.iterrows():
+        eta = (TARGET_KNOBS["mem_efficiency"] if which == "synth_grid"
+               else _y(f"devices/{r.params_target_chip_device}.yaml")["mem_efficiency"])
+        sample_ms = 2 * B * (K + 1) * 128256 * 4 / (r.mem_bw_tb_s * 1e12 * eta) * 1e3
         assert r.iter_ms == pytest.approx(r.draft_ms_per_iter + r.verify_ms_per_iter + r.link_ms_per_iter
-                                          + SPEC_S * 1e3, rel=GLUE)
+                                          + SPEC_S * 1e3 + sample_ms, rel=GLUE)
         assert r.spec_ms_per_token == pytest.approx(r.iter_ms / r.tau, rel=GLUE)
         assert r.speedup == pytest.approx(r.baseline_ms_per_token / r.spec_ms_per_token, rel=GLUE)
         assert r.tokens_per_s == pytest.approx(1e3 * B / r.spec_ms_per_token, rel=GLUE)

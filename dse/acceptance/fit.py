@@ -48,20 +48,25 @@ from pathlib import Path
 
 import numpy as np
 
-from ..catalog.acceptance import MIX_TASKS, MODELLED_KINDS, TASKS, AcceptanceRow, load_groups, load_table, table_path
+from ..catalog.acceptance import (
+    MIX_TASKS,
+    MODELLED_KINDS,
+    TABLE_KINDS,
+    TASKS,
+    AcceptanceRow,
+    load_table,
+    table_path,
+)
 from ..catalog.database import Database, load_database
 from ..catalog.specs import ModelSpec
 from ..model import specdec
 from ..model.tau import acceptance_terms
-from ..model.transformer import total_params
 from ..process.matplotlib_env import import_matplotlib
 from ..workload.spec import (
     AcceptanceSpec,
     DrafterSpec,
-    TaskMix,
     Workload,
     make_acceptance,
-    mixture,
 )
 from .row_trees import eagle2_tree, row_tree
 
@@ -162,7 +167,7 @@ class Converted:
 def convert(r: AcceptanceRow) -> Converted:
     """The row's effective i.i.d. alpha and its tau at the row's own chain or tree, with how."""
     m, v = r.draft_kind, r.stat_value
-    if r.stat_kind == "speedup_only" or v is None or m not in MODELLED_KINDS:
+    if r.stat_kind == "speedup_only" or v is None or m not in MODELLED_KINDS + TABLE_KINDS:
         why = "no acceptance statistic" if r.stat_kind == "speedup_only" else "no dse drafter for this method"
         return Converted(None, None, why)
     shape = dict(k=r.k, nodes=r.tree_nodes, depth=r.tree_depth, tree=row_tree(r))
@@ -260,7 +265,7 @@ def _logit(a):
     return np.log(a / (1.0 - a))
 
 
-def _sigmoid(x):
+def sigmoid(x):
     return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=np.float64)))
 
 
@@ -329,11 +334,11 @@ def _predict_row_tau(beta, anchors, r: AcceptanceRow) -> tuple[float, float]:
         taus, alphas = [], []
         for t in MIX_TASKS:
             f = dataclasses.replace(row_features(r), task_weights=((t, 1.0),))
-            a = float(_sigmoid(fit.predict_logit(f, pair_key(r))[0]))
+            a = float(sigmoid(fit.predict_logit(f, pair_key(r))[0]))
             alphas.append(a)
             taus.append(float(tau_at_shape(r.draft_kind, a, **shape)))
         return float(np.mean(alphas)), 1.0 / float(np.mean([1.0 / t for t in taus]))
-    a = float(_sigmoid(fit.predict_logit(row_features(r), pair_key(r))[0]))
+    a = float(sigmoid(fit.predict_logit(row_features(r), pair_key(r))[0]))
     return a, float(tau_at_shape(r.draft_kind, a, **shape))
 
 
@@ -437,147 +442,6 @@ def _stored(root: str) -> Fit:
 def stored_fit(db: Database | None = None) -> Fit:
     """The acceptance model: the stored fit, or a fresh one when the table or machinery changed."""
     return _stored(str((db or load_database()).root))
-
-
-# ------------------------------------------------------------------ resolving a workload's acceptance
-
-@dataclass(frozen=True)
-class TaskAcceptance:
-    task: str
-    weight: float
-    alpha: float
-    low: float
-    high: float
-    origin: str                 # 'table' | 'model'
-    detail: str                 # row ids, or the model's terms
-
-
-@dataclass(frozen=True)
-class Resolution:
-    """A drafter's acceptance for a workload: per task, the nominal alpha and its band."""
-
-    tasks: tuple[TaskAcceptance, ...]
-
-    @property
-    def source(self) -> str:
-        kinds = {t.origin for t in self.tasks}
-        return kinds.pop() if len(kinds) == 1 else "table+model"
-
-    def spec(self, which: str = "alpha") -> AcceptanceSpec:
-        return mixture([AcceptanceSpec(kind="alpha", alpha=getattr(t, which)) for t in self.tasks],
-                       [t.weight for t in self.tasks], [t.task for t in self.tasks])
-
-    def text(self) -> str:
-        """'alpha 0.74 from table rows specbench-03' / 'alpha 0.71 +-0.06 modelled: ...', per task in a mix."""
-        def one(t: TaskAcceptance) -> str:
-            if t.origin == "table":
-                return f"alpha {t.alpha:.2f} from {t.detail}"
-            half = 0.5 * (t.high - t.low)
-            return f"alpha {t.alpha:.2f} +-{half:.2f} modelled: {t.detail}"
-        if len(self.tasks) == 1:
-            return one(self.tasks[0])
-        parts = ", ".join(f"{t.task} {t.alpha:.2f}" + (" (table)" if t.origin == "table" else "") for t in self.tasks)
-        weights = "equal parts" if len({round(t.weight, 9) for t in self.tasks}) == 1 else \
-            ", ".join(f"{t.task} {t.weight:g}" for t in self.tasks)
-        mod = [t for t in self.tasks if t.origin == "model"]
-        if not mod:
-            return f"alpha per task {parts} ({weights}) from the table"
-        half = [0.5 * (t.high - t.low) for t in mod]
-        band = f"+-{min(half):.2f}" + (f"-{max(half):.2f}" if max(half) - min(half) >= 0.005 else "")
-        detail = mod[0].detail.replace(f", task {mod[0].task}", "")
-        return f"alpha per task {parts} ({weights}), {band} modelled: {detail}"
-
-
-def features_for(target: ModelSpec, drafter: DrafterSpec, task: str, temperature: float, db: Database
-                 ) -> PairFeatures:
-    meth = drafter.meth
-    kw = {}
-    if drafter.kind == "model":
-        g = load_groups(db.root)
-        same = bool(g.family_of(drafter.model.name, drafter.model.family)) and \
-            g.family_of(drafter.model.name, drafter.model.family) == g.family_of(target.name, target.family)
-        kw = dict(log_ratio=math.log10(total_params(drafter.model) / total_params(target)),
-                  other_family=0.0 if same else 1.0)
-    elif meth in HEAD_METHODS:
-        kw = dict(log_target=math.log10(total_params(target) / 1e9 / 10.0))
-    elif meth == "early-exit":
-        f = drafter.exit_layer / target.num_layers
-        kw = dict(exit_logit=math.log(f / (1.0 - f)))
-    return PairFeatures(method=meth, task_weights=((task, 1.0),), temperature=temperature, **kw)
-
-
-def _table_rows(target: ModelSpec, drafter: DrafterSpec, task: str, temperature: float, db: Database, f: Fit,
-                shape: tuple | None = None):
-    """The table's rows of this pair, task and temperature; of those measured at ``shape`` (k,
-    tree nodes, tree depth) only those when there are any (a row of the design's own chain or tree
-    is its measurement: the effective alpha of another shape is an extrapolation)."""
-    key = pair_key(target.name, drafter)
-    out = []
-    for r in load_table(db.root):
-        if (pair_key(r) == key and r.task == task and r.temperature is not None
-                and abs(r.temperature - temperature) < 1e-9 and f.rows.get(r.id, {}).get("alpha") is not None):
-            if drafter.kind == "early-exit" and r.target_layers != target.num_layers:
-                continue
-            out.append(r)
-    if shape is not None:
-        same = [r for r in out if (r.k, r.tree_nodes, r.tree_depth) == tuple(shape)]
-        out = same or out
-    return out
-
-
-def resolve(target: ModelSpec, drafter: DrafterSpec, task: TaskMix, temperature: float,
-            db: Database | None = None, shape: tuple | None = None) -> Resolution:
-    """The drafter's acceptance per task: the table's rows for this exact pair, task and
-    temperature where there are any (their mean effective alpha; those of the design's own
-    ``shape`` = (k, tree nodes, tree depth) first, when known), else the model (anchored on the
-    pair's other rows) with its band."""
-    db = db or load_database()
-    f = stored_fit(db)
-    # the workload's mix is Spec-Bench's: a measured mix row of this pair is the most direct answer
-    if task.label == "mix":
-        rows = _table_rows(target, drafter, "mix", temperature, db, f, shape)
-        if rows:
-            return Resolution((_from_table("mix", 1.0, rows, f),))
-    out = []
-    for t, w in zip(task.tasks, task.weights):
-        rows = _table_rows(target, drafter, t, temperature, db, f, shape)
-        if rows:
-            out.append(_from_table(t, w, rows, f))
-            continue
-        feats = features_for(target, drafter, t, temperature, db)
-        eta, n = f.predict_logit(feats, pair_key(target.name, drafter))
-        s = f.band(drafter.meth)
-        a, lo, hi = (float(_sigmoid(eta + d)) for d in (0.0, -s, s))
-        terms = [f"{drafter.meth}", f"task {t}", f"T={temperature:g}"]
-        if drafter.kind == "model":
-            terms.insert(1, f"{total_params(drafter.model) / total_params(target):.2%} of the target's parameters, "
-                            f"{'same family' if feats.other_family == 0 else 'other family'}")
-        if drafter.kind == "early-exit":
-            terms.insert(1, f"exit at {drafter.exit_layer}/{target.num_layers} layers of a target trained for early "
-                            "exit (LayerSkip)")
-        if n:
-            terms.append(f"anchored on {n} table row{'s' if n > 1 else ''} of this pair")
-        terms.append(f"band +-1 LOSO RMS of {drafter.meth if drafter.meth in f.sigma else 'all methods'}")
-        out.append(TaskAcceptance(t, w, a, lo, hi, "model", ", ".join(terms)))
-    return Resolution(tuple(out))
-
-
-def _from_table(task: str, weight: float, rows, f: Fit) -> TaskAcceptance:
-    a = float(np.mean([f.rows[r.id]["alpha"] for r in rows]))
-    ids = ", ".join(r.id for r in rows)
-    srcs = "; ".join(sorted({r.source for r in rows}))
-    return TaskAcceptance(task, weight, a, a, a, "table", f"table row{'s' if len(rows) > 1 else ''} {ids} ({srcs})")
-
-
-def resolved_workload(w: Workload, db: Database | None = None) -> tuple[Workload, Resolution | None]:
-    """``w`` with its acceptance from the table or the model (nominal, low, high) and its source;
-    unchanged (and no Resolution) for no drafter."""
-    if w.drafter.kind == "none":
-        return dataclasses.replace(w, acceptance_source="none", acceptance_low=None, acceptance_high=None), None
-    shape = (None, w.tree_nodes, w.k_max) if w.tree_nodes else None      # a fixed tree (a method's default)
-    res = resolve(w.target, w.drafter, w.task, w.temperature, db, shape)
-    return dataclasses.replace(w, acceptance=res.spec("alpha"), acceptance_low=res.spec("low"),
-                               acceptance_high=res.spec("high"), acceptance_source=res.source), res
 
 
 # ------------------------------------------------------------------ the fit's report (dse acceptance fit, docs)

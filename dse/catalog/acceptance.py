@@ -34,8 +34,12 @@ ROW_TASKS = TASKS + ("mix", "other")
 MIX_TASKS = ("chat", "translation", "summarization", "qa", "math", "rag")
 #: drafter kinds dse models (dse.workload.spec: the --draft spellings)
 MODELLED_KINDS = ("model", "eagle", "eagle2", "eagle3", "medusa", "hydra", "ngram", "retrieval", "early-exit")
+#: drafter kinds dse models whose acceptance comes from the table alone, not the fitted model: an MTP
+#: module is the target's own, trained with it, so its acceptance belongs to that target and is not
+#: regressed across targets (dse.acceptance.resolve)
+TABLE_KINDS = ("mtp",)
 #: published methods kept in the table that no dse drafter represents
-OTHER_KINDS = ("ngram-lm", "mtp", "medusa2", "block", "lookahead", "recycling", "samd")
+OTHER_KINDS = ("ngram-lm", "medusa2", "block", "lookahead", "recycling", "samd")
 STAT_KINDS = ("alpha", "tau", "acceptance_ratio", "per_position", "speedup_only")
 COLUMNS = ("id", "source_key", "source", "checked", "target", "target_model", "target_params_b", "draft",
            "draft_model", "draft_params_b", "same_family", "method", "draft_kind", "exit_layer", "target_layers",
@@ -162,7 +166,7 @@ def _row(c: dict[str, str], path: str, where: str) -> AcceptanceRow:
         v = text(col, ("yes", "no", ""))
         return None if v == "" else v == "yes"
 
-    kind = text("draft_kind", MODELLED_KINDS + OTHER_KINDS)
+    kind = text("draft_kind", MODELLED_KINDS + TABLE_KINDS + OTHER_KINDS)
     stat = text("stat_kind", STAT_KINDS)
     rates_text = text("rates")
     rates: tuple[float, ...] = ()

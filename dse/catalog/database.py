@@ -158,6 +158,7 @@ _HF_KEYS = {
     "qk_rope_head_dim": ("qk_rope_head_dim",),
     "v_head_dim": ("v_head_dim",),
     "max_context": ("max_position_embeddings", "n_positions"),
+    "mtp_layers": ("num_nextn_predict_layers", "mtp_num_hidden_layers"),
 }
 
 

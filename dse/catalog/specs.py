@@ -306,6 +306,9 @@ class ModelSpec:
     qk_rope_head_dim: int = num("qk_rope_head_dim", "", 0, 1e4, integer=True, default=0)
     v_head_dim: int = num("v_head_dim", "", 0, 1e4, integer=True, default=0)
     medusa_heads: int = num("medusa_heads", "", 0, 64, integer=True, default=0)
+    mtp_layers: int = num("mtp_layers", "", 0, 64, integer=True, default=0,
+                          desc="multi-token-prediction modules shipped with the model (num_nextn_predict_layers "
+                               "in its config.json): each one block of the model's kind plus its projection")
     max_context: int = num("max_context", "", 1, 1e8, integer=True, default=131072)
     params_b: float | None = num("params_b", "b", 0, 1e5, lo_open=True, default=None,
                                  desc="published total parameter count")
@@ -374,6 +377,10 @@ class RuntimeSpec:
     draft_step_overhead_s: float = num("draft_step_overhead_us", "us", 0, 1e6, default=0.0,
                                        desc="host cost of each draft-head step (EAGLE, Hydra) and of each tree draft "
                                             "step's top-k expansion, where the runtime pays it (an eager loop)")
+    spec_schedule_s: float = num("spec_schedule_us", "us", 0, 1e6, default=0.0,
+                                 desc="host work per speculative iteration that the serving stack does not overlap "
+                                      "with the GPU (scheduling, batch and tree metadata, result processing: SGLang "
+                                      "and vLLM serve speculation without their overlap schedulers); 0 = overlapped")
 
 
 DTYPES = ("bf16", "fp16", "fp8", "int8", "int4")

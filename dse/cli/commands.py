@@ -210,7 +210,7 @@ def _kv(ctx, param, values):
               help="Attention data-parallel ranks for an MoE target (divides a stage's chips; each rank's chips run "
                    "attention for its share of the sequences; 1 = attention tensor-parallel).")
 @click.option("--draft", default="none", show_default=True,
-              help="Model name/file, eagle, eagle2, eagle3, medusa:H, hydra[:H], ngram, retrieval, early-exit:L, or none.")
+              help="Model name/file, eagle, eagle2, eagle3, mtp[:N], medusa:H, hydra[:H], ngram, retrieval, early-exit:L, or none.")
 @click.option("--draft-hw", default=None,
               help="Put the draft model on this colocated draft chip (name or YAML file) [default: none: the draft "
                    "runs on the target chips].")
@@ -275,7 +275,7 @@ def _kv(ctx, param, values):
               help="Under --continuous and in the SLA search: token budget of an iteration (decode tokens + prompt "
                    "chunks; vLLM's max_num_batched_tokens, 8192 by default on large GPUs).")
 @click.option("--runtime", default=None,
-              help="Fixed-cost stack from hardware_db/runtimes: graphs|gpt-fast|eager|xla|dataflow (`dse runtimes list`) "
+              help="Fixed-cost stack from hardware_db/runtimes: graphs|gpt-fast|eager|xla|dataflow|sglang|vllm (`dse runtimes list`) "
                    "[default: the device's default_runtime, graphs for GPUs].")
 @click.option("--baseline-ms", type=float, default=None,
               help="Anchor: a measured autoregressive ms/token; the fixed costs are scaled to match it [default: none].")

@@ -10,7 +10,7 @@ from ..catalog.specs import ModelSpec
 from ..workload.spec import Workload
 from . import transformer as tf
 from .arrays import DesignBatch
-from .drafters import draft_tp, eagle_fc_params, eagle_head, medusa_head_params
+from .drafters import draft_tp, eagle_fc_params, eagle_head, medusa_head_params, mtp_block, mtp_proj_params
 from .tau import largest_k
 
 
@@ -19,8 +19,9 @@ def draft_weight_bytes(w: Workload) -> float:
     fc(2d -> d) (LM head shared); Medusa H heads of d*d + d*V, each head with its own LM head
     as in the Medusa-1 checkpoints (Cai et al. 2024, arXiv 2401.10774; hardware_db
     medusa-vicuna-7b): 5 heads on Llama-3-8B, 5*(4096^2 + 4096*128256)*2 bytes = 5.42 GB bf16 (Hydra's
-    heads counted the same);
-    early exit and n-gram/retrieval drafts add nothing on the device (a retrieval datastore
+    heads counted the same); an MTP drafter the target's mtp_layers modules, each its block (every
+    expert) + eh_proj, embedding and head shared (drafters.mtp_params: DeepSeek-V3 11.61B, 11.61 GB
+    fp8); early exit and n-gram/retrieval drafts add nothing on the device (a retrieval datastore
     lives in host memory: Workload.datastore_bytes, reported as datastore_gb)."""
     return float(draft_weight_bytes_per_chip(w, 1))
 
@@ -28,7 +29,8 @@ def draft_weight_bytes(w: Workload) -> float:
 def draft_weight_bytes_per_chip(w: Workload, chips):
     """draft_weight_bytes on one of t chips: a draft model split t ways like the target
     (transformer.per_chip: replicated MLA down-projections and router stay whole; t is its own
-    tensor parallel, drafters.draft_tp); EAGLE and Medusa heads divide by t."""
+    tensor parallel, drafters.draft_tp); EAGLE and Medusa heads divide by t; an MTP block splits like
+    the target's layers (its MLA down-projections and router whole on every chip)."""
     d, wb = w.drafter, tf.WEIGHT_BYTES[w.dtype]
     t, c = w.target, np.asarray(chips, dtype=np.float64)
     if d.kind == "model":
@@ -39,6 +41,10 @@ def draft_weight_bytes_per_chip(w: Workload, chips):
         return (tf.non_embedding_params(head) + eagle_fc_params(t, d.meth) + own_lm) * wb / c
     if d.kind in ("medusa", "hydra"):
         return d.heads * medusa_head_params(t) * wb / c
+    if d.kind == "mtp":
+        block = mtp_block(t)
+        per = tf.per_chip(tf.non_embedding_params(block) + mtp_proj_params(t), tf.replicated_params(block), c)
+        return t.mtp_layers * per * wb
     return np.zeros_like(c)
 
 
@@ -102,6 +108,9 @@ def capacity_metrics(batch: DesignBatch, w: Workload) -> dict[str, np.ndarray]:
         d_kv, d_shards = tf.kv_cache_bytes(d.model, B, P + G + extra, kvb), lambda c: tf.kv_shards(d.model, c)
     elif d.kind == "eagle":
         d_kv, d_shards = tf.kv_cache_bytes(eagle_head(tgt), B, P + G + extra, kvb), lambda c: tf.kv_shards(tgt, c)
+    elif d.kind == "mtp":       # each module's one layer of cache (MLA: its latent, whole on every chip)
+        d_kv, d_shards = (tf.kv_cache_bytes(mtp_block(tgt), B, P + G + extra, kvb, layers=tgt.mtp_layers),
+                          lambda c: tf.kv_shards(tgt, c))
 
     def draft_per_chip(chips):
         out = draft_weight_bytes_per_chip(w, chips)

@@ -1,6 +1,7 @@
 """What a drafter is made of, in parameters: the EAGLE head (one decoder layer of the target's
-shape) and its input fc, and a Medusa (or Hydra) head (MODEL.md section 3), and the tensor
-parallel a draft model runs at. Both the capacity check and the draft's cost are built from these."""
+shape) and its input fc, a multi-token-prediction (MTP) module (one block of the target's own kind
+and its projection), a Medusa (or Hydra) head (MODEL.md section 3), and the tensor parallel a
+draft model runs at. Both the capacity check and the draft's cost are built from these."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 
 from ..catalog.specs import ModelSpec
 from ..workload.spec import EAGLE3_DRAFT_VOCAB, DrafterSpec, shards_attention
+from .transformer import non_embedding_params
 
 
 def eagle_head(target: ModelSpec, method: str = "eagle") -> ModelSpec:
@@ -27,6 +29,29 @@ def eagle_fc_params(target: ModelSpec, method: str = "eagle") -> int:
     """The head's input fc: 2d -> d on [feature, token embedding] (EAGLE-1/2), 3d -> d on the
     fused low, middle and high features (EAGLE-3)."""
     return (3 if method == "eagle3" else 2) * target.hidden_size ** 2
+
+
+def mtp_block(target: ModelSpec) -> ModelSpec:
+    """One MTP module's transformer block: a layer of the target's own kind (DeepSeek-V3: MLA and a
+    routed MoE FFN with the shared expert, not one of the first dense layers), run on the projected
+    [hidden state, next token's embedding]; the embedding and output head are the target's, shared
+    (DeepSeek-V3 technical report, arXiv 2412.19437 section 2.2; README_WEIGHTS.md of
+    deepseek-ai/DeepSeek-V3: model.layers.61, "structure identical to the Main Model hidden layers").
+    Its projection eh_proj is added by the caller (mtp_proj_params)."""
+    return dataclasses.replace(target, name=target.name + "-mtp", num_layers=1, first_dense_layers=0, mtp_layers=0)
+
+
+def mtp_proj_params(target: ModelSpec) -> int:
+    """An MTP module's eh_proj: 2d -> d on [RMSNorm(hidden state), RMSNorm(embedding)] (arXiv
+    2412.19437 eq. 21): DeepSeek-V3 2 x 7168^2 = 102.8M."""
+    return 2 * target.hidden_size ** 2
+
+
+def mtp_params(target: ModelSpec) -> int:
+    """Weights one MTP module holds on the device: its block (every expert) + eh_proj, no embedding or
+    head of its own. DeepSeek-V3: 11,507,269,632 + 102,760,448 = 11.61B (README_WEIGHTS.md: 11.5B
+    unique parameters; the checkpoint's copies of the embedding and head, 2 x 0.93B, make the card's 14B)."""
+    return non_embedding_params(mtp_block(target)) + mtp_proj_params(target)
 
 
 def medusa_head_params(target: ModelSpec) -> int:
@@ -55,7 +80,7 @@ def draft_tp(d: DrafterSpec, chips):
     """Tensor parallel of the draft's steps on a group of ``chips`` chips, per row: a draft model
     at the largest t' that divides the chip count and splits its attention heads
     (workload.spec.draft_tensor_parallel, as vLLM and SGLang serve such a draft: 1 at worst); a
-    drafter made of the target's own layers (EAGLE, early exit, Medusa, Hydra heads) at the
+    drafter made of the target's own layers (EAGLE, MTP, early exit, Medusa, Hydra heads) at the
     group's chips; 0 where nothing drafts on the device (none, n-gram, retrieval). Qwen2.5-0.5B
     (14 heads, 2 KV heads) beside 8 chips: 2, beside 14: 14; Qwen2.5-1.5B (12 heads) beside 8: 4."""
     c = np.asarray(chips, dtype=np.int64)

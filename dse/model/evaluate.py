@@ -223,11 +223,15 @@ def evaluate(batch: DesignBatch, w: Workload, *, dedupe: bool = True, k_bound: b
         m = join_metrics((_unfinished(batch.take(r), w, dedupe, k_bound) for r in rows), rows, batch.n)
     else:
         m = _finish(*_unfinished(batch, w, dedupe, k_bound))
-    if w.sla is None:
-        return m
-    from .serving import sla_metrics  # (serving evaluates the points with this function)
+    return m if w.sla is None else with_sla(m, batch, w)
+
+
+def with_sla(m: Metrics, batch: DesignBatch, w: Workload, picks: dict | None = None) -> Metrics:
+    """``m`` with the sla_* metrics of the best operating point under w.sla (dse.model.serving;
+    ``picks``: its sla_picks, when the caller has them already)."""
+    from .serving import sla_metrics  # (serving evaluates the points with evaluate)
     with np.errstate(divide="ignore", invalid="ignore"):
-        sla = sla_metrics(batch, w, evaluate, w.sla, w.serving)
+        sla = sla_metrics(batch, w, evaluate, w.sla, w.serving, picks=picks)
         return dataclasses.replace(m, **{k: v for k, v in sla.items() if not k.startswith("_")})
 
 

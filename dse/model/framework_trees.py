@@ -13,8 +13,8 @@ each later step expands every frontier node by its top-k children (topk x topk c
 parent score x child probability) and keeps the top-k of those as the next frontier; after ``steps``
 steps the tree is the root plus the top (num_draft_tokens - 1) of all topk + (steps-1) x topk^2
 candidates by score. Draft forwards: the draft extend over the accepted tokens (the root's
-distribution; dse prices it as one row, as its chains' first step), then steps - 1 forwards of topk rows
-per request. EAGLE-2's reference code (SafeAILab/EAGLE commit 148042c5, eagle/model/cnets.py
+distribution: one row here; dse.model.latency prices an EAGLE head's over the k+1 verified positions,
+as SGLang pads it and as for its chains), then steps - 1 forwards of topk rows per request. EAGLE-2's reference code (SafeAILab/EAGLE commit 148042c5, eagle/model/cnets.py
 ``topK_genrate``: top_k, depth expansions after the first level, total_token) is the same algorithm with
 steps = depth + 1 and tokens = total_token.
 
@@ -93,7 +93,8 @@ def static_tree(p: np.ndarray, choices) -> tuple[np.ndarray, np.ndarray]:
 
 def build(spec: TreeSpec, p: np.ndarray) -> BuiltTree:
     """The tree ``spec``'s framework builds under rank probabilities ``p`` (at least spec.depth rows),
-    with the rows per request of each of its draft steps."""
+    with the rows per request of each of its draft steps (the first: one for a draft that needs no
+    extend; an EAGLE head's extend is priced over the k+1 verified positions by dse.model.latency)."""
     fw, D = spec.framework, spec.depth
     if spec.is_chain:                   # every framework's chain: k steps of one row
         return BuiltTree(np.cumprod(_ranks(p.T, 0, D)) if D else np.zeros(0), np.arange(1, D + 1), (1,) * D)

@@ -1,6 +1,6 @@
 """The latency and energy terms of every design (MODEL.md sections 2, 3 and 5): the baseline
-decode step, the prefill and TTFT, the draft (draft model, EAGLE head, early exit, Medusa and
-Hydra heads, n-gram lookup; chains and trees), the verify pass, the draft-chip link, the iteration
+decode step, the prefill and TTFT, the draft (draft model, EAGLE head, MTP module, early exit,
+Medusa and Hydra heads, n-gram lookup; chains and trees), the verify pass, the draft-chip link, the iteration
 and its software share, k = auto over the candidates, the acceptance band, request latency under
 static or continuous batching, and the energy per token priced from the iteration's ingredients."""
 
@@ -12,10 +12,10 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..workload.spec import Workload
-from . import scheduler, specdec
+from . import scheduler, spec_iteration, specdec
 from . import transformer as tf
 from .arrays import DesignBatch, HardwareArrays
-from .drafters import draft_tp, eagle_fc_params, eagle_head, medusa_head_params
+from .drafters import draft_tp, eagle_fc_params, eagle_head, medusa_head_params, mtp_block, mtp_proj_params
 from .k_auto import BOUND_MARGIN, auto_k, auto_k_bound, concat_terms
 from .roofline import OVERHEAD, StepCost, step_cost, stream_factor
 from .tau import acceptance_terms, largest_k, tau_table, tree_terms
@@ -177,10 +177,12 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
         """np.where(tree rows, a(), b): ``a`` a function, computed only where some row is a tree."""
         return np.where(tree_c, a(), b) if any_tree else b
 
-    # ---- a draft model, EAGLE head or early exit: one step per drafted token (k-independent) ----
-    model_draft = d.kind in ("model", "eagle", "early-exit")
+    # ---- a draft model, EAGLE head, MTP module or early exit: one step per drafted token (k-independent) ----
+    model_draft = d.kind in ("model", "eagle", "mtp", "early-exit")
+    head_like = d.kind in ("eagle", "mtp")          # a head on the target's features, inside the iteration
     if model_draft:
-        model = d.model if d.kind == "model" else eagle_head(tgt, d.meth) if d.kind == "eagle" else tgt
+        model = (d.model if d.kind == "model" else eagle_head(tgt, d.meth) if d.kind == "eagle"
+                 else mtp_block(tgt) if d.kind == "mtp" else tgt)
         layers = d.exit_layer if d.kind == "early-exit" else None
 
         def draft_step(q, x=0.0, tree=False):
@@ -191,8 +193,16 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
             t_spec_overhead: its step is its kernels, its fc(2d -> d), the per-sequence sampling
             (top-k) cost and the runtime's draft_step_overhead (the loop around a head step, paid
             by an eager runtime). A tree's step (any drafter) also pays draft_step_overhead once:
-            the top-k expansion of the depth's nodes into the next level (mask, positions)."""
-            eagle = d.kind == "eagle"
+            the top-k expansion of the depth's nodes into the next level (mask, positions).
+
+            An MTP step (chained: the one module N times) is priced like an EAGLE step on its own
+            parts (arXiv 2412.19437 section 2.2): one pass of ``mtp_block`` (a block of the target's
+            kind: MLA + the routed experts its B*q tokens touch + the shared expert + router,
+            roofline.step_cost) with the shared LM head (V*d read once per step, 2*V*d FLOPs per
+            position), plus its eh_proj (2d -> d) in place of EAGLE's fc; no embedding of its own.
+            DeepSeek-V3 fp8 at batch 1 on 8 chips: (187.1M + 9 x 44.04M + 1.8M + 926.7M + 102.8M) B
+            = 1.615 GB a step, 0.217 GB a chip, 198 us with its kernels (tests/model/test_mtp.py)."""
+            eagle = head_like
             # the target's own layers (early exit, an MoE EAGLE layer) keep its expert parallel
             c = step_cost(model, Dc, batch=Bc, q=q, context=Sc, layers=layers, step_overhead=not eagle,
                           prefill_tokens=x, prefill_len=P[:, None], **(kw if d.kind == "model" else kw_tc))
@@ -201,7 +211,8 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
                 c = c._replace(time_s=c.time_s + h, t_overhead_s=c.t_overhead_s + h, t_fixed_s=c.t_fixed_s + h)
             if not eagle:
                 return c
-            fc = float(eagle_fc_params(tgt, d.meth))     # fc(2d -> d) (EAGLE-3: 3d -> d) on the features
+            # fc(2d -> d) (EAGLE-3: 3d -> d) on the features; MTP's eh_proj (2d -> d)
+            fc = float(mtp_proj_params(tgt) if d.kind == "mtp" else eagle_fc_params(tgt, d.meth))
             f_c = 2 * fc * Bc * (q + x) / (Tc.peak_flop_s * Tc.compute_efficiency * cf_t) / Tc.chips
             f_m = fc * wb / (Tc.mem_bw_bytes_s * Tc.mem_efficiency * sf_t) / Tc.chips
             seq = Bc * Dc.sequence_overhead_s
@@ -233,13 +244,13 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
         kf = kc.astype(np.float64)
         # ---- acceptance: chains by Leviathan / per-position rates; trees by their best shape ----
         tau, p_all, p_win = tau_tab[kc], p_tab[kc], win_tab[kc]
-        level = rows = None
+        level = step_rows = None
         if any_tree:
             level = np.broadcast_to((np.arange(K) < kc[..., None]).astype(np.int64), kc.shape + (K,))
             t_tau, t_deep, t_win, t_shape, t_rows = tree_terms(w, nodes_c, kc, K, tree_depth)
             tau, p_all, p_win = (np.where(tree_c, a, b) for a, b in ((t_tau, tau), (t_deep, p_all), (t_win, p_win)))
-            # nodes per depth, and the rows each draft step processes (a framework's tree: as it drafts), (.., K)
-            rows = np.where(tree_c[..., None], t_rows.astype(np.int64), level)
+            # nodes per depth, and the rows each draft step of a framework's tree processes (as it drafts), (.., K)
+            step_rows = np.where(tree_c[..., None], t_rows.astype(np.int64), level)
             level = np.where(tree_c[..., None], t_shape.astype(np.int64), level)
 
         # ---- verify: q = k+1, or tree nodes + 1 under a tree mask (continuous batching: + P*tau/G
@@ -254,10 +265,15 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
         # continuous batching: a draft model or EAGLE head prefills its share of the prompts that
         # arrive per iteration, tau times a step's, in its first step (early exit shares the
         # target's cache: the verify pass fills it)
-        x_draft = x_verify if cont and d.kind in ("model", "eagle") else 0.0
+        x_draft = x_verify if cont and d.kind in ("model", "eagle", "mtp") else 0.0
         # the drafter's memory and link energy (J) and FLOPs per iteration (host-side n-gram lookups: outside
         # the model), on the group it runs on
         e_draft = fl_draft = fa_draft = 0.0
+        # an EAGLE head re-runs over the verified positions to rebuild its features from the target's
+        # (SGLang forward_draft_extend_after_decode, num_steps + 1 positions a sequence; vLLM
+        # EagleProposer.propose's first pass over the verified tokens): its first draft pass. So does
+        # an MTP module, which these stacks run through the same EAGLE worker (SGLang NEXTN)
+        extend = d.kind in ("eagle", "mtp")
         if model_draft:
             per_k = one_step.time_s
             t_draft = kf * one_step.time_s
@@ -265,18 +281,30 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
             e_draft, fl_draft, fa_draft = (kf * one_step.energy_j, kf * one_step.group_flops_lin,
                                            kf * one_step.group_flops_att)
             draft_ai, draft_bound = np.broadcast_to(one_ai, t_draft.shape), np.broadcast_to(one_bound, t_draft.shape)
-            if cont and d.kind in ("model", "eagle"):
-                first = draft_step(1.0, x_draft)
+            if extend or (cont and d.kind == "model"):
+                # an EAGLE head's (and an MTP module's) first pass is its draft extend over the k+1
+                # verified positions
+                first = draft_step(kf + 1.0 if extend else 1.0, x_draft)
                 chain = StepCost(*((kf - 1.0) * a + b for a, b in zip(one_step, first)))
                 t_draft, fixed_draft = chain.time_s, chain.t_fixed_s
                 draft_ai, draft_bound = chain.arithmetic_intensity, chain.bound
                 e_draft, fl_draft, fa_draft = chain.energy_j, chain.group_flops_lin, chain.group_flops_att
             if any_tree:
-                # a tree: one step per depth, over as many positions as that depth holds (EAGLE-2), or
-                # over the rows the framework's draft step processes (dse.model.framework_trees)
-                parts = [draft_step(np.maximum(rows[..., i], 1).astype(np.float64), x_draft if i == 0 else 0.0,
-                                    tree=True) for i in range(K)]
-                used = [rows[..., i] > 0 for i in range(K)]
+                # a tree: one step per depth, over as many positions as that depth holds (EAGLE-2);
+                # an EAGLE head's first is its extend over the k+1 verified positions, which drafts
+                # depth 1, and step i > 0 runs the nodes of depth i to draft depth i+1
+                # (SGLang forward_draft_extend_after_decode then draft_forward; the deepest level is
+                # never run). A framework's tree (w.tree): each draft step over the rows it processes
+                # (dse.model.framework_trees), an EAGLE head's first its extend as above
+                if w.tree is not None and w.tree.nodes:
+                    rows = [kf + 1.0 if extend and i == 0 else step_rows[..., i] for i in range(K)]
+                    used = [step_rows[..., i] > 0 for i in range(K)]
+                else:
+                    rows = [kf + 1.0] + [level[..., i - 1] for i in range(1, K)] if extend else \
+                        [level[..., i] for i in range(K)]
+                    used = [level[..., i] > 0 for i in range(K)]
+                parts = [draft_step(np.maximum(r, 1).astype(np.float64), x_draft if i == 0 else 0.0, tree=True)
+                         for i, r in enumerate(rows)]
                 tot = [sum(np.where(u, getattr(c, f), 0.0) for c, u in zip(parts, used)) for f in StepCost._fields]
                 tree_cost = StepCost(*tot)
                 t_draft = np.where(tree_c, tree_cost.time_s, t_draft)
@@ -298,8 +326,8 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
             draft_ai = np.broadcast_to(head.arithmetic_intensity, t_draft.shape)
             draft_bound = np.broadcast_to(head.bound, t_draft.shape)
             if any_tree:
-                parts = [hydra_step(np.maximum(rows[..., i], 1).astype(np.float64)) for i in range(K)]
-                used = [rows[..., i] > 0 for i in range(K)]
+                parts = [hydra_step(np.maximum(level[..., i], 1).astype(np.float64)) for i in range(K)]
+                used = [level[..., i] > 0 for i in range(K)]
                 tree_cost = StepCost(*[sum(np.where(u, getattr(c, f), 0.0) for c, u in zip(parts, used))
                                        for f in StepCost._fields])
                 t_draft = np.where(tree_c, tree_cost.time_s, t_draft)
@@ -345,8 +373,9 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
         else:
             t_link = np.zeros(np.broadcast_shapes(on_c.shape, kf.shape))
 
-        # ---- accounting ----
-        t_iter, exposed = specdec.iteration_time_s(t_draft, verify.time_s, t_link, Tc.spec_overhead_s,
+        # ---- accounting: the passes and what the stack does beside them (spec_iteration) ----
+        extra = spec_iteration.iteration_extras(Tc, tgt.vocab_size, Bc, q_verify)
+        t_iter, exposed = specdec.iteration_time_s(t_draft, verify.time_s, t_link, extra.time_s,
                                                    p_win, on_c & w.overlap)
         # the software's share of the iteration: the draft's fixed costs as far as they are exposed
         # (overlapped drafting hides the same fraction of them as of the draft time), the verify
@@ -355,14 +384,14 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
             shown_draft = np.where(t_draft > 0, fixed_draft * np.where(t_draft > 0, exposed / t_draft, 0.0), 0.0)
         else:                       # serial drafting: all of it
             shown_draft = fixed_draft
-        t_fixed = shown_draft + verify.t_fixed_s + Tc.spec_overhead_s
+        t_fixed = shown_draft + verify.t_fixed_s + extra.fixed_s
         e_iter = fl_t = fa_t = fl_d = fa_d = np.nan
         if energy:
             if w.overlap and any_on:
                 # overlapped, the window drafted during verification is drafted again unless usable (1 - p_win)
                 again = np.where(on_c, 2.0 - p_win, 1.0)
                 e_draft, fl_draft, fa_draft = again * e_draft, again * fl_draft, again * fa_draft
-            e_iter = verify.energy_j + e_draft
+            e_iter = verify.energy_j + e_draft + extra.energy_j
             fl_t, fa_t, fl_d, fa_d = verify.group_flops_lin + fl_draft, verify.group_flops_att + fa_draft, 0.0, 0.0
             if any_on:          # a draft chip: its FLOPs at its own J/FLOP, the link's bytes at the SerDes'
                 e_iter = e_iter + np.where(on_c, link_bytes * Tc.link_j_per_byte, 0.0)
@@ -375,7 +404,7 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
                                fl_d=fl_d, fa_d=fa_d)
 
     overlapped = on_chip & w.overlap
-    floor_s = base.time_s + T.spec_overhead_s
+    floor_s = base.time_s + T.spec_overhead_s + T.spec_schedule_s
     # k = 1..K1 first (and every fixed k); K1 < k <= K_auto where the bound allows
     K1 = min(K, max(K_FIRST, int(batch.k.max()))) if k_bound else K
 
@@ -472,7 +501,7 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
         # the drafter's own prefill of a chunk (a draft model or EAGLE head keeps its cache of every
         # prompt) rides in its first step on the target's chips; a draft chip prefills beside them
         extra = 0.0
-        if d.kind in ("model", "eagle"):      # per prompt token: the draft's step with P of them riding along
+        if d.kind in ("model", "eagle", "mtp"):     # per prompt token: the draft's step with P of them riding along
             per = np.ravel(draft_step(1.0, (P / B)[:, None]).time_s - one_step.time_s) / np.maximum(P, 1.0)
             extra = np.where(on_chip | off, 0.0, per)
         q_it = np.where(k > 0, np.where(is_tree, nodes + 1.0, k + 1.0), 1.0)

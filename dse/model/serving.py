@@ -165,16 +165,25 @@ def best_point(points: dict[str, np.ndarray], sla: Sla) -> dict[str, np.ndarray]
     return out
 
 
-def sla_metrics(batch: DesignBatch, w: Workload, evaluate, sla: Sla, mode: str = "best",
-                levels=CONCURRENCY) -> dict[str, np.ndarray]:
-    """The best operating point per design under ``sla``, aggregated, disaggregated or the better of
-    the two (``mode``): Metrics' sla_* attributes (SI), with 'sla_serving' naming the winner, and
-    _deployment_chips: the chips of one deployment at that point (one instance, or p + d of them)."""
+def sla_picks(batch: DesignBatch, w: Workload, evaluate, sla: Sla, mode: str = "best",
+              levels=CONCURRENCY) -> dict[str, dict[str, np.ndarray]]:
+    """The best aggregated and/or disaggregated operating point per design under ``sla`` (``mode``
+    agg, disagg or best: both), by mode (best_point's fields)."""
     picks = {}
     if mode in ("agg", "best"):
         picks["agg"] = best_point(aggregated_points(batch, w, evaluate, levels), sla)
     if mode in ("disagg", "best"):
         picks["disagg"] = best_point(disaggregated_points(batch, w, evaluate, levels), sla)
+    return picks
+
+
+def sla_metrics(batch: DesignBatch, w: Workload, evaluate, sla: Sla, mode: str = "best",
+                levels=CONCURRENCY, picks: dict | None = None) -> dict[str, np.ndarray]:
+    """The best operating point per design under ``sla``, aggregated, disaggregated or the better of
+    the two (``mode``; or of ``picks``, sla_picks' result, when given): Metrics' sla_* attributes (SI),
+    with 'sla_serving' naming the winner, and _deployment_chips: the chips of one deployment at that
+    point (one instance, or p + d of them)."""
+    picks = picks if picks is not None else sla_picks(batch, w, evaluate, sla, mode, levels)
     names = list(picks)
     score = np.stack([np.where(picks[k]["met"], picks[k]["tokens_per_s_per_chip"], -np.inf) for k in names])
     win = np.argmax(score, axis=0)          # ties: aggregated (listed first)

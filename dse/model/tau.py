@@ -18,8 +18,8 @@ def largest_k(w: Workload) -> int:
     """Largest k (chain length, or tree depth) to consider."""
     d, acc = w.drafter, w.acceptance
     k_max = w.k_max
-    if d.kind in ("medusa", "hydra"):
-        k_max = min(k_max, d.heads)
+    if d.k_cap:
+        k_max = min(k_max, d.k_cap)
     if acc.kind == "per_position":
         k_max = min(k_max, len(acc.per_position))
     if acc.kind == "rank" and len(acc.rank) > 1:      # one row per depth (Medusa head)

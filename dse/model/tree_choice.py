@@ -60,7 +60,7 @@ def chosen_tree_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -
     def floor(i):
         """(T_verify(N) + t_spec) / tau_max(N) per row, N = trees[i]."""
         w_n = w_size(i)
-        return (tree_verify_s(batch, w, trees[i]) + batch.target.spec_overhead_s) / float(
+        return (tree_verify_s(batch, w, trees[i]) + batch.target.spec_overhead_s + batch.target.spec_schedule_s) / float(
             acceptance_terms(w_n, largest_k(w_n), trees[i])[0])
 
     done: list[tuple[np.ndarray, np.ndarray, dict]] = []        # (rows, size index per row, their metrics)

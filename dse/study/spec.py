@@ -175,12 +175,12 @@ class DraftChoices:
     def workload(self, label: str, exit_layer: int = 0) -> Workload:
         key = (label, int(exit_layer) if dict(self.choices)[label] is None else 0)
         if key not in self._memo:
-            from ..acceptance.fit import resolved_workload
+            from ..acceptance.resolve import resolved_workload
             d = self.drafter(*key)
             from ..catalog.rank_profiles import load_rank_profiles
             profile = self.rank_profile or load_rank_profiles(self.db.root).for_drafter(d.kind)
-            w = dataclasses.replace(self.base, drafter=d, k_max=min(self.base.k_max, d.heads)
-                                    if d.kind in ("medusa", "hydra") else self.base.k_max,
+            w = dataclasses.replace(self.base, drafter=d, k_max=min(self.base.k_max, d.k_cap)
+                                    if d.k_cap else self.base.k_max,
                                     rank_profile=None if profile.geometric else profile)
             tree = self.base.tree
             if tree is not None and d.kind != "none":       # the framework's tree (or chain): its size and depth
@@ -197,7 +197,7 @@ class DraftChoices:
                 w = resolved_workload(w, self.db)[0]
             if shape is not None and self.default_trees != "published":
                 # the tree (and k, up to the study's k_max) re-chosen per design (dse.model.tree_choice)
-                w = dataclasses.replace(w, k_max=min(self.base.k_max, d.heads) if d.kind in ("medusa", "hydra")
+                w = dataclasses.replace(w, k_max=min(self.base.k_max, d.k_cap) if d.k_cap
                                         else self.base.k_max, tree_choices=d.tree_choices())
             self._memo[key] = w
         return self._memo[key]

@@ -37,6 +37,13 @@ FIT_PARAMETERS = {
                 "at batch 1 and 8 large-batch throughputs (serving_measurements_public.csv)"),
     "trees": ("runtimes/eager.yaml tree_kernels_per_layer, draft_step_overhead_us",
               "the Spec-Bench A100 Vicuna-7B EAGLE-1 and Medusa-1 tree rows (specdec_measurements_extra.csv)"),
+    "sglang": ("runtimes/sglang.yaml spec_schedule_us (every other field the graphs runtime's by rule)",
+               "the 4 batch-1 rows of SGLang's EAGLE-3 on Qwen3-30B-A3B over 4 H100s (AngelSlim issue 163: a 3-node "
+               "tree to a 63-node one; specdec_serving_measurements.csv); held out: the same target on 2 H100s "
+               "(SpecForge issue 339), batch 4, and Llama-3.3-70B on 8 H100s (sglang pull 4716)"),
+    "vllm": ("runtimes/vllm.yaml spec_schedule_us, draft_step_overhead_us",
+             "the 6 rows of vLLM V1's EAGLE-1 and EAGLE-3 chains of K = 2, 4, 6 on Llama-3.1-8B (vllm issue 20780; "
+             "specdec_serving_measurements.csv); held out: K = 3, 5, 7 and vllm pull 16035's Llama-3-8B rows"),
     "idle": ("technology/nodes.yaml active_idle_fraction",
              "the 8 ML.ENERGY v2.0 H100 rows paired with v3.0 rows of the same model, GPUs and batch "
              "(Llama-3.1-8B x1, 70B x4; batch 64-512; energy_measurements_public.csv)"),
@@ -158,6 +165,9 @@ def fit(db: Database | None = None) -> dict[str, float]:
     out["graphs.mla_extra_kernels"] = float(_nnls(np.array(rows), np.array(rhs))[0])
     out.update(_fit_serving([c for c in cs if c.fit_group == "serving"], db))
     out.update(_fit_trees([c for c in cs if c.fit_group == "trees"], db))
+    out.update(_fit_spec_runtime([c for c in cs if c.fit_group == "sglang"], db, "sglang", ("spec_schedule_us",)))
+    out.update(_fit_spec_runtime([c for c in cs if c.fit_group == "vllm"], db, "vllm",
+                                 ("spec_schedule_us", "draft_step_overhead_us")))
     out.update(_fit_energy(cs, db))
     return out
 
@@ -219,6 +229,29 @@ def _fit_trees(cs: list[Case], db: Database) -> dict[str, float]:
         rhs.append(1.0 - i0 / measured)
     x, h = _nnls(np.array(rows), np.array(rhs))
     return {"eager.tree_kernels_per_layer": float(x), "eager.draft_step_overhead_us": float(h)}
+
+
+def _fit_spec_runtime(cs: list[Case], db: Database, runtime: str, fields: tuple[str, ...]) -> dict[str, float]:
+    """A serving stack's speculative costs (the sglang and vllm stages): its host work per iteration
+    (spec_schedule_us) and, where fitted, per draft step (draft_step_overhead_us), from speedups over the
+    same stack's plain decoding with the published tau. Each row anchors the runtime's fixed costs at
+    its measured baseline step T_base (--baseline-ms), so the measured iteration is tau x T_base /
+    speedup; the model's iteration is linear in the unknowns (the anchor scales draft_step_overhead_us
+    by the row's factor, not spec_schedule_us), hence relative least squares, values >= 0."""
+    from ..api import evaluate_design
+
+    def iteration(c, **values):
+        r = evaluate_design(db=db, **{**c.design, "set_fields": {**c.design.get("set_fields", {}), **values}})
+        return r["iter_ms"], r["tau"] * r["baseline_ms_per_token"] / c.measured
+
+    rows, rhs = [], []
+    zero = dict.fromkeys(fields, 0.0)
+    for c in cs:
+        i0, measured = iteration(c, **zero)
+        rows.append([(iteration(c, **{**zero, f: 1.0})[0] - i0) / measured for f in fields])
+        rhs.append(1.0 - i0 / measured)
+    x = _nnls(np.array(rows), np.array(rhs))
+    return {f"{runtime}.{f}": float(v) for f, v in zip(fields, x)}
 
 
 #: grids of the serving fit (the other two unknowns are linear and solved in closed form)
@@ -287,7 +320,7 @@ def stored_values(db: Database | None = None) -> dict[str, float]:
     db = db or load_database()
     tech = load_technology(db.root)
     a100, graphs, eager = db.device("a100-80gb"), db.runtime("graphs"), db.runtime("eager")
-    gf = db.runtime("gpt-fast")
+    gf, sg, vl = db.runtime("gpt-fast"), db.runtime("sglang"), db.runtime("vllm")
     return {"a100-80gb.mem_efficiency": a100.mem_efficiency,
             "gpt-fast.kernel_launch_us": gf.kernel_launch_s * 1e6,
             "gpt-fast.step_overhead_us": gf.step_overhead_s * 1e6,
@@ -301,6 +334,9 @@ def stored_values(db: Database | None = None) -> dict[str, float]:
             "graphs.sequence_overhead_us": graphs.sequence_overhead_s * 1e6,
             "eager.tree_kernels_per_layer": eager.tree_kernels_per_layer,
             "eager.draft_step_overhead_us": eager.draft_step_overhead_s * 1e6,
+            "sglang.spec_schedule_us": sg.spec_schedule_s * 1e6,
+            "vllm.spec_schedule_us": vl.spec_schedule_s * 1e6,
+            "vllm.draft_step_overhead_us": vl.draft_step_overhead_s * 1e6,
             "nodes.active_idle_fraction": tech.active_idle_fraction,
             "nodes.onchip_pj_per_dram_bit": tech.onchip_j_per_dram_bit * 1e12,
             "nodes.operand_delivery_factor": tech.operand_delivery_factor}

@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from ..catalog.database import Database, load_database
+from . import spec_serving
 
 #: short name -> file in hardware_db/measurements/
 FILES = {"decode": "decode_measurements_public.csv", "specdec": "specdec_measurements_public.csv",
          "extra": "decode_measurements_extra.csv", "serving": "serving_measurements_public.csv",
          "moe": "decode_measurements_moe.csv",
          "specbench": "specdec_measurements_extra.csv", "energy": "energy_measurements_public.csv",
-         "load": "serving_load_measurements_public.csv"}
+         "load": "serving_load_measurements_public.csv", "servingspec": "specdec_serving_measurements.csv"}
 
 #: CSV hardware text -> (device, --set overrides, mapping note)
 _ONE_GCD = {"mem_bw_tb_s": 1.6, "memory_capacity_gib": 64, "peak_tflops_bf16": 191.5, "peak_tops_int8": 191.5}
@@ -90,7 +91,8 @@ PRECISION = {
     "INT4 weights (g32)": "int4", "not stated in sources read": "bf16",
     "FP8 (fp8 KV cache)": "fp8-head16", "4-bit (q4f16_1 assumed)": "q4f16_1", "FP8 (NIM fp8 profile)": "fp8-head16",
     "nvfp4 MoE and dense FFN, bf16 attention": "nvfp4",
-    "nvfp4 (nvidia/DeepSeek-R1-0528-FP4), fp8 KV cache": "nvfp4", "nvfp4 (nvidia/DeepSeek-R1-FP4), bf16 KV cache": "nvfp4", "fp8 (DeepSeek block-wise W8A8)": "fp8-head16",
+    "nvfp4 (nvidia/DeepSeek-R1-0528-FP4), fp8 KV cache": "nvfp4", "nvfp4 (nvidia/DeepSeek-R1-FP4), bf16 KV cache": "nvfp4",
+    "nvfp4 (nvidia/DeepSeek-R1-FP4)": "nvfp4", "fp8 (DeepSeek block-wise W8A8)": "fp8-head16",
     "fp8 (row-wise W8A8, Meta FP8 checkpoint)": "fp8-head16",
     "fp8 (DeepSeek-R1-0528 block-wise W8A8)": "fp8-head16", "nvfp4 (DeepSeek-R1-0528-FP4-V2)": "nvfp4",
     "bf16 weights, bf16 KV cache": "bf16", "bf16 weights, fp8 KV cache (FlashAttention-3, two-level accumulation)": "bf16",
@@ -110,7 +112,6 @@ LOAD_METRICS = (("ttft_ms", "ttft", "ttft_ms"), ("tpot_ms", "tpot", "decode_ms")
 #: serving-load framework text -> why the row is not modelled (first match wins; checked before the
 #: lengths and concurrency)
 LOAD_NOT_MODELLED = (
-    ("MTP 3 layers", "MTP speculation (next-n layers) with no acceptance published for the dataset run"),
     ("static batch", "a static batch (benchmark_latency.py): B requests run together, not serving under load; "
                      "TTFT and TPOT not separated"),
 )
@@ -304,6 +305,11 @@ def _load_cases(rid: str, row: dict[str, str]) -> list[Case]:
         design["ep"] = int(ep.group(1))
     if row["model"] == "DeepSeek-R1":
         notes.append("DeepSeek-R1 has DeepSeek-V3's shapes: deepseek-v3")
+    mtp = re.search(r"\bMTP (\d+) layers", row["framework"])
+    if mtp:         # the model's one MTP module chained N times; its acceptance from the table (no --alpha)
+        design["draft"] = f"mtp:{mtp.group(1)}"
+        notes.append(f"--draft mtp:{mtp.group(1)}, acceptance from the table's DeepSeek-R1/V3 MTP rows (TensorRT-LLM "
+                     "tech blog 1 measured them on the same unnamed 'real dataset', ISL 1K / OSL 2K)")
     dp = int(row["tp"]) if "attention DP" in row["framework"] else 1
     if dp > 1:      # TensorRT-LLM's attention DP: one rank a GPU, each with its own token budget
         design["dp"] = dp
@@ -543,6 +549,8 @@ def _label(rid: str, row: dict[str, str]) -> str:
         return (f"{row['hardware']} x{row['num_chips']} {row['model']} {row['precision'].split(' (')[0]} "
                 f"c={row['concurrency'] or '-'} {row['input_len'] or '-'}/{row['output_len'] or '-'} "
                 f"({row['framework'].split(' (')[0]})")
+    if rid.startswith("servingspec:"):
+        return spec_serving.label(row)
     if rid.startswith("energy:"):
         return (f"{row['hardware']} x{row['num_chips']} {row['model']} {row['precision'].split(' ')[0]} "
                 f"{row['task'].split(' ')[0]} B={row['batch_size']} ({row['framework'].split(' (')[0]})")
@@ -597,6 +605,12 @@ def cases(db: Database | None = None) -> list[Case]:
                 case = _serving_case(rid, row)
             elif rid.startswith("energy:"):
                 case = _energy_case(rid, row, v3)
+            elif rid.startswith("servingspec:"):        # role set by the file's own rules (spec_serving.FIT_RULES)
+                try:
+                    out.append(Case(**spec_serving.case_fields(rid, row)))
+                except spec_serving.NotModelled as why:
+                    raise _NotModelled(str(why)) from None
+                continue
             elif rid.startswith("load:"):
                 out += [dataclasses.replace(c, label=label) for c in _load_cases(rid, row)]
                 continue

@@ -34,7 +34,7 @@ TREE_NODES_MAX = 1024
 _FROZEN = dict(frozen=True, slots=True, kw_only=True)
 
 #: how a drafter costs (MODEL.md section 3): what dse.model.latency computes per kind
-DRAFTER_KINDS = ("none", "model", "ngram", "early-exit", "eagle", "medusa", "hydra")
+DRAFTER_KINDS = ("none", "model", "ngram", "early-exit", "eagle", "mtp", "medusa", "hydra")
 #: the published method behind each --draft spelling (its acceptance in dse.acceptance.fit, its
 #: default shape in DEFAULT_SHAPES) -> the kind it costs as. EAGLE-2 drafts with EAGLE-1's head
 #: (Li et al. 2024, arXiv 2406.16858); EAGLE-3's head is one decoder layer too, on a fusion of
@@ -42,9 +42,13 @@ DRAFTER_KINDS = ("none", "model", "ngram", "early-exit", "eagle", "medusa", "hyd
 #: 2503.01840; hardware_db/models/eagle3-llama3.1-8b.yaml); Hydra's heads are Medusa-style
 #: heads run one after another (each takes the previous head's token: Ankner et al. 2024, arXiv
 #: 2402.05109); retrieval (REST, He et al. 2023, arXiv 2311.08252) is a host-side lookup like
-#: prompt lookup, with a datastore in host memory.
+#: prompt lookup, with a datastore in host memory. MTP drafts with the target's own
+#: multi-token-prediction module (DeepSeek-V3, arXiv 2412.19437 section 2.2), chained: the
+#: serving frameworks run its one module N times (SGLang's EAGLE worker, TensorRT-LLM's "MTP
+#: Eagle", vLLM's deepseek_mtp), each step the module's block, its eh_proj and the shared LM head.
 METHOD_KINDS = {"none": "none", "model": "model", "ngram": "ngram", "retrieval": "ngram", "early-exit": "early-exit",
-                "eagle": "eagle", "eagle2": "eagle", "eagle3": "eagle", "medusa": "medusa", "hydra": "hydra"}
+                "eagle": "eagle", "eagle2": "eagle", "eagle3": "eagle", "mtp": "mtp", "medusa": "medusa",
+                "hydra": "hydra"}
 #: EAGLE-3's draft vocabulary (its own LM head: draft_vocab_size in SafeAILab/EAGLE
 #: eagle/traineagle3/config.json)
 EAGLE3_DRAFT_VOCAB = 32000
@@ -105,7 +109,7 @@ class DrafterSpec:
     label: str                        # as the user wrote it: 'llama-3.2-1b', 'eagle', 'medusa:4'
     model: ModelSpec | None = None
     exit_layer: int = 0               # early-exit:L
-    heads: int = 0                    # medusa:H, hydra:H
+    heads: int = 0                    # medusa:H, hydra:H; mtp:N the N chained MTP steps (0: k auto)
     method: str = ""                  # '' = the kind itself
 
     @property
@@ -113,6 +117,12 @@ class DrafterSpec:
         """Only an independent model can live on a separate chip; the others need the
         target's hidden states or cost nothing."""
         return self.kind == "model"
+
+    @property
+    def k_cap(self) -> int:
+        """The most tokens one iteration may draft: one per Medusa or Hydra head (H), one per chained
+        step of mtp:N (N); 0 = no cap of the drafter's own."""
+        return self.heads if self.kind in ("medusa", "hydra", "mtp") else 0
 
     @property
     def meth(self) -> str:
@@ -316,17 +326,31 @@ class Workload:
 
 
 #: the --draft spellings besides a model name or file
-DRAFT_SPELLINGS = ("none", "ngram", "retrieval", "eagle", "eagle2", "eagle3", "hydra", "hydra:H", "medusa:H",
-                   "early-exit:L")
+DRAFT_SPELLINGS = ("none", "ngram", "retrieval", "eagle", "eagle2", "eagle3", "mtp", "mtp:N", "hydra", "hydra:H",
+                   "medusa:H", "early-exit:L")
 
 
 def parse_drafter(spec: str, target: ModelSpec, db: Database, where: str = "--draft", path: str | None = None
                   ) -> DrafterSpec:
-    """'none' | 'ngram' | 'retrieval' | 'eagle' | 'eagle2' | 'eagle3' | 'hydra[:H]' | 'medusa:H' |
-    'early-exit:L' | a model name or file. A draft model must share the target's tokenizer
-    (hardware_db/acceptance/families.yaml)."""
+    """'none' | 'ngram' | 'retrieval' | 'eagle' | 'eagle2' | 'eagle3' | 'mtp[:N]' | 'hydra[:H]' |
+    'medusa:H' | 'early-exit:L' | a model name or file. A draft model must share the target's tokenizer
+    (hardware_db/acceptance/families.yaml); MTP needs a target that ships an MTP module
+    (ModelSpec.mtp_layers > 0), and mtp:N drafts N chained steps (k = N unless k is given; at most N)."""
     s = str(spec).strip()
     low = s.lower()
+    if low == "mtp" or low.startswith("mtp:"):
+        if not target.mtp_layers:
+            raise SpecError(path, where, s, f"{target.name} ships no MTP module (mtp_layers = 0 in its model entry; "
+                            "num_nextn_predict_layers in a config.json): pick another drafter")
+        if low == "mtp":
+            return DrafterSpec(kind="mtp", label=low)
+        try:
+            val = int(low.partition(":")[2])
+        except ValueError:
+            val = None
+        if val is None or not 1 <= val <= K_LIMIT:
+            raise SpecError(path, where, s, f"expected mtp:N with N an integer in [1, {K_LIMIT}] (chained MTP steps)")
+        return DrafterSpec(kind="mtp", label=low, heads=val)
     if low in ("none", "ngram", "eagle", "retrieval", "eagle2", "eagle3"):
         return DrafterSpec(kind=METHOD_KINDS[low], label=low, method=low if low != METHOD_KINDS[low] else "")
     if low == "hydra":
@@ -623,6 +647,9 @@ def check_workload(drafter: DrafterSpec, acc: AcceptanceSpec | None, *, k_lo: in
     if drafter.kind in ("medusa", "hydra") and k_hi is not None and k_hi > drafter.heads:
         out.append(SpecError(p, names.k, k_hi, f"expected at most {drafter.heads} (one token per "
                              f"{drafter.kind.capitalize()} head)"))
+    if drafter.kind == "mtp" and drafter.heads and k_hi is not None and k_hi > drafter.heads:
+        out.append(SpecError(p, names.k, k_hi, f"expected at most {drafter.heads} (one token per chained MTP step "
+                             f"of {drafter.label})"))
     smallest = tree_nodes or tree_lo or 0
     if tree_nodes or tree_lo is not None:
         if drafter.kind == "none":

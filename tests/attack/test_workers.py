@@ -212,6 +212,8 @@ def test_64_workers_on_a_server_with_100_connections(tmp_path):
     errors = [g[1] for g in got if g[0] != "ok"]
     assert len(got) == 64 and errors == [], errors[:3]
     store, _ = resolve_storage(None, url, tmp_path / "x")
+    names = [x.study_name for x in optuna.get_all_study_summaries(store, include_best_trial=False)]
+    assert names.count(name) == 1                       # 64 starting in the same instant made one study
     trials = optuna.load_study(study_name=name, storage=store).get_trials(deepcopy=False)
     assert sum(t.state.name == "COMPLETE" for t in trials) == 128
     # one connection a worker at most; and the tag was seen (most workers connected at once)

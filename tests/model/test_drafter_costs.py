@@ -87,23 +87,26 @@ def test_eagle_fc_off_the_ideal_part(db):
     # int8 under gpt-fast on 2 chips, batch 1: the fc streams 33,554,432 B / 2 chips at
     # 2.335620e12 B/s = 7.1832 us (its 6.7e7 FLOP / 2 at 653.0e12 FLOP/s: 0.05 us)
     hw = hardware_arrays(db.device("h100-sxm"), db.runtime("gpt-fast"), 2, "int8")
-    layer = float(step_cost(eagle_head(tgt), hw, batch=1.0, q=1.0, context=192.0, step_overhead=False,
-                            **step_kwargs("int8", "bf16")).time_s[0])
+    layer, extend = (float(step_cost(eagle_head(tgt), hw, batch=1.0, q=q, context=192.0, step_overhead=False,
+                                     **step_kwargs("int8", "bf16")).time_s[0]) for q in (1.0, 4.0))
     r = evaluate_design(hw="h100-sxm", chips=2, draft="eagle", k=3, dtype="int8", runtime="gpt-fast", **KW)
-    assert r["draft_ms_per_iter"] == pytest.approx(3 * (layer + 7.1832e-6 + 30e-6) * 1e3, abs=5e-7)
-    # continuous batching, fp8, batch 64, prompt 2,048, output 256: the first step also runs the
-    # fc on the x = 2,048 x 63 / (64 x 256) x tau = 7.875 x 2.952 = 23.247 prompt tokens a sequence
-    # that arrive per iteration: 2 x 33,554,432 x 64 x 24.247 / 914.25e12 = 113.909 us
-    # (compute-bound); the other two steps stream it: 33,554,432 B / 2.7805e12 = 12.068 us
+    # the first of the 3 steps is the draft extend over the k+1 = 4 verified positions (the fc still
+    # memory-bound: the same 7.1832 us), the other two run one position
+    assert r["draft_ms_per_iter"] == pytest.approx((2 * layer + extend + 3 * (7.1832e-6 + 30e-6)) * 1e3, abs=5e-7)
+    # continuous batching, fp8, batch 64, prompt 2,048, output 256: the first step (the draft extend
+    # over the k+1 = 4 verified positions) also runs the fc on the x = 2,048 x 63 / (64 x 256) x tau =
+    # 7.875 x 2.952 = 23.247 prompt tokens a sequence that arrive per iteration:
+    # 2 x 33,554,432 x 64 x (4 + 23.247) / 914.25e12 = 128.001 us (compute-bound); the other two
+    # steps stream it: 33,554,432 B / 2.7805e12 = 12.068 us
     hw = hardware_arrays(db.device("h100-sxm"), db.runtime("graphs"), 1, "fp8")
-    kw = dict(batch=64.0, q=1.0, context=2048.0 + 128.0, step_overhead=False, **step_kwargs("fp8", "bf16"))
-    first = float(step_cost(eagle_head(tgt), hw, prefill_tokens=23.247, prefill_len=2048.0, **kw).time_s[0])
-    other = float(step_cost(eagle_head(tgt), hw, **kw).time_s[0])
+    kw = dict(batch=64.0, context=2048.0 + 128.0, step_overhead=False, **step_kwargs("fp8", "bf16"))
+    first = float(step_cost(eagle_head(tgt), hw, q=4.0, prefill_tokens=23.247, prefill_len=2048.0, **kw).time_s[0])
+    other = float(step_cost(eagle_head(tgt), hw, q=1.0, **kw).time_s[0])
     r = evaluate_design(hw="h100-sxm", draft="eagle", k=3, batch=64, prompt=2048, output=256, continuous=True,
                         dtype="fp8", **KW)
-    want = (first + 113.909e-6 + 30e-6) + 2 * (other + 12.068e-6 + 30e-6)
+    want = (first + 128.001e-6 + 30e-6) + 2 * (other + 12.068e-6 + 30e-6)
     assert r["draft_ms_per_iter"] == pytest.approx(want * 1e3, abs=5e-6)
-    # under the eager runtime the head's step is overhead-bound: 30 kernels x 23.5 us + 1,717 us
+    # under the eager runtime the head's step is overhead-bound: 30 kernels x 23.5 us + 1,717.6 us
     # (fitted draft-step cost) = 2,422 us against ~0.5 ms of weights (the LM head's 1.05 GB)
     assert evaluate_design(hw="h100-sxm", draft="eagle", k=3, runtime="eager", **KW)["draft_bound"] == "overhead"
 

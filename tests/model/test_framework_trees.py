@@ -132,7 +132,7 @@ def test_pricing_follows_the_framework_tree():
     """sglang:topk=4,steps=3,tokens=8: 7 nodes at depth 3; the target verifies 8 tokens per request
     (tree_verify_s of 7 nodes); k is the framework's depth. TensorRT-LLM's tree of the same
     parameters is the same tree (same tau, same verify pass) but its draft steps process 4, 4 and 8
-    rows against SGLang's 1, 4 and 4: more draft time."""
+    rows against SGLang's 4 (its extend over the k+1 verified positions), 4 and 4: more draft time."""
     kw = dict(hw="h100-sxm", target="llama-3.1-8b", draft="eagle3", alpha=0.7, batch=16)
     sg = evaluate_design(**kw, tree="sglang:topk=4,steps=3,tokens=8")
     tr = evaluate_design(**kw, tree="trtllm:topk=4,draft_len=3,draft_tokens=7")

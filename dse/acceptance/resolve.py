@@ -1,0 +1,236 @@
+"""A workload's acceptance: the published table's rows for the exact pair, task and temperature where
+there are any, else the acceptance model fitted on them (:mod:`.fit`) with its band; an MTP drafter
+(catalog.acceptance.TABLE_KINDS) from the table alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..catalog.acceptance import TABLE_KINDS, load_groups, load_table, table_path
+from ..catalog.database import Database, load_database
+from ..catalog.specs import ModelSpec
+from ..errors import MISSING, SpecError
+from ..model.transformer import total_params
+from ..workload.spec import AcceptanceSpec, DrafterSpec, TaskMix, Workload, mixture
+from .fit import HEAD_METHODS, Fit, PairFeatures, pair_key, sigmoid, stored_fit
+
+
+@dataclass(frozen=True)
+class TaskAcceptance:
+    task: str
+    weight: float
+    alpha: float
+    low: float
+    high: float
+    origin: str                 # 'table' | 'model'
+    detail: str                 # row ids, or the model's terms
+    #: conditional rates per drafted position (a chained MTP module's published curve); () = alpha
+    rates: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """A drafter's acceptance for a workload: per task, the nominal alpha and its band."""
+
+    tasks: tuple[TaskAcceptance, ...]
+
+    @property
+    def source(self) -> str:
+        kinds = {t.origin for t in self.tasks}
+        return kinds.pop() if len(kinds) == 1 else "table+model"
+
+    def spec(self, which: str = "alpha") -> AcceptanceSpec:
+        return mixture([AcceptanceSpec(kind="per_position", per_position=t.rates) if t.rates else
+                        AcceptanceSpec(kind="alpha", alpha=getattr(t, which)) for t in self.tasks],
+                       [t.weight for t in self.tasks], [t.task for t in self.tasks])
+
+    def text(self) -> str:
+        """'alpha 0.74 from table rows specbench-03' / 'alpha 0.71 +-0.06 modelled: ...', per task in a mix."""
+        def one(t: TaskAcceptance) -> str:
+            if t.rates:
+                shown = ", ".join(f"{a:.2f}" for a in t.rates[:8]) + (", ..." if len(t.rates) > 8 else "")
+                return f"acceptance per drafted position {shown} from {t.detail}"
+            if t.origin == "table":
+                return f"alpha {t.alpha:.2f} from {t.detail}"
+            half = 0.5 * (t.high - t.low)
+            return f"alpha {t.alpha:.2f} +-{half:.2f} modelled: {t.detail}"
+        if len(self.tasks) == 1:
+            return one(self.tasks[0])
+        parts = ", ".join(f"{t.task} {t.alpha:.2f}" + (" (table)" if t.origin == "table" else "") for t in self.tasks)
+        weights = "equal parts" if len({round(t.weight, 9) for t in self.tasks}) == 1 else \
+            ", ".join(f"{t.task} {t.weight:g}" for t in self.tasks)
+        mod = [t for t in self.tasks if t.origin == "model"]
+        if not mod:
+            return f"alpha per task {parts} ({weights}) from the table"
+        half = [0.5 * (t.high - t.low) for t in mod]
+        band = f"+-{min(half):.2f}" + (f"-{max(half):.2f}" if max(half) - min(half) >= 0.005 else "")
+        detail = mod[0].detail.replace(f", task {mod[0].task}", "")
+        return f"alpha per task {parts} ({weights}), {band} modelled: {detail}"
+
+
+def features_for(target: ModelSpec, drafter: DrafterSpec, task: str, temperature: float, db: Database
+                 ) -> PairFeatures:
+    meth = drafter.meth
+    kw = {}
+    if drafter.kind == "model":
+        g = load_groups(db.root)
+        same = bool(g.family_of(drafter.model.name, drafter.model.family)) and \
+            g.family_of(drafter.model.name, drafter.model.family) == g.family_of(target.name, target.family)
+        kw = dict(log_ratio=math.log10(total_params(drafter.model) / total_params(target)),
+                  other_family=0.0 if same else 1.0)
+    elif meth in HEAD_METHODS:
+        kw = dict(log_target=math.log10(total_params(target) / 1e9 / 10.0))
+    elif meth == "early-exit":
+        f = drafter.exit_layer / target.num_layers
+        kw = dict(exit_logit=math.log(f / (1.0 - f)))
+    return PairFeatures(method=meth, task_weights=((task, 1.0),), temperature=temperature, **kw)
+
+
+def _table_rows(target: ModelSpec, drafter: DrafterSpec, task: str, temperature: float, db: Database, f: Fit,
+                shape: tuple | None = None):
+    """The table's rows of this pair, task and temperature; of those measured at ``shape`` (k,
+    tree nodes, tree depth) only those when there are any (a row of the design's own chain or tree
+    is its measurement: the effective alpha of another shape is an extrapolation)."""
+    key = pair_key(target.name, drafter)
+    out = []
+    for r in load_table(db.root):
+        if (pair_key(r) == key and r.task == task and r.temperature is not None
+                and abs(r.temperature - temperature) < 1e-9 and f.rows.get(r.id, {}).get("alpha") is not None):
+            if drafter.kind == "early-exit" and r.target_layers != target.num_layers:
+                continue
+            out.append(r)
+    if shape is not None:
+        same = [r for r in out if (r.k, r.tree_nodes, r.tree_depth) == tuple(shape)]
+        out = same or out
+    return out
+
+
+def resolve(target: ModelSpec, drafter: DrafterSpec, task: TaskMix, temperature: float,
+            db: Database | None = None, shape: tuple | None = None) -> Resolution:
+    """The drafter's acceptance per task: the table's rows for this exact pair, task and
+    temperature where there are any (their mean effective alpha; those of the design's own
+    ``shape`` = (k, tree nodes, tree depth) first, when known), else the model (anchored on the
+    pair's other rows) with its band."""
+    db = db or load_database()
+    f = stored_fit(db)
+    if drafter.meth in TABLE_KINDS:
+        return _table_only(target, drafter, task, temperature, db, f, shape)
+    # the workload's mix is Spec-Bench's: a measured mix row of this pair is the most direct answer
+    if task.label == "mix":
+        rows = _table_rows(target, drafter, "mix", temperature, db, f, shape)
+        if rows:
+            return Resolution((_from_table("mix", 1.0, rows, f),))
+    out = []
+    for t, w in zip(task.tasks, task.weights):
+        rows = _table_rows(target, drafter, t, temperature, db, f, shape)
+        if rows:
+            out.append(_from_table(t, w, rows, f))
+            continue
+        feats = features_for(target, drafter, t, temperature, db)
+        eta, n = f.predict_logit(feats, pair_key(target.name, drafter))
+        s = f.band(drafter.meth)
+        a, lo, hi = (float(sigmoid(eta + d)) for d in (0.0, -s, s))
+        terms = [f"{drafter.meth}", f"task {t}", f"T={temperature:g}"]
+        if drafter.kind == "model":
+            terms.insert(1, f"{total_params(drafter.model) / total_params(target):.2%} of the target's parameters, "
+                            f"{'same family' if feats.other_family == 0 else 'other family'}")
+        if drafter.kind == "early-exit":
+            terms.insert(1, f"exit at {drafter.exit_layer}/{target.num_layers} layers of a target trained for early "
+                            "exit (LayerSkip)")
+        if n:
+            terms.append(f"anchored on {n} table row{'s' if n > 1 else ''} of this pair")
+        terms.append(f"band +-1 LOSO RMS of {drafter.meth if drafter.meth in f.sigma else 'all methods'}")
+        out.append(TaskAcceptance(t, w, a, lo, hi, "model", ", ".join(terms)))
+    return Resolution(tuple(out))
+
+
+def _table_only(target: ModelSpec, drafter: DrafterSpec, task: TaskMix, temperature: float, db: Database, f: Fit,
+                shape: tuple | None) -> Resolution:
+    """A drafter whose acceptance comes from the table alone (catalog.acceptance.TABLE_KINDS: an MTP
+    module is the target's own, so its rows are not regressed across targets), per task. The rows of
+    this target and method at the task and temperature, else at any (the detail names what they were
+    measured on), as conditional rates per drafted position (``chain_rates``): a chained MTP module's
+    acceptance falls with depth far faster than one i.i.d. rate says (TensorRT-LLM's DeepSeek-R1:
+    tau 1.92, 2.58, 2.82, 2.99, 3.01 at k = 1..5), so tau(k) is the published curve at every k it
+    covers; past its deepest step, the last step's rate. A target with no rows of its own takes the
+    method's rows of every target at the design's chain ``shape`` = (k, ...) as one alpha (origin
+    'model', the band their lowest and highest)."""
+    conv = [r for r in load_table(db.root) if r.draft_kind == drafter.meth and f.rows.get(r.id, {}).get("alpha")
+            is not None]
+    own = [r for r in conv if r.target_model == target.name]
+    deepest = shape[0] if shape is not None and shape[0] else 0
+    out = []
+    for t, w in zip(task.tasks, task.weights):
+        rows = [r for r in own if r.task == t and r.temperature is not None and abs(r.temperature - temperature) < 1e-9]
+        note = ""
+        if not rows and own:
+            rows = own
+            seen = sorted({f"{r.task}{'' if r.temperature is None else f' T={r.temperature:g}'}" for r in own})
+            note = f"; measured on {', '.join(seen)}, not {t} at T={temperature:g}: no row of that task"
+        rates = chain_rates(rows, f) if rows else ()
+        if rates:
+            rates = rates + rates[-1:] * max(0, deepest - len(rates))
+            ids = ", ".join(r.id for r in rows)
+            srcs = "; ".join(sorted({r.source for r in rows}))
+            out.append(TaskAcceptance(t, w, rates[0], rates[0], rates[0], "table",
+                                      f"table row{'s' if len(rows) > 1 else ''} {ids} ({srcs}){note}", rates))
+            continue
+        same = [r for r in conv if shape is not None and (r.k, r.tree_nodes, r.tree_depth) == tuple(shape)]
+        rows = same or conv
+        if not rows:
+            raise SpecError(None, "--alpha/--tau", MISSING, f"no published {drafter.meth} acceptance in "
+                            f"{table_path(db.root)}: give the acceptance")
+        alphas = [f.rows[r.id]["alpha"] for r in rows]
+        out.append(TaskAcceptance(t, w, float(np.mean(alphas)), float(min(alphas)), float(max(alphas)), "model",
+                                  f"{drafter.meth} of other targets: mean of table rows {', '.join(r.id for r in rows)} "
+                                  f"(none of {target.name}); band their lowest and highest"))
+    return Resolution(tuple(out))
+
+
+def chain_rates(rows, f: Fit) -> tuple[float, ...]:
+    """Conditional acceptance per drafted position a_1..a_K from chain rows of every length k = 1..K
+    (K the longest run from 1; () without a k = 1 row): T(k) the mean published tau of the rows at k
+    (T(0) = 1), p_i = T(i) - T(i-1) the probability that the first i drafts are accepted, a_i =
+    p_i / p_(i-1), at most 1 (Leviathan et al. 2023: tau = 1 + sum_i prod_(j<=i) a_j gives back
+    T(k) at every k). DeepSeek-V3's MTP rows: T = 1.898 (k = 1: 1.875, 1.92, 1.9), 2.58, 2.82,
+    2.99, 3.01 -> a = 0.898, 0.682/0.898 = 0.759, 0.24/0.682 = 0.352, 0.708, 0.118."""
+    by_k: dict[int, list[float]] = {}
+    for r in rows:
+        tau = f.rows[r.id].get("tau")
+        if r.k is not None and r.tree_nodes is None and tau is not None:
+            by_k.setdefault(int(r.k), []).append(float(tau))
+    K = 0
+    while K + 1 in by_k:
+        K += 1
+    if not K:
+        return ()
+    T = np.array([1.0] + [float(np.mean(by_k[k])) for k in range(1, K + 1)])
+    p = np.maximum(np.diff(T), 0.0)
+    prev = np.concatenate([[1.0], p[:-1]])
+    a = np.where(prev > 0, np.minimum(p / np.where(prev > 0, prev, 1.0), 1.0), 0.0)
+    return tuple(float(x) for x in a)
+
+
+def _from_table(task: str, weight: float, rows, f: Fit) -> TaskAcceptance:
+    a = float(np.mean([f.rows[r.id]["alpha"] for r in rows]))
+    ids = ", ".join(r.id for r in rows)
+    srcs = "; ".join(sorted({r.source for r in rows}))
+    return TaskAcceptance(task, weight, a, a, a, "table", f"table row{'s' if len(rows) > 1 else ''} {ids} ({srcs})")
+
+
+def resolved_workload(w: Workload, db: Database | None = None) -> tuple[Workload, Resolution | None]:
+    """``w`` with its acceptance from the table or the model (nominal, low, high) and its source;
+    unchanged (and no Resolution) for no drafter."""
+    if w.drafter.kind == "none":
+        return dataclasses.replace(w, acceptance_source="none", acceptance_low=None, acceptance_high=None), None
+    shape = (None, w.tree_nodes, w.k_max) if w.tree_nodes else None      # a fixed tree (a method's default)
+    if shape is None and w.drafter.kind == "mtp" and w.drafter.heads:     # mtp:N: the rows of its N steps
+        shape = (w.drafter.heads, None, None)
+    res = resolve(w.target, w.drafter, w.task, w.temperature, db, shape)
+    return dataclasses.replace(w, acceptance=res.spec("alpha"), acceptance_low=res.spec("low"),
+                               acceptance_high=res.spec("high"), acceptance_source=res.source), res
