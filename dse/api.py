@@ -43,6 +43,7 @@ from .workload.spec import (
     parse_task,
     pipeline_split,
 )
+from .workload.trees import check_tree, parse_tree
 
 #: `--set` fields that belong to the runtime rather than the device
 RUNTIME_FIELDS = ("kernels_per_layer", "layer_sync_us", "mla_extra_kernels", "moe_extra_kernels", "shared_expert_kernels",
@@ -175,6 +176,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                     draft_hw: str | None = None, draft_chips: int = 1, k: int | str | None = None,
                     alpha: float | None = None, acceptance=None, tau: float | None = None,
                     rank_acceptance=None, rank_profile: str | None = None, tree_nodes: int | str | None = None,
+                    tree: str | None = None,
                     datastore_gb: float = 0.0, batch: int = 1, prompt: int = 128, output: int = 128,
                     dtype: str = "bf16", kv_dtype: str | None = None, temperature: float = 0.0, task: Any = "chat",
                     overlap: bool = False, runtime: str | None = None, baseline_ms: float | None = None,
@@ -195,7 +197,9 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     drafts the fastest of a chain, smaller trees and its published tree (DrafterSpec.tree_choices)
     with k = auto, chosen for the design and batch (dse.model.tree_choice); ``tree_nodes``
     'published' is the published tree at its depth (dse.workload.spec.DEFAULT_SHAPES); k = None is
-    'auto' otherwise. ``chips`` is the whole group: ``pp`` stages of chips/pp chips in tensor parallel
+    'auto' otherwise. ``tree``: the tree a serving framework builds ('sglang:topk=4,steps=5,tokens=8',
+    'vllm:k=3', 'trtllm:topk=10,draft_len=4,draft_tokens=63'; dse.workload.trees), priced and credited
+    as built at its own depth; 'best' (or None) is dse's best tree as above. ``chips`` is the whole group: ``pp`` stages of chips/pp chips in tensor parallel
     (None or 'auto': dse.workload.spec.pipeline_split). ``max_batched_tokens``: continuous batching's
     token budget per iteration (decode tokens + prompt chunks; vLLM's max_num_batched_tokens, default
     8192, dse.model.scheduler). With ``sla_ttft_ms`` and ``sla_tpot_ms`` the
@@ -243,6 +247,12 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
     if tgt.kind != "decoder":
         raise SpecError(None, "--target", target, f"{tgt.name} is a {tgt.kind}, not a model to serve")
     drafter = parse_drafter(draft, tgt, db)
+    fw = None if tree is None else parse_tree(tree, "--tree")
+    if fw is not None and fw.framework == "best":
+        fw = None
+    if fw is not None:      # the framework's tree (or chain) fixes the tree size and, where it has one, k
+        raise_collected(check_tree(fw, drafter, k_given=k, tree_nodes_given=tree_nodes is not None))
+        tree_nodes, k = fw.nodes, fw.depth or k
     on_chip = draft_hw is not None
     given = any(x is not None for x in (alpha, acceptance, tau, rank_acceptance))
     published = isinstance(tree_nodes, str) and tree_nodes.strip().lower() == "published"
@@ -254,6 +264,8 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         and drafter.kind != "none" else None
     # without k or a tree size, the tree (and k) is re-chosen per design among the method's sizes
     choices = drafter.tree_choices() if shape and not published else ()
+    if published and shape.tree is not None:       # the published tree as its code builds it
+        fw = shape.tree
     tree_nodes = shape.nodes if shape else (tree_nodes or 0)
     # mtp:N drafts its N chained steps unless k is given (SGLang's --speculative-num-steps N,
     # TensorRT-LLM's num_nextn_predict_layers N)
@@ -330,7 +342,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                  temperature=float(temperature), overlap=overlap, tree_nodes=tree_nodes,
                  datastore_bytes=float(datastore_gb) * FACTOR["gb"], continuous=bool(continuous),
                  max_batched_tokens=int(max_batched_tokens), ep=ep, dp=dp,
-                 k_max=drafter.k_cap or k_max,
+                 k_max=(drafter.k_cap or k_max) if fw is None else max(drafter.k_cap or k_max, fw.depth), tree=fw,
                  rank_profile=None if profile.geometric else profile, task=task_mix, tree_choices=choices, **band)
     design = DesignBatch(target=target_hw, draft=draft_arrays, draft_on_chip=on_chip,
                          draft_link_bw_bytes_s=link_bw, draft_link_latency_s=link_lat,
@@ -377,9 +389,11 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                                     for t in resolution.tasks] if resolution else None,
                default_tree=shape.source if shape else None,
                tree_choices=list(choices) or None,
+               framework_tree=fw.label if fw is not None else None,
                k_mode=(f"tree and k chosen for batch {batch} among {_sizes(choices)}; the published tree: "
                        f"--tree-nodes published" if choices else
-                       "the method's published tree" if shape else "auto" if k_val == 0 else "fixed"), anchor=anchor,
+                       "the method's published tree" if shape else
+                       f"the framework's {'chain' if fw.is_chain else 'tree'} {fw.label}" if fw is not None else "auto" if k_val == 0 else "fixed"), anchor=anchor,
                rank_profile_source=(None if not out["rank_profile"] else "given per rank (--rank-acceptance)"
                                     if out["rank_profile"] == "given" else
                                     ("ESTIMATE: " if profile.estimate else "") + profile.source))

@@ -4,9 +4,9 @@ on them for pairs the table does not hold, its leave-one-source-out error and ba
 **What the model uses.** ``alpha``: the i.i.d. conditional per-token acceptance rate
 (Leviathan et al. 2023, arXiv 2211.17192) that reproduces the row's statistic at the row's own
 chain or tree: a published alpha as is; a mean accepted length tau (bonus token included) of a
-chain of k by inverting tau = (1 - a^(k+1)) / (1 - a); of a tree of N nodes and depth D by
-inverting the best N-node tree's tau under the drafter's rank profile (dse.model: the same
-function the evaluation uses); accepted/drafted ratios as tau = 1 + k * ratio; per-position
+chain of k by inverting tau = (1 - a^(k+1)) / (1 - a); of a tree of N nodes and depth D by inverting
+the tau under the drafter's rank profile of the tree its source built (dse.acceptance.row_trees), else
+of the best N-node tree (dse.model: the same functions the evaluation uses); accepted/drafted ratios as tau = 1 + k * ratio; per-position
 conditional rates a_i as tau = 1 + sum_i prod_(j<=i) a_j. Because published acceptance falls
 along a chain, this alpha is an *effective* rate for that shape: the row's tau is reproduced
 exactly, other shapes are the model's extrapolation.
@@ -73,6 +73,7 @@ from ..catalog.specs import ModelSpec
 from ..model import specdec
 from ..model.tau import acceptance_terms
 from ..workload.spec import AcceptanceSpec, DrafterSpec, Workload, make_acceptance
+from .row_trees import eagle2_tree, row_tree
 
 #: method -> group for the temperature slope
 GROUPS = {"model": "model", "eagle": "head", "eagle2": "head", "eagle3": "head", "medusa": "head", "hydra": "head",
@@ -117,11 +118,12 @@ def _drafter(method: str) -> DrafterSpec:
                        exit_layer=1 if kind == "early-exit" else 0)
 
 
-def tau_of_alpha(method: str, alpha, k: int | None = None, nodes: int | None = None, depth: int | None = None):
+def tau_of_alpha(method: str, alpha, k: int | None = None, nodes: int | None = None, depth: int | None = None,
+                 tree=None):
     """tau of i.i.d. alpha (array) on a chain of k, or on the best tree of ``nodes`` nodes and
-    depth <= ``depth`` under the method's rank profile (the drafter kind's measured one,
-    hardware_db/acceptance/rank_profiles.yaml, as dse eval and studies use by default): the
-    evaluation's own terms (dse.model.tau.acceptance_terms)."""
+    depth <= ``depth`` (or the framework's ``tree``, dse.workload.trees.TreeSpec) under the method's
+    rank profile (the drafter kind's measured one, hardware_db/acceptance/rank_profiles.yaml, as dse
+    eval and studies use by default): the evaluation's own terms (dse.model.tau.acceptance_terms)."""
     a = np.asarray(alpha, dtype=np.float64)
     if not nodes:
         return specdec.tau_iid(a, k)
@@ -129,7 +131,7 @@ def tau_of_alpha(method: str, alpha, k: int | None = None, nodes: int | None = N
     from ..catalog.rank_profiles import load_rank_profiles
     d = _drafter(method)
     profile = load_rank_profiles(default_root()).for_drafter(d.kind)
-    w0 = Workload(target=_TARGET, drafter=d, acceptance=make_acceptance(0.5),
+    w0 = Workload(target=_TARGET, drafter=d, acceptance=make_acceptance(0.5), tree=tree,
                   rank_profile=None if profile.geometric else profile)
     out = [float(acceptance_terms(dataclasses.replace(w0, acceptance=AcceptanceSpec(kind="alpha", alpha=float(x))),
                                   np.array([depth]), np.array([nodes]))[0][0]) for x in a.ravel()]
@@ -137,26 +139,26 @@ def tau_of_alpha(method: str, alpha, k: int | None = None, nodes: int | None = N
 
 
 @lru_cache(maxsize=64)
-def _tree_grid(method: str, nodes: int, depth: int):
+def _tree_grid(method: str, nodes: int, depth: int, tree=None):
     """tau of a tree shape on a grid of alphas (monotone): for inverting by interpolation."""
     grid = np.concatenate([np.linspace(0.0, 0.9, 181), np.linspace(0.9025, 0.999, 40)])
-    return grid, tau_of_alpha(method, grid, nodes=nodes, depth=depth)
+    return grid, tau_of_alpha(method, grid, nodes=nodes, depth=depth, tree=tree)
 
 
 def alpha_of_tau(method: str, tau: float, k: int | None = None, nodes: int | None = None,
-                 depth: int | None = None) -> float:
-    """The i.i.d. alpha whose chain of k (or best tree) has this tau (clipped to the shape's range)."""
+                 depth: int | None = None, tree=None) -> float:
+    """The i.i.d. alpha whose chain of k (or tree) has this tau (clipped to the shape's range)."""
     if not nodes:
         return float(specdec.implied_alpha(np.array([tau]), np.array([k]))[0])
-    grid, taus = _tree_grid(method, int(nodes), int(depth))
+    grid, taus = _tree_grid(method, int(nodes), int(depth), tree)
     return float(np.interp(tau, taus, grid))
 
 
-def tau_at_shape(method: str, alpha, k=None, nodes=None, depth=None):
+def tau_at_shape(method: str, alpha, k=None, nodes=None, depth=None, tree=None):
     """tau at a row's shape, by the interpolation grid for trees (fast, for many alphas)."""
     if not nodes:
         return specdec.tau_iid(np.asarray(alpha, dtype=np.float64), k)
-    grid, taus = _tree_grid(method, int(nodes), int(depth))
+    grid, taus = _tree_grid(method, int(nodes), int(depth), tree)
     return np.interp(np.asarray(alpha, dtype=np.float64), grid, taus)
 
 
@@ -177,7 +179,7 @@ def convert(r: AcceptanceRow) -> Converted:
     if r.stat_kind == "speedup_only" or v is None or m not in MODELLED_KINDS + TABLE_KINDS:
         why = "no acceptance statistic" if r.stat_kind == "speedup_only" else "no dse drafter for this method"
         return Converted(None, None, why)
-    shape = dict(k=r.k, nodes=r.tree_nodes, depth=r.tree_depth)
+    shape = dict(k=r.k, nodes=r.tree_nodes, depth=r.tree_depth, tree=row_tree(r))
     if r.stat_kind == "alpha":
         k = r.k or TAU_CHECK_K
         tau = float(tau_at_shape(m, v, **{**shape, "k": k}))
@@ -201,8 +203,8 @@ def convert(r: AcceptanceRow) -> Converted:
         return Converted(None, tau, "tau without a chain length or tree")
     a = alpha_of_tau(m, tau, **shape)
     return Converted(a, tau, f"tau {tau:g} on a {r.shape} -> alpha {a:.3f} "
-                             + ("(the tau of the best tree of that size under the drafter's rank profile)"
-                                if r.is_tree else "(inverting (1 - a^(k+1)) / (1 - a))"))
+                             + (f"(the tau of {'the tree ' + shape['tree'].label if shape['tree'] else 'the best tree of that size'}"
+                                " under the drafter's rank profile)" if r.is_tree else "(inverting (1 - a^(k+1)) / (1 - a))"))
 
 
 
@@ -410,7 +412,7 @@ def predict_row_tau(beta, anchors, r: AcceptanceRow) -> tuple[float, float]:
     """(predicted alpha of the row's first task / single alpha, predicted tau at the row's shape)."""
     coef = dict(zip(PARAMS, beta))
     fit = Fit(coef=coef, sigma={"all": 0.0}, rows={}, anchors=anchors, loso={}, ridge=0.0, table_hash="", probe=[])
-    shape = dict(k=r.k or (None if r.is_tree else TAU_CHECK_K), nodes=r.tree_nodes, depth=r.tree_depth)
+    shape = dict(k=r.k or (None if r.is_tree else TAU_CHECK_K), nodes=r.tree_nodes, depth=r.tree_depth, tree=row_tree(r))
     if r.task == "mix":                 # the mix as the model predicts it: each task, then the harmonic mean
         taus, alphas = [], []
         for t in MIX_TASKS:
@@ -428,7 +430,7 @@ def _held_out_result(beta, anchors, r: AcceptanceRow, conv: Converted, y: float,
     # the residual in logit(alpha): observed alpha against the model's single-alpha prediction
     # (a mix row: the alpha that gives the predicted mixed tau at its shape)
     a_mix = alpha_of_tau(r.draft_kind, tau_pred, k=r.k or TAU_CHECK_K, nodes=r.tree_nodes,
-                         depth=r.tree_depth) if r.task == "mix" else a_pred
+                         depth=r.tree_depth, tree=row_tree(r)) if r.task == "mix" else a_pred
     return dict(source=source, method=r.draft_kind, alpha_pred=a_pred, tau_pred=tau_pred, tau_obs=conv.tau,
                 error=(tau_pred - conv.tau) / conv.tau, residual=float(y - _logit(a_mix)),
                 seen=level_key(pair_key(r)) in anchors, temperature=r.temperature)
@@ -442,9 +444,9 @@ def table_hash(root=None) -> str:
 
 
 def machinery_probe() -> list[float]:
-    """tau of a few default trees at alpha 0.7: changes when the tree machinery does."""
-    return [round(float(tau_of_alpha(m, 0.7, nodes=n, depth=d)), 6)
-            for m, n, d in (("eagle", 25, 5), ("medusa", 63, 4), ("model", 16, 4))]
+    """tau of a few default trees (and EAGLE-2's dynamic tree) at alpha 0.7: changes when the tree machinery does."""
+    return [round(float(tau_of_alpha(m, 0.7, nodes=n, depth=d, tree=t)), 6) for m, n, d, t in (
+        ("eagle", 25, 5, None), ("medusa", 63, 4, None), ("model", 16, 4, None), ("eagle2", 59, 6, eagle2_tree(59)))]
 
 
 def loso_median(f: Fit, informative: bool = True) -> float:

@@ -233,6 +233,12 @@ def _kv(ctx, param, values):
               help="Verify the best draft tree of N nodes, N <= 1024 (depth <= k); 0 = a chain of k drafts; "
                    "published = the method's published tree at its depth [default, without --k: a tree method's "
                    "fastest of a chain, trees of 4-32 nodes and its published tree, with k auto, for this batch].")
+@click.option("--tree", default=None,
+              help="The tree a serving framework builds, priced and credited as built: "
+                   "sglang[:topk=K,steps=S,tokens=N] (SGLang's EAGLE tree, defaults 4, 5, 8), vllm[:k=N] (a chain), "
+                   "vllm:tree=AxBxC (vLLM's static tree), trtllm:draft_len=D (a chain), "
+                   "trtllm:topk=K,draft_len=D,draft_tokens=N (its dynamic tree), or best [default: best, dse's best "
+                   "tree of each size, as --tree-nodes].")
 @click.option("--datastore-gb", default=0.0, show_default=True, type=float,
               help="Retrieval datastore in host memory (--draft ngram), never device memory.")
 @click.option("--batch", default=1, show_default=True, type=int, help="Concurrent sequences per step.")

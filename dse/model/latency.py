@@ -52,6 +52,8 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
     """Every latency metric (Metrics attribute -> array), with the energy ingredients energy_metrics
     prices; dse.model.evaluate blanks those of designs that do not fit."""
     tgt, d = w.target, w.drafter
+    if w.tree is not None and w.tree.depth and d.kind != "none":    # a framework's tree or chain: its own depth
+        batch = dataclasses.replace(batch, k=np.full(batch.n, w.tree.depth))
     zero_n = np.broadcast_to(0.0, (batch.n,))
     wb = tf.WEIGHT_BYTES[w.dtype]
     fmt = tf.WEIGHT_FORMATS[w.dtype]
@@ -242,12 +244,14 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
         kf = kc.astype(np.float64)
         # ---- acceptance: chains by Leviathan / per-position rates; trees by their best shape ----
         tau, p_all, p_win = tau_tab[kc], p_tab[kc], win_tab[kc]
-        level = None
+        level = step_rows = None
         if any_tree:
             level = np.broadcast_to((np.arange(K) < kc[..., None]).astype(np.int64), kc.shape + (K,))
-            t_tau, t_deep, t_win, t_shape = tree_terms(w, nodes_c, kc, K, tree_depth)
+            t_tau, t_deep, t_win, t_shape, t_rows = tree_terms(w, nodes_c, kc, K, tree_depth)
             tau, p_all, p_win = (np.where(tree_c, a, b) for a, b in ((t_tau, tau), (t_deep, p_all), (t_win, p_win)))
-            level = np.where(tree_c[..., None], t_shape.astype(np.int64), level)    # nodes per depth, (.., K)
+            # nodes per depth, and the rows each draft step of a framework's tree processes (as it drafts), (.., K)
+            step_rows = np.where(tree_c[..., None], t_rows.astype(np.int64), level)
+            level = np.where(tree_c[..., None], t_shape.astype(np.int64), level)
 
         # ---- verify: q = k+1, or tree nodes + 1 under a tree mask (continuous batching: + P*tau/G
         # prefill tokens per sequence, as a request now lasts G/tau iterations) ----
@@ -290,12 +294,17 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
                 # an EAGLE head's first is its extend over the k+1 verified positions, which drafts
                 # depth 1, and step i > 0 runs the nodes of depth i to draft depth i+1
                 # (SGLang forward_draft_extend_after_decode then draft_forward; the deepest level is
-                # never run)
-                rows = [kf + 1.0] + [level[..., i - 1] for i in range(1, K)] if extend else \
-                    [level[..., i] for i in range(K)]
+                # never run). A framework's tree (w.tree): each draft step over the rows it processes
+                # (dse.model.framework_trees), an EAGLE head's first its extend as above
+                if w.tree is not None and w.tree.nodes:
+                    rows = [kf + 1.0 if extend and i == 0 else step_rows[..., i] for i in range(K)]
+                    used = [step_rows[..., i] > 0 for i in range(K)]
+                else:
+                    rows = [kf + 1.0] + [level[..., i - 1] for i in range(1, K)] if extend else \
+                        [level[..., i] for i in range(K)]
+                    used = [level[..., i] > 0 for i in range(K)]
                 parts = [draft_step(np.maximum(r, 1).astype(np.float64), x_draft if i == 0 else 0.0, tree=True)
                          for i, r in enumerate(rows)]
-                used = [level[..., i] > 0 for i in range(K)]
                 tot = [sum(np.where(u, getattr(c, f), 0.0) for c, u in zip(parts, used)) for f in StepCost._fields]
                 tree_cost = StepCost(*tot)
                 t_draft = np.where(tree_c, tree_cost.time_s, t_draft)
@@ -408,9 +417,9 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
         tau_k, win_k = tau_tab[kk], win_tab[kk]
         steps = np.broadcast_to(kk, (n, ks.size)).astype(np.float64)
         if any_tree:
-            t_tau, _, t_win, t_shape = tree_terms(w, nodes_c, kk, K, tree_depth)
+            t_tau, _, t_win, _, t_rows = tree_terms(w, nodes_c, kk, K, tree_depth)
             tau_k, win_k = np.where(tree_c, t_tau, tau_k), np.where(tree_c, t_win, win_k)
-            steps = np.where(tree_c, (t_shape > 0).sum(axis=-1), steps)     # a tree drafts one step per level
+            steps = np.where(tree_c, (t_rows > 0).sum(axis=-1), steps)     # a tree's draft steps
         draft = 0.0 if per_k is None else np.reshape(per_k, (-1, 1)) * steps
         draft = np.where(overlapped[:, None], (1.0 - win_k) * draft, draft)
         lb = (draft + floor_s[:, None]) / tau_k * (1.0 - BOUND_MARGIN)

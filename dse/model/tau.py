@@ -11,6 +11,7 @@ import numpy as np
 
 from ..workload.spec import AcceptanceSpec, Workload
 from . import specdec
+from .framework_trees import framework_terms
 
 
 def largest_k(w: Workload) -> int:
@@ -67,21 +68,26 @@ def _acceptance_tables(acc: AcceptanceSpec, K: int):
 
 
 def tree_terms(w: Workload, nodes, kc, K: int, depth: int):
-    """Trees: tau, p_deepest, p_window and nodes per depth (shape (..., K)) for N = ``nodes``
-    (n, 1) and depth <= kc (broadcast), from the best tree (specdec.tree_table): one table per
-    workload, gathered per design. Rank probabilities come from the acceptance (alpha and
-    per-position rates through the workload's rank profile, specdec.rank_matrix). Given tau is
-    used as is; the shape and the window are those of the top-1 rate whose best tree under the
-    rank profile has that tau (one per distinct N)."""
+    """Trees: tau, p_deepest, p_window, nodes per depth and rows per draft step (each (..., K)) for N =
+    ``nodes`` (n, 1) and depth <= kc (broadcast), from the best tree (specdec.tree_table): one table per
+    workload, gathered per design; a best tree's draft step d processes its nodes at depth d. Rank
+    probabilities come from the acceptance (alpha and per-position rates through the workload's rank
+    profile, specdec.rank_matrix). Given tau is used as is; the shape and the window are those of the
+    top-1 rate whose best tree under the rank profile has that tau (one per distinct N). A framework's
+    tree (w.tree: dse.model.framework_trees) is the tree it builds, at its own depth, whatever kc."""
     acc = w.acceptance
     n_max = int(nodes.max())
     if acc.kind == "mixture":     # each task its best tree (dynamic trees adapt per context); the shape of the heaviest
         parts = [tree_terms(dataclasses.replace(w, acceptance=c), nodes, kc, K, depth) for c in acc.components]
-        return (*_mix([p[:3] for p in parts], acc.weights), parts[int(np.argmax(acc.weights))][3])
+        heavy = parts[int(np.argmax(acc.weights))]
+        return (*_mix([p[:3] for p in parts], acc.weights), heavy[3], heavy[4])
+    if w.tree is not None and w.tree.nodes:
+        return framework_terms(w, acc, np.broadcast_shapes(np.shape(kc), np.shape(nodes)), K)
     if acc.kind != "tau":
         p = specdec.rank_matrix(acc, K + 1, n_max, w.rank_profile)
         t = specdec.tree_table(p, K, n_max)
-        return t.tau[kc, nodes], t.p_deepest[kc, nodes], t.p_window[kc, nodes], t.shape[kc, nodes]
+        shape = t.shape[kc, nodes]
+        return t.tau[kc, nodes], t.p_deepest[kc, nodes], t.p_window[kc, nodes], shape, shape
     out = None
     for n_val in np.unique(nodes[nodes > 0]):
         a = specdec.implied_tree_alpha(acc.tau, depth, int(n_val), w.rank_profile)
@@ -92,7 +98,7 @@ def tree_terms(w: Workload, nodes, kc, K: int, depth: int):
                t.p_window[kc, nn], t.shape[kc, nn])
         out = got if out is None else tuple(np.where(nodes[..., None] == n_val, g, o) if g.ndim == 3
                                             else np.where(nodes == n_val, g, o) for g, o in zip(got, out))
-    return out
+    return (*out, out[3])
 
 
 def _mix(parts, weights):
@@ -118,7 +124,7 @@ def acceptance_terms(w: Workload, k, nodes=0):
     tau, p_all, p_win = tau_tab[k], p_tab[k], win_tab[k]
     tree = nodes > 0
     if np.any(tree):
-        t_tau, t_deep, t_win, _ = tree_terms(w, np.atleast_1d(nodes)[:, None], np.atleast_1d(k)[:, None], K, K)
+        t_tau, t_deep, t_win = tree_terms(w, np.atleast_1d(nodes)[:, None], np.atleast_1d(k)[:, None], K, K)[:3]
         t_tau, t_deep, t_win = (np.reshape(x, k.shape) for x in (t_tau, t_deep, t_win))
         tau, p_all, p_win = (np.where(tree, a, b) for a, b in ((t_tau, tau), (t_deep, p_all), (t_win, p_win)))
     return tau, p_all, p_win

@@ -37,26 +37,40 @@ def chosen_tree_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -
     evaluated. c is the chain's when every (row, size) pair left goes into one pass (rows x sizes <=
     STACK_ROWS, each pair a row with its DesignBatch.tree_nodes), else the best so far as the sizes
     are evaluated one pass each, the largest (the published tree, the likeliest winner where trees
-    win) first. The same bits as one pass per size over every row."""
+    win) first. The same bits as one pass per size over every row. A published tree its code builds
+    (DraftShape.tree: EAGLE-1's static tree, EAGLE-2's dynamic tree) is that tree at its own depth
+    (dse.model.framework_trees), evaluated in a pass of its own."""
     n = batch.n
     shape = w.drafter.default_shape()
     w_tree = dataclasses.replace(w, tree_nodes=0, k_max=w.k_max if shape is None else min(w.k_max, shape.depth),
                                  tree_choices=())
     trees = [int(c) for c in w.tree_choices if c]
+    pub = shape.tree if shape is not None and trees and trees[-1] == shape.nodes else None
+
+    def w_size(i):
+        """The workload of tree size i: the published tree as built where it has a framework tree."""
+        if pub is not None and i == len(trees) - 1:
+            return dataclasses.replace(w_tree, tree_nodes=trees[i], tree=pub, k_max=max(w_tree.k_max, pub.depth))
+        return dataclasses.replace(w_tree, tree_nodes=trees[i])
     chain = None
     if 0 in w.tree_choices:
         chain = latency_metrics(batch, dataclasses.replace(w, tree_nodes=0, tree_choices=()), k_bound)
     best = np.array(np.broadcast_to(chain["spec_s_per_token"], (n,))) if chain is not None else np.full(n, np.nan)
 
-    def floor(nodes):
-        """(T_verify(N) + t_spec) / tau_max(N) per row."""
-        w_n = dataclasses.replace(w_tree, tree_nodes=nodes)
-        return (tree_verify_s(batch, w, nodes) + batch.target.spec_overhead_s + batch.target.spec_schedule_s) / float(
-            acceptance_terms(w_n, largest_k(w_n), nodes)[0])
+    def floor(i):
+        """(T_verify(N) + t_spec) / tau_max(N) per row, N = trees[i]."""
+        w_n = w_size(i)
+        return (tree_verify_s(batch, w, trees[i]) + batch.target.spec_overhead_s + batch.target.spec_schedule_s) / float(
+            acceptance_terms(w_n, largest_k(w_n), trees[i])[0])
 
     done: list[tuple[np.ndarray, np.ndarray, dict]] = []        # (rows, size index per row, their metrics)
     if n * len(trees) <= STACK_ROWS:
-        rows = [np.flatnonzero(~(floor(nodes) * (1.0 - BOUND_MARGIN) >= best)) for nodes in trees]   # NaN: evaluate
+        rows = [np.flatnonzero(~(floor(i) * (1.0 - BOUND_MARGIN) >= best)) for i in range(len(trees))]   # NaN: evaluate
+        if pub is not None:         # the published tree as built: a pass of its own
+            if rows[-1].size:
+                done.append((rows[-1], np.full(rows[-1].size, len(trees) - 1),
+                             latency_metrics(batch.take(rows[-1]), w_size(len(trees) - 1), k_bound)))
+            rows = rows[:-1]
         sizes = np.concatenate([np.full(r.size, i) for i, r in enumerate(rows)] + [np.zeros(0, int)])
         rows = np.concatenate(rows + [np.zeros(0, int)])
         if rows.size:
@@ -64,10 +78,9 @@ def chosen_tree_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -
                 batch.take(rows), tree_nodes=np.asarray(trees)[sizes]), w_tree, k_bound)))
     else:
         for i in reversed(range(len(trees))):
-            rows = np.flatnonzero(~(floor(trees[i]) * (1.0 - BOUND_MARGIN) >= best))
+            rows = np.flatnonzero(~(floor(i) * (1.0 - BOUND_MARGIN) >= best))
             if rows.size:
-                m = latency_metrics(batch if rows.size == n else batch.take(rows),
-                                    dataclasses.replace(w_tree, tree_nodes=trees[i]), k_bound)
+                m = latency_metrics(batch if rows.size == n else batch.take(rows), w_size(i), k_bound)
                 if chain is not None:       # (no chain: no bound, every size on every row)
                     best[rows] = np.fmin(best[rows], np.broadcast_to(m["spec_s_per_token"], (rows.size,)))
                 done.append((rows, np.full(rows.size, i), m))

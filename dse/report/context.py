@@ -41,7 +41,8 @@ BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 MIN_IMPORTANCE_ROWS = 20
 _WORKLOAD_NAMES = ("batch", "prompt_tokens", "output_tokens", "tree_nodes", "draft", "draft_exit_layer")
 _SCALAR_WORKLOAD = ("target", "draft", "dtype", "kv_dtype", "temperature", "acceptance", "overlap",
-                    "tree_nodes", "runtime", "k_max", "continuous", "task", "sla", "serving", "max_batched_tokens")
+                    "tree_nodes", "runtime", "k_max", "continuous", "task", "sla", "serving", "max_batched_tokens",
+                    "tree")
 
 
 # --------------------------------------------------------------------------- the study

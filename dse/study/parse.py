@@ -33,6 +33,7 @@ from ..workload.spec import (
     check_workload,
     ep_divisor_error,
 )
+from ..workload.trees import check_tree
 from .knob_values import StudyErrors, knob_bounds, knob_values, parse_knob
 from .objectives import parse_constraints, parse_objectives, refuse_null_metrics
 from .space_section import parse_space
@@ -201,6 +202,13 @@ def parse_study(raw: Any, path: str | Path, db: Database | None = None) -> Study
             # the choice 'none' among several drafts takes no k, tree or acceptance: they are the others'
             err.items.extend(e for e in errs if not (several and d.kind == "none" and e.field in (
                 names.k, names.tree_nodes, names.acceptance)))
+            if wl["tree"] is not None and not (several and d.kind == "none"):
+                err.items.extend(check_tree(wl["tree"], d, k_given=None if k_knob is None else
+                                            k_knob.fixed if k_knob.fixed is not None else "searched",
+                                            tree_nodes_given=wl["tree_given"], where="workload.tree",
+                                            k_name="space.k", nodes_name="workload.tree_nodes",
+                                            draft_name=f"workload.draft[{i}]" if several else "workload.draft",
+                                            path=p))
         if several and chip and not any(d.can_use_draft_chip for d in specs):
             err.add("space.draft_chip.enabled", True, "a draft chip holds a draft model: list one in workload.draft")
         # overlapped drafting where a row has a draft chip holding its draft model, serial drafting
@@ -233,9 +241,10 @@ def parse_study(raw: Any, path: str | Path, db: Database | None = None) -> Study
                     dtype=wl["dtype"], kv_dtype=wl["kv_dtype"], temperature=float(wl["temperature"]),
                     overlap=wl["overlap"], tree_nodes=int(wl["tree_nodes"]), k_max=int(wl["k_max"]),
                     continuous=wl["continuous"], ep=ep, dp=dp, task=wl["task"], sla=wl["sla"], serving=wl["serving"], arrivals=wl["arrivals"],
-                    max_batched_tokens=int(wl["max_batched_tokens"]))
+                    max_batched_tokens=int(wl["max_batched_tokens"]), tree=wl["tree"])
     drafts = DraftChoices(base=base, choices=tuple(choices), acceptance_given=acc is not None,
-                          default_trees="published" if wl["tree_published"] else not (wl["tree_given"] or k_given),
+                          default_trees="published" if wl["tree_published"] else
+                          not (wl["tree_given"] or k_given or wl["tree"] is not None),
                           exit_range=wl["exit_range"], db=db,
                           rank_profile=wl["rank_profile"])
     first = choices[0][1] or DrafterSpec(kind="early-exit", label="early-exit", exit_layer=wl["exit_range"][0])

@@ -97,7 +97,7 @@ TREE_NODES_KNOB = KnobDef("int", 0, TREE_NODES_MAX, None, desc="nodes of the bes
 EP_KNOB = KnobDef("int", 1, 1e5, 1, desc="expert-parallel ranks of an MoE target (1 = tensor parallel)")
 WORKLOAD_KEYS = {"target", "draft", "dtype", "kv_dtype", "batch", "prompt_tokens", "output_tokens", "temperature",
                  "acceptance", "k", "runtime", "overlap", "tree_nodes", "k_max", "continuous", "ep", "rank_profile",
-                 "task", "sla", "serving", "max_batched_tokens", "dp", "arrivals"}
+                 "task", "sla", "serving", "max_batched_tokens", "dp", "arrivals", "tree"}
 TOP_KEYS = {"name", "description", "workload", "space", "objectives", "constraints", "search", "grid", "output",
             "storage", "technology", "schema_version"}
 SEARCH_DEFAULTS = {"sampler": "auto", "n_trials": 2000, "batch_size": 64, "seed": 0, "presearch_s": 10.0}
@@ -182,9 +182,15 @@ class DraftChoices:
             w = dataclasses.replace(self.base, drafter=d, k_max=min(self.base.k_max, d.k_cap)
                                     if d.k_cap else self.base.k_max,
                                     rank_profile=None if profile.geometric else profile)
-            shape = d.default_shape() if self.default_trees and d.kind != "none" else None
+            tree = self.base.tree
+            if tree is not None and d.kind != "none":       # the framework's tree (or chain): its size and depth
+                w = dataclasses.replace(w, tree_nodes=tree.nodes, k_max=max(w.k_max, tree.depth))
+            else:
+                w = dataclasses.replace(w, tree=None)
+            shape = d.default_shape() if self.default_trees and d.kind != "none" and tree is None else None
             if shape is not None:       # the acceptance of the published tree (the table's rows measured on it)
-                w = dataclasses.replace(w, tree_nodes=shape.nodes, k_max=shape.depth)
+                w = dataclasses.replace(w, tree_nodes=shape.nodes, k_max=shape.depth,
+                                        tree=shape.tree if self.default_trees == "published" else None)
             if d.kind == "none":
                 w = dataclasses.replace(w, acceptance_source="none")
             elif not self.acceptance_given:
@@ -278,9 +284,12 @@ class StudySpec:
                          # published tree (DraftChoices.default_trees)
                          "tree_nodes": self.drafts.default_trees if self.drafts is not None and
                          self.drafts.default_trees == "published" else None if self.drafts is not None
-                         and self.drafts.default_trees else self.tree_nodes,
+                         and self.drafts.default_trees else None if self.drafts is not None
+                         and self.drafts.base.tree is not None else self.tree_nodes,
                          "k_max": self.k_max, "continuous": self.continuous,
                          **({"ep": self.ep} if self.ep != 1 else {}),
+                         **({"tree": self.drafts.base.tree.label} if self.drafts is not None
+                            and self.drafts.base.tree is not None else {}),
                          **({"dp": self.workload.dp} if self.workload.dp != 1 else {}),
                          **({"arrivals": self.workload.arrivals} if self.workload.arrivals != "closed" else {}),
                          # the serving search's settings, where they differ from none (a study without

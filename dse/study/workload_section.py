@@ -29,6 +29,7 @@ from ..workload.spec import (
     parse_drafter,
     parse_task,
 )
+from ..workload.trees import parse_tree
 from .knob_values import StudyErrors, knob_bounds, parse_knob
 from .spec import TREE_NODES_KNOB, WORKLOAD_KEYS, WORKLOAD_KNOBS, Knob, KnobDef
 
@@ -46,7 +47,8 @@ def parse_workload(wl: Any, db: Database, err: StudyErrors) -> tuple[dict, list[
     out: dict[str, Any] = {"target": None, "drafter": None, "acc": None, "dtype": "bf16", "kv_dtype": "bf16",
                            "temperature": 0.0, "overlap": False, "continuous": False, "tree_nodes": 0, "k_max": 16,
                            "runtime": None, "acc_given": False, "rank_profile": None, "choices": [],
-                           "exit_range": None, "task": DEFAULT_TASK, "tree_given": False, "tree_published": False}
+                           "exit_range": None, "task": DEFAULT_TASK, "tree_given": False, "tree_published": False,
+                           "tree": None}
     if not isinstance(wl, dict):
         err.add("workload", wl if wl is not None else MISSING, "expected a mapping with at least target")
         return out, []
@@ -113,6 +115,12 @@ def parse_workload(wl: Any, db: Database, err: StudyErrors) -> tuple[dict, list[
     else:
         err.add("workload.tree_nodes", tree, f"expected an integer in [0, {TREE_NODES_MAX}], a list of them, "
                 "{low, high}, or published (each tree method's published tree at its depth)")
+    if "tree" in wl:            # a serving framework's tree (dse.workload.trees); best = dse's best tree
+        try:
+            spec = parse_tree(wl["tree"], "workload.tree", err.path)
+            out["tree"] = None if spec.framework == "best" else spec
+        except SpecError as exc:
+            err.keep(exc)
     out["k_max"] = err.check(Range(True, 1, K_LIMIT), wl.get("k_max", 16), "workload.k_max", 16)
     out["rank_profile"] = None          # None: each draft's kind's measured profile (DraftChoices)
     if "rank_profile" in wl:

@@ -18,6 +18,7 @@ from ..catalog.fields import Range, as_number
 from ..catalog.rank_profiles import RankProfile
 from ..catalog.specs import ModelSpec
 from ..errors import SpecError
+from .trees import EAGLE1_TREE, TreeSpec, eagle2_tree
 
 if TYPE_CHECKING:   # the database loader pulls in yaml; the model imports this module
     from ..catalog.database import Database
@@ -59,11 +60,13 @@ HYDRA_HEADS = 4
 @dataclass(frozen=True)
 class DraftShape:
     """A method's published default: a tree of ``nodes`` drafted nodes (root excluded) and
-    depth ``depth``, or (nodes 0) a chain with k = auto."""
+    depth ``depth``, or (nodes 0) a chain with k = auto; ``tree`` the tree its code builds (priced
+    and credited as built: dse.model.framework_trees), None = dse's best tree of that size."""
 
     nodes: int
     depth: int
     source: str
+    tree: TreeSpec | None = None
 
 
 #: the default tree of each tree method, used when neither k nor a tree size is given (--k,
@@ -71,13 +74,14 @@ class DraftShape:
 #: prompt lookup, early exit) have no single published k: k = auto.
 DEFAULT_SHAPES = {
     "eagle": DraftShape(25, 5, "EAGLE-1's static tree mc_sim_7b_63: 4-8-8-3-2 nodes per depth "
-                               "(SafeAILab/EAGLE eagle/model/choices.py)"),
+                               "(SafeAILab/EAGLE eagle/model/choices.py)", EAGLE1_TREE),
     "eagle2": DraftShape(59, 6, "EAGLE-2's dynamic tree: total_token 60 (the root + 59 drafted), depth 5 "
                                 "expansions after the first level (6 levels), top_k 10 (SafeAILab/EAGLE "
-                                "eagle/evaluation/gen_ea_answer_*.py defaults; the paper's 60 tokens, depth 6)"),
+                                "eagle/evaluation/gen_ea_answer_*.py defaults; the paper's 60 tokens, depth 6)",
+                       eagle2_tree(59)),
     "eagle3": DraftShape(59, 6, "EAGLE-3 evaluated as EAGLE-2: total_token 60, depth 5 (+1 level), top_k 10 "
                                 "(SafeAILab/EAGLE eagle/evaluation/gen_ea_answer_llama3chat.py; the library "
-                                "default of ea_model.py is depth 7)"),
+                                "default of ea_model.py is depth 7)", eagle2_tree(59)),
     "medusa": DraftShape(63, 4, "Medusa's tree mc_sim_7b_63: 10-28-23-2 nodes per depth (medusa_choices.py "
                                 "of the Medusa code, as Spec-Bench runs it)"),
     "hydra": DraftShape(63, 4, "Hydra's tree mc_sim_7b_63: 10-28-23-2 nodes per depth (hydra_choices.py)"),
@@ -317,6 +321,9 @@ class Workload:
     #: method's tree re-chosen for the batch: DrafterSpec.tree_choices, dse.model.tree_choice);
     #: tree_nodes is then the largest (the published tree). () = tree_nodes as given
     tree_choices: tuple[int, ...] = ()
+    #: the tree a serving framework builds (dse.workload.trees, dse.model.framework_trees), priced and
+    #: credited as built at its own depth (k fixed to it); None = dse's best tree of tree_nodes nodes
+    tree: TreeSpec | None = None
 
 
 #: the --draft spellings besides a model name or file

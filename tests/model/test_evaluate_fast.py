@@ -278,7 +278,8 @@ def test_k_auto_past_8_in_the_broadcast_pass_and_for_trees(db, alpha):
 def test_tree_choice_is_the_least_of_each_size_alone(db, monkeypatch, continuous):
     """An EAGLE-3 workload choosing among a chain and trees of 4-59 nodes (Workload.tree_choices):
     each row's columns, bit for bit, those of the size with the least s/token evaluated alone over
-    every row (a chain up to k = 16, a tree up to the published depth 6; the first of equals), with
+    every row (a chain up to k = 16, a tree up to the published depth 6, the published tree as EAGLE-2's
+    code builds it, at its depth: dse.model.framework_trees; the first of equals), with
     the trees skipped where the bound rules them out, stacked in one pass or one pass per size, and
     deduped; rows without bandwidth (infinite or NaN times) and batches 1-128 mixed in; static and
     continuous batching (whose prompt tokens ride in the verify pass: the bound leaves them out)."""
@@ -288,7 +289,8 @@ def test_tree_choice_is_the_least_of_each_size_alone(db, monkeypatch, continuous
     sizes = w.drafter.tree_choices()
     w = dataclasses.replace(w, tree_nodes=59, tree_choices=sizes)
     batch = _designs(db, 600, np.random.default_rng(7), pathological=True, max_batch=128)
-    alone = [evaluate(batch, dataclasses.replace(w, tree_nodes=s, k_max=6 if s else 16, tree_choices=()),
+    alone = [evaluate(batch, dataclasses.replace(w, tree_nodes=s, k_max=6 if s else 16, tree_choices=(),
+                                                 tree=w.drafter.default_shape().tree if s == 59 else None),
                       dedupe=False).columns() for s in sizes]
     spec = np.stack([c["spec_ms_per_token"] for c in alone])
     pick = np.argmin(np.where(np.isnan(spec), np.inf, spec), axis=0)
