@@ -207,7 +207,7 @@ def _per_iteration(r: dict) -> str:
     if r.get("overlap") or any(x is None for x in parts):
         return ""
     rest = parts[0] - parts[1] - parts[2] - parts[3]
-    return f" + per iteration {rest:.3f} ms" if rest >= 0.0005 else ""
+    return f" + per iteration {num(rest, '.3f')} ms" if rest >= 0.0005 else ""
 
 
 def _overhead_line(r: dict, per_token_ms: float) -> str:

@@ -38,11 +38,11 @@ FIT_PARAMETERS = {
     "trees": ("runtimes/eager.yaml tree_kernels_per_layer, draft_step_overhead_us",
               "the Spec-Bench A100 Vicuna-7B EAGLE-1 and Medusa-1 tree rows (specdec_measurements_extra.csv)"),
     "sglang": ("runtimes/sglang.yaml spec_schedule_us (every other field the graphs runtime's by rule)",
-               "the 4 batch-1 rows of SGLang's EAGLE-3 on Qwen3-30B-A3B over 4 H100s (AngelSlim issue 163: a 3-node "
+               "the 4 batch-1 rows of SGLang's EAGLE-3 on Qwen3-30B-A3B over 4 H100s (Tencent/AngelSlim issue 163: a 3-node "
                "tree to a 63-node one; specdec_serving_measurements.csv); held out: the same target on 2 H100s "
-               "(SpecForge issue 339), batch 4, and Llama-3.3-70B on 8 H100s (sglang pull 4716)"),
+               "(sgl-project/SpecForge issue 339), batch 4, and Llama-3.3-70B on 8 H100s (sglang pull 4716)"),
     "vllm": ("runtimes/vllm.yaml spec_schedule_us, draft_step_overhead_us",
-             "the 6 rows of vLLM V1's EAGLE-1 and EAGLE-3 chains of K = 2, 4, 6 on Llama-3.1-8B (vllm issue 20780; "
+             "the 6 rows of vLLM V1's EAGLE-1 and EAGLE-3 chains of K = 2, 4, 6 on Llama-3.1-8B (vllm-project/vllm issue 20780; "
              "specdec_serving_measurements.csv); held out: K = 3, 5, 7 and vllm pull 16035's Llama-3-8B rows"),
     "idle": ("technology/nodes.yaml active_idle_fraction",
              "the 8 ML.ENERGY v2.0 H100 rows paired with v3.0 rows of the same model, GPUs and batch "
