@@ -240,7 +240,7 @@ def _kv(ctx, param, values):
 @click.option("--output", default=128, show_default=True, type=int, help="Generated tokens.")
 @click.option("--dtype", default="bf16", show_default=True,
               help="Weight format: bf16|fp16|fp8|int8|int4 (every weight at that width; int8/int4 weight-only), "
-                   "or a checkpoint format with a 16-bit head: fp8-head16|int4-g128|int4-g32|q4f16_1|nvfp4|mxfp4.")
+                   "or a checkpoint format with a 16-bit head: fp8-head16|fp8-block|int4-g128|int4-g32|q4f16_1|nvfp4|mxfp4.")
 @click.option("--kv-dtype", default=None,
               help="KV-cache dtype: bf16|fp16|fp8|int8|int4 [default: 16-bit (fp16 with fp16 weights, else bf16), "
                    "whatever --dtype].")
