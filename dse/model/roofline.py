@@ -312,8 +312,8 @@ def pass_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     streaming factor of ``weight_emulated_dequant`` (fp8: the int8 class); attention at a KV
     dtype the part cannot compute in (hw.attention_math_native False) runs at factor 1 too.
     An fp8 W8A8 format's scaling recipe ``weight_recipe`` (gemm.RECIPES: "tensor", "block") streams
-    its weights at its ``stream`` factor where the part runs the format natively (its compute factor
-    is in ``linear_compute_factor``: transformer.step_kwargs).
+    its layers' weights (not the 16-bit head) at its ``stream`` factor where the part runs the format
+    natively (its compute factor is in ``linear_compute_factor``: transformer.step_kwargs).
     Fixed: kernels_per_step*t_launch + t_step + B*t_seq (per-sequence sampling, logits,
     scheduling), reported apart as t_fixed_s; a tree-masked pass adds
     L*tree_kernels_per_layer*t_launch (the runtime's unfused tree attention).
@@ -414,10 +414,12 @@ def pass_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
         wf = stream_factor(hw, weight_dequant)
     else:
         wf = np.where(native_w, stream_factor(hw, weight_dequant), stream_factor(hw, weight_emulated_dequant))
-    recipe = RECIPES[weight_recipe]
-    if recipe.stream != 1.0:
-        wf = wf * (recipe.stream if all_w else np.where(native_w, recipe.stream, 1.0))
     lin_m = bytes_busy / _times(byte_s, wf)
+    recipe = RECIPES[weight_recipe]
+    if recipe.stream != 1.0:    # the fp8 layers stream at the recipe's rate; the 16-bit head does not
+        head_part = head * hb / (t if dpa is None else t / dpa)
+        s_r = recipe.stream if all_w else np.where(native_w, recipe.stream, 1.0)
+        lin_m = lin_m + (bytes_busy - head_part) / _times(byte_s, wf) * (1.0 / s_r - 1.0)
     att_c = flops_att / _times(peak_att * eff_c, attention_compute_factor)
     att_m = bytes_att / byte_s
     p = hw.roofline_p

@@ -72,11 +72,10 @@ def test_block_scaled_fp8_is_never_faster_than_per_tensor():
 def test_the_block_format_and_its_recipe():
     """fp8-block: an fp32 scale per 128 x 128 weights, 1 + 4/16,384 = 1.000244 B a weight (DeepSeek-V3, arXiv
     2412.19437 section 3.3.1), a 16-bit head, compute 0.70 x 0.91 = 0.637 of the 16-bit efficiency, and its
-    linear bytes stream at 0.845 of the rate (the runtime's streaming factor applies to a step's linear bytes,
-    its 16-bit head included, as for the weight-only formats). Llama-3.1-8B, one token, on an H100 with
-    unbounded FLOP/s: its layers hold 6,979,321,856 weights and its head 525,336,576 (x 2 B): per-tensor
-    (6,979,321,856 + 1,050,673,152) B / (3.35e12 x 0.83) = 2.887968 ms; block-scaled (6,979,321,856 x
-    1.000244 + 1,050,673,152) / 0.845 / 2.7805e12 = 3.418439 ms."""
+    layers' weights stream at 0.845 of the rate (the 16-bit head at the full one). Llama-3.1-8B, one token,
+    on an H100 with unbounded FLOP/s: its layers hold 6,979,321,856 weights and its head 525,336,576 (x 2 B):
+    per-tensor (6,979,321,856 + 1,050,673,152) B / (3.35e12 x 0.83) = 2.887968 ms; block-scaled
+    (6,979,321,856 x 1.000244 / 0.845 + 1,050,673,152) / 2.7805e12 = 3.349125 ms."""
     import dataclasses
 
     from dse.model.roofline import step_cost
@@ -94,9 +93,9 @@ def test_the_block_format_and_its_recipe():
         lin[dt] = float(c.t_memory_s[0]) - 1 * 32 * 2 * 8 * 128 * 2 / (3.35e12 * 0.83)     # less the KV write
     assert lin["fp8-head16"] == pytest.approx((6_979_321_856 + 1_050_673_152) / (3.35e12 * 0.83), rel=1e-9)
     assert lin["fp8-head16"] == pytest.approx(2.887968e-3, rel=1e-6)
-    assert lin["fp8-block"] == pytest.approx((6_979_321_856 * (1 + 4 / 16384) + 1_050_673_152) / 0.845
+    assert lin["fp8-block"] == pytest.approx((6_979_321_856 * (1 + 4 / 16384) / 0.845 + 1_050_673_152)
                                              / (3.35e12 * 0.83), rel=1e-9)
-    assert lin["fp8-block"] == pytest.approx(3.418439e-3, rel=1e-6)
+    assert lin["fp8-block"] == pytest.approx(3.349125e-3, rel=1e-6)
 
 
 # ---- the all-reduce's two protocols -------------------------------------------------------
