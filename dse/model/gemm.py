@@ -1,13 +1,14 @@
 """One matrix multiply on one chip: its time and efficiency at M rows, by weight format and fp8 scaling
-recipe (MODEL.md section 2, "GEMMs at serving sizes").
+recipe (MODEL.md section 2; docs/model.md, "One GEMM at M rows").
 
 A linear layer's GEMM on a chip multiplies M rows (the tokens of the step on that chip) by an N x K
 weight shard. Its time is a fixed part plus the smooth roofline of its FLOPs and bytes:
 
     t = t0 + ((F / (P eta_c c_r))^p + (bytes / (BW eta_m s_r))^p)^(1/p),  F = 2 M N K,
 
-with t0 the kernel's fixed time (its launch and tail: the runtime's kernel_launch_us a kernel), eta_c / eta_m the part's compute and memory efficiency,
-c_r / s_r the recipe's compute and streaming factors and p the runtime's roofline exponent. Its
+with t0 the kernel's fixed time (its launch and tail: the runtime's kernel_launch_us a kernel), eta_c /
+eta_m the part's compute and memory efficiency, c_r / s_r the recipe's compute and streaming factors and
+p the runtime's roofline exponent. Its
 efficiency F / (P t) rises with M and never reaches 1: at small M the GEMM streams its weights (bytes ~
 N K b, F ~ 2 M N K, so F/(P t) grows like M) behind a fixed t0; at large M it is compute-bound at
 eta_c c_r. ``pass_cost`` (roofline.py) prices a step's linear layers with the same terms summed over
@@ -19,7 +20,8 @@ aiconfigurator 0.4.0, systems/data/<gpu>/<framework>/<version>/gemm_perf.txt: la
 dtype (relative least squares over the shapes with N, K >= 256) leaves a median error of 6-8% (TensorRT-
 LLM 1.0.0rc3 on H100 and H200); an extra M-dependent compute efficiency (tile padding M / 64 ceil(M/64),
 or M / (M + M_half)) does not lower it (M_half fits to 0): the small-M loss is the fixed time and the
-memory-bound stream, not a slower tensor core. By table (t0 in us; eta_m, eta_c of the peak):
+memory-bound stream, not a slower tensor core. By table (t0 in us; eta_m, eta_c of the peak; the fit
+caps them at 1; SGLang's bf16 tables come out above the line rate and are left out):
 
     TensorRT-LLM H100   bf16 3.2, 0.88, 0.87   fp8 16.1, 0.91, 0.55   fp8-block 5.7, 0.79, 0.49
     TensorRT-LLM H200   bf16 3.4, 0.83, 0.85   fp8 15.9, 0.89, 0.54   fp8-block 5.9, 0.73, 0.48
@@ -37,8 +39,8 @@ V3's 128 x 128 weight blocks, 1 x 128 activation groups) against per-tensor on t
 main loop), fixed time +2.5 us over bf16 in TensorRT-LLM (its per-group quantisation is one fused kernel,
 as vLLM's per-tensor one). That extra fixed time is the activations' quantisation, a kernel of its own
 in these single-op measurements; serving engines fuse it into the kernel before the GEMM (TensorRT-LLM's
-RMSNorm+quantise and SwiGLU+quantise plugins, SGLang's fused DeepSeek path, which measures only +0.1-0.8
-us for the block-scaled op), so it is not charged: a step's kernels are the runtime's count. A
+RMSNorm+quantise and SwiGLU+quantise plugins; SGLang's block-scaled op measures a fixed time of 3.4-4.2 us,
+no more than its per-tensor one's 4.3-5.3), so it is not charged: a step's kernels are the runtime's count. A
 block-scaled GEMM is then never faster than a per-tensor one of the same shape (lower compute and
 streaming factors, the same fixed time).
 """
