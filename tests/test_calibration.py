@@ -50,9 +50,14 @@ def test_held_out_error_is_reported_separately(report):
     # serving stacks' speculation (specdec_serving_measurements.csv): SGLang's 4 batch-1 rows on 4 H100s
     # (servingspec:9-12) and vLLM's K = 2, 4, 6 chains (servingspec:18, 19, 22, 23, 26, 27)
     spec = {9, 10, 11, 12, 18, 19, 22, 23, 26, 27}
+    # rocm: AMD's vLLM 0.10.2 batch-1 row (serving:39, the level) and OCI's MI300X batch sweep (load:71-79,
+    # the growth with batch); AMD's batch 2 and 4 and its vLLM 0.9.1 rows (serving:40-43) are held out
     assert fit_ids == ({f"decode:{i}" for i in range(1, 9)} | {"extra:1", "moe:1"}
                        | {f"serving:{i}" for i in serving} | {"specbench:4", "specbench:6"}
-                       | {f"energy:{i}" for i in range(10, 14)} | {f"servingspec:{i}" for i in spec})
+                       | {f"energy:{i}" for i in range(10, 14)} | {f"servingspec:{i}" for i in spec}
+                       | {"serving:39"} | {f"load:{i}/tput" for i in range(71, 80)})
+    assert {r["fit_group"] for r in report["rows"] if r["id"] == "serving:39" or r["id"].startswith("load:7")
+            and r["role"] == "fit"} == {"rocm"}
     assert {r["id"] for r in report["rows"] if r["role"] == "input" and r["fit_group"] == "idle"} == \
         {f"energy:{i}" for i in range(120, 128)}
 
@@ -123,6 +128,7 @@ def test_refit_reproduces_the_stored_defaults(report):
            "graphs.request_overhead_us": 50.0, "graphs.sequence_overhead_us": 0.5,
            "eager.tree_kernels_per_layer": 0.05, "eager.draft_step_overhead_us": 0.5,
            "sglang.spec_schedule_us": 1.0, "vllm.spec_schedule_us": 1.0, "vllm.draft_step_overhead_us": 1.0,
+           "rocm-vllm.kernel_launch_us": 0.05, "rocm-vllm.sequence_overhead_us": 0.5,
            "nodes.active_idle_fraction": 0.0005, "nodes.onchip_pj_per_dram_bit": 0.05,
            "nodes.operand_delivery_factor": 0.005}
     assert set(report["refit"]) == set(tol)
@@ -348,24 +354,30 @@ def test_serving_load_rows_are_loaded(report):
     modelled = {int(i.split(":")[1].split("/")[0]) for i, r in rows.items() if r["role"] != "not modelled"}
     # NIM's sweep (13-20), TensorRT-LLM's DeepSeek-R1 max-throughput rows with attention DP (21-23) and
     # min-latency rows with MTP (24-25), InferenceX's DeepSeek-R1 H200 (53-56) and B200 (57-61) sweeps,
-    # vLLM's blog (69-70)
-    assert modelled == set(range(13, 26)) | set(range(53, 62)) | {69, 70}
+    # vLLM's blog (69-70); OCI's MI300X static batches (71-79: vLLM benchmark_latency, output tok/s per GPU, the rocm-vllm runtime's fit)
+    static = set(range(71, 80))
+    assert modelled == set(range(13, 26)) | set(range(53, 62)) | {69, 70} | static
+    for i in static:
+        r = rows[f"load:{i}/tput"]
+        assert r["role"] == "fit" and r["fit_group"] == "rocm" and r["design"].get("continuous") is None
+        assert r["design"]["batch"] == [1, 2, 4, 8, 16, 32, 64, 128, 256][i - 71] and r["design"]["hw"] == "mi300x"
+    modelled -= static
     for i in modelled:
         # the B200 sweep's TPOT row was not transcribed: TTFT and throughput only; 21-25: throughput only
         want = {"tput"} if 21 <= i <= 25 else {"ttft", "tput"} if 57 <= i <= 61 else {"ttft", "tpot", "tput"}
         assert {k.split("/")[1] for k in rows if k.split("/")[0] == f"load:{i}"} == want, i
-    for r in rows.values():
-        if r["role"] != "not modelled":
+    for i, r in rows.items():
+        if r["role"] != "not modelled" and int(i.split(":")[1].split("/")[0]) not in static:
             assert r["role"] == "held-out" and r["fit_group"] == "" and "held out" in r["note"]
             assert r["design"]["continuous"] is True
-    why = {i: rows[f"load:{i}"]["note"] for i in (1, 9, 62, 71)}
+    why = {i: rows[f"load:{i}"]["note"] for i in (1, 9, 62)}
     assert why[1].startswith("open loop") and why[9].startswith("no concurrency")
     # "MTP 3 layers": DeepSeek-R1's MTP module chained 3 times, its acceptance from the table
     assert rows["load:24/tput"]["design"]["draft"] == rows["load:25/tput"]["design"]["draft"] == "mtp:3"
     # TensorRT-LLM's attention DP: one rank a GPU (--dp 8), its max_num_tokens per rank
     d21 = rows["load:21/tput"]["design"]
     assert (d21["dp"], d21["ep"], d21["batch"], d21["max_batched_tokens"]) == (8, 8, 7168, 8 * 2048)
-    assert "split over the 16 GPUs is not stated" in why[62] and why[71].startswith("a static batch")
+    assert "split over the 16 GPUs is not stated" in why[62]
     # NIM at concurrency >= 100: 100 x 5,500 tokens of Llama-3.3-70B's 16-bit KV cache (80 layers x 8 heads x
     # 128 x 2 x 2 B = 327,680 B a token) = 180 GB beside 70 GB of fp8 weights on two 80 GB H100s: the model
     # says it does not fit; NIM caps the requests in flight and queues the rest (its ITL stops at ~93 ms)

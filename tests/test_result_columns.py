@@ -80,6 +80,10 @@ REQ_S = RT["request_overhead_us"] * 1e-6          # 2.4 ms per request, once, in
 ROOF_P = RT["roofline_p"]                         # 2.0: (t_c^p + t_m^p)^(1/p) per part
 LINKS = _y("technology/links.yaml")["classes"]    # per link class: all-reduce efficiency, latency per ring step
 LINK_EFF = LINKS["nvlink"]["efficiency"]["value"]  # 0.82: a synthesised chip's link (class nvlink, the default)
+#: the nvlink class's second protocol (its low-latency protocol's efficiency, its bandwidth protocol's latency a
+#: step): 0.24 and 3.18 us; a class without them has one protocol (efficiency, latency_us)
+LINK_LL_EFF = LINKS["nvlink"]["ll_efficiency"]["value"]
+LINK_BULK_S = LINKS["nvlink"]["bulk_latency_us"]["value"] * 1e-6
 RESERVE = RT["memory_reserve_fraction"]           # 0.05 of capacity
 K_MAX = 16                                        # study default workload.k_max
 
@@ -115,7 +119,8 @@ def step(m: dict, hw: dict, *, B: float, q: float, S: float, prefill: bool = Fal
     t_c = F/(P*eta_c) (attention at the 16-bit KV dtype's rate: the bf16 peak here) and
     t_m = bytes/(BW*eta_m); its whole time goes to the side that bounds it. Fixed cost
     L*kernels*t_launch + t_step + B*t_seq; t > 1 adds 2 ring all-reduces of B*q*d*2 bytes per
-    layer: 2(t-1)/t * bytes/(eta_link * link/2) + 2(t-1)*lat."""
+    layer by the faster of the link class's two protocols: 2(t-1)/t * bytes/(eta * link/2) + 2(t-1)*lat
+    at (lat, eta_LL) and at (lat_bulk, eta_link) (technology/links.yaml)."""
     t = hw["chips"]
     L = m["L"]
     w_bytes = (L * m["layer"] + m["lm"]) * 2.0 / t
@@ -129,8 +134,9 @@ def step(m: dict, hw: dict, *, B: float, q: float, S: float, prefill: bool = Fal
     t_cmp = sum(x for x, (tc, tm) in zip(smooth, parts) if tm < tc)
     ring = 0.0
     if t > 1:
-        ring = 2.0 * L * (2.0 * (t - 1) / t * (B * q * m["d"] * 2.0) / (hw["link_eff"] * 0.5 * hw["link"])
-                          + 2.0 * (t - 1) * hw["lat"])
+        n = B * q * m["d"] * 2.0
+        ring = 2.0 * L * min(2.0 * (t - 1) / t * n / (eta * 0.5 * hw["link"]) + 2.0 * (t - 1) * lat
+                             for lat, eta in ((hw["lat"], hw["ll_eff"]), (hw["bulk_lat"], hw["link_eff"])))
     fixed = L * KPL * LAUNCH_S + STEP_S + B * SEQ_S       # the software's share (dense GQA layers: KPL each)
     t_ovh = fixed + ring
     bound = ("memory", "compute", "overhead")[int(np.argmax([t_mem, t_cmp, t_ovh]))]
@@ -172,7 +178,8 @@ def chip_cost(node: str, mem: str, area: float, stacks: int, cap_bytes: float) -
 
 def device(name: str, chips: int) -> dict:
     """A known part from its YAML, in SI: capacity memory_capacity_gib x 2^30, link latency and efficiency of its
-    link class (nvlink: 0.44 us per ring step, 0.82) unless the YAML sets its own; cost = the manufacturing estimate of its die, node and memory (chip_cost);
+    link class (nvlink: 0.44 us per ring step and 0.24 for its low-latency protocol, 3.18 us and 0.82 for its
+    bandwidth protocol) unless the YAML sets its own; cost = the manufacturing estimate of its die, node and memory (chip_cost);
     price = its street price."""
     d = _y(f"devices/{name}.yaml")
     assert d["process_node"] == "TSMC 4N" and d["memory_type"].startswith("hbm")
@@ -182,6 +189,8 @@ def device(name: str, chips: int) -> dict:
                 link=d["link_bw_gb_s"] * 1e9,
                 lat=d.get("link_latency_us", LINKS[d["link_class"]]["latency_us"]["value"]) * 1e-6,
                 link_eff=d.get("link_efficiency", LINKS[d["link_class"]]["efficiency"]["value"]),
+                ll_eff=d.get("link_ll_efficiency", LINKS[d["link_class"]]["ll_efficiency"]["value"]),
+                bulk_lat=d.get("link_bulk_latency_us", LINKS[d["link_class"]]["bulk_latency_us"]["value"]) * 1e-6,
                 cost=chip_cost("n4", d["memory_type"], d["die_area_mm2"], KNOWN_STACKS[name], cap),
                 price=d["price_usd"], power=min(known_power("n4", d), d["tdp_w"]), area=d["die_area_mm2"],
                 **energy_constants("n4", d["memory_type"], d["die_area_mm2"], min(known_power("n4", d), d["tdp_w"]),
@@ -240,7 +249,8 @@ def synth(node: str, tflops: float, mem: str, stacks: int, height: int, sram_mb:
              + bw * 8 * m["pj_per_bit"] * 1e-12 + n["static_w_per_mm2"] * area
              + link_gb_s * 1e9 * 8 * g["link_pj_per_bit"] * 1e-12)
     return dict(chips=chips, bw=bw, cap=cap, peak=tflops * 1e12, eta_m=eta_m, eta_c=eta_c, link=link_gb_s * 1e9,
-                lat=lat_us * 1e-6, link_eff=LINK_EFF, cost=cost, price=math.nan, power=power, area=area,
+                lat=lat_us * 1e-6, link_eff=LINK_EFF, ll_eff=LINK_LL_EFF, bulk_lat=LINK_BULK_S, cost=cost,
+                price=math.nan, power=power, area=area,
                 buildable=shoreline_ok, **energy_constants(node, mem, area, power))
 
 
@@ -671,14 +681,15 @@ def test_known_part_on_two_chips_every_column(known):
     # prefill over the 256 tokens: each chip reads the weights and writes 512 x 327,680 / 2 B of KV,
     # 69,585,600,512 B x 2 x 1.368e-10 = 19.038620 J; FLOPs 2 x 68,451,041,280 x 512 + 2 x 1,050,673,152 (the LM
     # head at the last position) + 4 x 64 x 128 x 80 x 512 x 256.5 = 70,440,217,001,984 x 1.21e-12 = 85.232663 J;
-    # 2,684,354,560 B of all-reduces x 4e-11 = 0.107374 J: 104.378657 J in the 64.676 ms prefill (the roofline
-    # above), 1,914 W + the busy 300 W, over the 1,400 W limit: 1,400 W x 64.676 ms / 256 = 0.353700 J a token
+    # 2,684,354,560 B of all-reduces x 4e-11 = 0.107374 J: 104.378657 J in the 65.553 ms prefill (the roofline
+    # above; its 160 all-reduces of 8 MB take the bandwidth protocol, 2 x 3.18 us + 8,388,608 / 369e9 = 29.09 us
+    # each), 1,592 W + the busy 300 W, over the 1,400 W limit: 1,400 W x 65.553 ms / 256 = 0.358495 J a token
     pre = step(M70, device("h200", 2), B=1, q=512, S=0, prefill=True)
     assert pre["energy"] == pytest.approx(19.038620 + 85.232663 + 0.107374, rel=1e-6)
     assert pre["energy"] / pre["time"] + 2 * 150.01498 > 1400.0
     assert h.baseline_energy_j_per_token - 2 * 150.01498 * h.baseline_ms_per_token * 1e-3 == pytest.approx(
         19.214840 + 1400.0 * pre["time"] / 256, rel=1e-6)
-    assert 1400.0 * pre["time"] / 256 == pytest.approx(0.353700, rel=1e-5)
+    assert 1400.0 * pre["time"] / 256 == pytest.approx(0.358495, rel=1e-5)
     assert h.baseline_energy_j_per_token / (h.baseline_ms_per_token * 1e-3) < h.power_w
     assert h.tokens_per_j == pytest.approx(1.0 / h.energy_j_per_token, rel=GLUE)
     # speculation: tau 3.3616 tokens for one verify (5 tokens), 4 steps of the 1B and 100 us of overhead

@@ -97,7 +97,7 @@ class Database:
         return spec
 
     def device(self, ref: str, where: str = "") -> DeviceSpec:
-        """A device with its link latency and efficiency filled from its link class, and its
+        """A device with its link latencies and efficiencies filled from its link class, and its
         scale-out network's from the scale-out class, where it gives none
         (hardware_db/technology/links.yaml)."""
         key = ("device+link", ref, self._stamp("device", ref))
@@ -107,6 +107,8 @@ class Database:
             self._cache[key] = dataclasses.replace(
                 dev, link_latency_s=cls.latency_s if dev.link_latency_s is None else dev.link_latency_s,
                 link_efficiency=cls.efficiency if dev.link_efficiency is None else dev.link_efficiency,
+                link_ll_efficiency=cls.ll_efficiency if dev.link_ll_efficiency is None else dev.link_ll_efficiency,
+                link_bulk_latency_s=cls.bulk_latency_s if dev.link_bulk_latency_s is None else dev.link_bulk_latency_s,
                 scale_out_latency_s=out.latency_s if dev.scale_out_latency_s is None else dev.scale_out_latency_s,
                 scale_out_efficiency=out.efficiency if dev.scale_out_efficiency is None else dev.scale_out_efficiency)
         return self._cache[key]

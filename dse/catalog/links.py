@@ -29,16 +29,33 @@ LINK_CLASSES = SCALE_UP_CLASSES + (SCALE_OUT_CLASS, ON_DIE_CLASS, DIE_TO_DIE_CLA
 SYNTHESISED_LINK_CLASS = "nvlink"
 _FIELDS = {"efficiency": (Range(lo=0.0, hi=1.0, lo_open=True), 1.0),
            "latency_us": (Range(lo=0.0, hi=1e4, unit="us"), 1e-6)}
+#: optional: the second protocol of a class whose all-reduce switches protocol by message size
+#: (roofline.protocol_allreduce_time_s); absent = one protocol (the ll_efficiency is the efficiency,
+#: the bulk_latency_us the latency_us)
+_OPTIONAL = {"ll_efficiency": (Range(lo=0.0, hi=1.0, lo_open=True), 1.0),
+             "bulk_latency_us": (Range(lo=0.0, hi=1e4, unit="us"), 1e-6)}
 
 
 @dataclass(frozen=True, slots=True)
 class LinkClass:
-    """eta_link (all-reduce bus bandwidth / one-way line rate) and seconds per ring step."""
+    """eta_link (all-reduce bus bandwidth / one-way line rate) and seconds per ring step; where the
+    class's collectives switch protocol by message size, the low-latency protocol's bus efficiency
+    (``ll_efficiency``, at ``latency_s`` a step) and the bandwidth protocol's latency a step
+    (``bulk_latency_s``, at ``efficiency``); one protocol: ll_efficiency = efficiency and
+    bulk_latency_s = latency_s."""
 
     name: str
     efficiency: float
     latency_s: float
     description: str = ""
+    ll_efficiency: float | None = None
+    bulk_latency_s: float | None = None
+
+    def __post_init__(self):
+        if self.ll_efficiency is None:
+            object.__setattr__(self, "ll_efficiency", self.efficiency)
+        if self.bulk_latency_s is None:
+            object.__setattr__(self, "bulk_latency_s", self.latency_s)
 
 
 def load_link_classes(root: str | Path) -> dict[str, LinkClass]:
@@ -64,7 +81,7 @@ def _load(path: str) -> tuple:
                                     "expected a mapping with efficiency and latency_us"))
             continue
         vals = {}
-        for key, (rng, factor) in _FIELDS.items():
+        for key, (rng, factor) in (_FIELDS | {k: v for k, v in _OPTIONAL.items() if k in entry}).items():
             item, where = entry.get(key), f"classes.{name}.{key}"
             if not isinstance(item, dict) or "value" not in item:
                 errors.append(SpecError(path, where, item if item is not None else MISSING,
@@ -77,8 +94,9 @@ def _load(path: str) -> tuple:
                 vals[key] = rng.check(item["value"], path, where) * factor
             except SpecError as exc:
                 errors.append(exc)
-        if len(vals) == len(_FIELDS):
-            out.append((name, LinkClass(name, vals["efficiency"], vals["latency_us"], str(entry.get("description", "")))))
+        if all(k in vals for k in _FIELDS):
+            out.append((name, LinkClass(name, vals["efficiency"], vals["latency_us"], str(entry.get("description", "")),
+                                        vals.get("ll_efficiency"), vals.get("bulk_latency_us"))))
     for name in block:
         if name not in LINK_CLASSES:
             errors.append(SpecError(path, f"classes.{name}", name, f"expected one of {', '.join(LINK_CLASSES)}"))

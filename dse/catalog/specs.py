@@ -187,6 +187,13 @@ class DeviceSpec:
     link_efficiency: float | None = num("link_efficiency", "", 0, 1, lo_open=True, default=None,
                                         desc="all-reduce bus bandwidth / one-way link rate (eta_link); "
                                              "absent = the link class's")
+    link_ll_efficiency: float | None = num("link_ll_efficiency", "", 0, 1, lo_open=True, default=None,
+                                           desc="bus bandwidth / one-way link rate of the low-latency protocol a "
+                                                "small or medium all-reduce runs (NCCL's LL, a one-shot kernel); "
+                                                "absent = the link class's")
+    link_bulk_latency_s: float | None = num("link_bulk_latency_us", "us", 0, 1e4, default=None,
+                                            desc="per-step latency of the bandwidth protocol a large all-reduce runs "
+                                                 "(NCCL's Simple, a two-shot kernel); absent = the link class's")
     scale_up_domain: int | None = num("scale_up_domain", "", 1, 1e6, integer=True, default=None,
                                       desc="chips the scale-up link joins (an HGX board 8, an NVL72 rack 72, a "
                                            "TPU pod); tensor parallel beyond it crosses the scale-out network; "

@@ -246,7 +246,7 @@ def _kv(ctx, param, values):
 @click.option("--output", default=128, show_default=True, type=int, help="Generated tokens.")
 @click.option("--dtype", default="bf16", show_default=True,
               help="Weight format: bf16|fp16|fp8|int8|int4 (every weight at that width; int8/int4 weight-only), "
-                   "or a checkpoint format with a 16-bit head: fp8-head16|int4-g128|int4-g32|q4f16_1|nvfp4|mxfp4.")
+                   "or a checkpoint format with a 16-bit head: fp8-head16|fp8-block|int4-g128|int4-g32|q4f16_1|nvfp4|mxfp4.")
 @click.option("--kv-dtype", default=None,
               help="KV-cache dtype: bf16|fp16|fp8|int8|int4 [default: 16-bit (fp16 with fp16 weights, else bf16), "
                    "whatever --dtype].")
@@ -275,8 +275,9 @@ def _kv(ctx, param, values):
               help="Under --continuous and in the SLA search: token budget of an iteration (decode tokens + prompt "
                    "chunks; vLLM's max_num_batched_tokens, 8192 by default on large GPUs).")
 @click.option("--runtime", default=None,
-              help="Fixed-cost stack from hardware_db/runtimes: graphs|gpt-fast|eager|xla|dataflow|sglang|vllm (`dse runtimes list`) "
-                   "[default: the device's default_runtime, graphs for GPUs].")
+              help="Fixed-cost stack from hardware_db/runtimes: graphs|gpt-fast|eager|xla|dataflow|sglang|vllm|"
+                   "rocm-vllm (`dse runtimes list`) [default: the device's default_runtime: graphs for NVIDIA GPUs, "
+                   "rocm-vllm for MI300X-class].")
 @click.option("--baseline-ms", type=float, default=None,
               help="Anchor: a measured autoregressive ms/token; the fixed costs are scaled to match it [default: none].")
 @click.option("--set", "set_fields", multiple=True, callback=_kv, metavar="FIELD=VALUE",

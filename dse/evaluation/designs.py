@@ -89,6 +89,8 @@ def _device_table(devs: list[DeviceSpec], dtype: str, kv_dtype: str) -> dict[str
         "capacity_bytes": col(lambda d: d.memory_bytes), "mem_bw_bytes_s": col(lambda d: d.mem_bw_bytes_s),
         "peak_attention_flop_s": col(lambda d: d.peak_flop_s(kv_dtype)),
         "link_efficiency": col(lambda d: d.link_efficiency),
+        "link_ll_efficiency": col(lambda d: d.link_ll_efficiency),
+        "link_bulk_latency_s": col(lambda d: d.link_bulk_latency_s),
         "peak_flop_s": col(lambda d: d.peak_flop_s(compute)), "peak_bf16_flop_s": col(lambda d: d.peak_bf16_flop_s),
         "mem_efficiency": col(lambda d: d.mem_efficiency), "compute_efficiency": col(lambda d: d.compute_efficiency),
         "link_bw_bytes_s": col(lambda d: d.link_bw_bytes_s), "link_latency_s": col(lambda d: d.link_latency_s),
@@ -187,6 +189,7 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
         cap, bw, peak = col["capacity_bytes"], col["mem_bw_bytes_s"], col["peak_flop_s"]
         eff_m, eff_c, lat = col["mem_efficiency"], col["compute_efficiency"], col["link_latency_s"]
         peak_att, eta_link = col["peak_attention_flop_s"], col["link_efficiency"]
+        eta_ll, lat_bulk = col["link_ll_efficiency"], col["link_bulk_latency_s"]
         native_w, native_a = col["weight_math_native"] > 0, col["attention_math_native"] > 0
         domain, out_bw = col["scale_up_domain"], col["scale_out_bw_bytes_s"]
         out_lat, out_eff = col["scale_out_latency_s"], col["scale_out_efficiency"]
@@ -216,9 +219,12 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
                        else db.link_class(SYNTHESISED_LINK_CLASS) for c in cls_names]
             eta_link = np.array([c.efficiency for c in classes])[cls_code]
             lat = np.array([c.latency_s for c in classes])[cls_code]
+            eta_ll = np.array([c.ll_efficiency for c in classes])[cls_code]
+            lat_bulk = np.array([c.bulk_latency_s for c in classes])[cls_code]
         else:
             cls = db.link_class(SYNTHESISED_LINK_CLASS)
             eta_link, lat = np.full(n, cls.efficiency), np.full(n, cls.latency_s)
+            eta_ll, lat_bulk = np.full(n, cls.ll_efficiency), np.full(n, cls.bulk_latency_s)
         if prefix + "link_latency_us" in knobs:
             lat = np.asarray(get("link_latency_us"), dtype=np.float64) * 1e-6 + np.zeros(n)
         link_bw = chip.link_bw_bytes_s
@@ -258,6 +264,7 @@ def chip_group(prefix: str, knobs: dict[str, np.ndarray], n: int, dtype: str, db
     hw = HardwareArrays(chips=chips, capacity_bytes=cap, mem_bw_bytes_s=bw, peak_flop_s=peak,
                         mem_efficiency=eff_m, compute_efficiency=eff_c, link_bw_bytes_s=link_bw,
                         link_latency_s=lat, link_efficiency=eta_link, peak_attention_flop_s=peak_att,
+                        link_ll_efficiency=eta_ll, link_bulk_latency_s=lat_bulk,
                         weight_math_native=native_w, attention_math_native=native_a, scale_up_domain=domain,
                         scale_out_bw_bytes_s=out_bw, scale_out_latency_s=out_lat, scale_out_efficiency=out_eff,
                         # a FLOP at a dtype costs the BF16 FLOP's energy x peak BF16 / peak at that dtype

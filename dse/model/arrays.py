@@ -90,6 +90,8 @@ class HardwareArrays:
     # values (hard-max roofline, links at full rate, no per-sequence or per-request cost);
     # the database's runtimes and devices set the real ones.
     link_efficiency: np.ndarray = 1.0          # eta_link: all-reduce bus bandwidth / one-way link rate
+    link_ll_efficiency: np.ndarray = np.nan    # the low-latency protocol's eta (NaN: link_efficiency, one protocol)
+    link_bulk_latency_s: np.ndarray = np.nan   # the bandwidth protocol's seconds a step (NaN: link_latency_s)
     sequence_overhead_s: np.ndarray = 0.0      # per sequence per step (sampling over V, logits, scheduling)
     request_overhead_s: np.ndarray = 0.0       # per request, once, in TTFT
     roofline_p: np.ndarray = np.inf            # smooth roofline exponent; inf = hard max

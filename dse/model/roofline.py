@@ -9,6 +9,7 @@ import numpy as np
 from ..catalog.specs import ModelSpec
 from . import pipeline, routing
 from . import transformer as tf
+from .gemm import RECIPES, smooth_roofline
 from .work import COUNTS
 
 #: bound codes (the edges turn them into "memory", "compute", "overhead")
@@ -65,6 +66,23 @@ def allreduce_time_s(nbytes, chips, link_bw_bytes_s, link_latency_s, link_effici
     return np.where(t > 1, ring, 0.0)
 
 
+def protocol_allreduce_time_s(nbytes, chips, link_bw_bytes_s, link_latency_s, link_efficiency=1.0,
+                              ll_efficiency=np.nan, bulk_latency_s=np.nan):
+    """A ring all-reduce (``allreduce_time_s``) by whichever of two protocols is faster at the message
+    size: min(ring(lat, eta_LL), ring(lat_bulk, eta)). NCCL times every (algorithm, protocol) pair by its
+    own model and runs the fastest (src/graph/tuning.cc, enqueue.cc): its LL protocol sends 8-byte words
+    each carrying its own flag (no fence, a few hops' latency, a fraction of the line rate), Simple
+    fences whole chunks (the full rate, a larger latency a step); TensorRT-LLM's and vLLM's custom
+    all-reduces switch from a one-shot to a two-shot kernel the same way. A small message (a decode
+    step of a few rows) pays lat a step, a medium one (tens to hundreds of rows: 0.5-4 MB) the LL
+    protocol's low rate, a large one (a prefill) lat_bulk and the full rate. NaN (the default, a class
+    with one protocol): eta_LL = eta, lat_bulk = lat, the plain ring."""
+    ll = np.where(np.isnan(ll_efficiency), link_efficiency, ll_efficiency)
+    bulk = np.where(np.isnan(bulk_latency_s), link_latency_s, bulk_latency_s)
+    return np.minimum(allreduce_time_s(nbytes, chips, link_bw_bytes_s, link_latency_s, ll),
+                      allreduce_time_s(nbytes, chips, link_bw_bytes_s, bulk, link_efficiency))
+
+
 def tree_allreduce_time_s(nbytes, chips, link_bw_bytes_s, link_latency_s, link_efficiency=1.0):
     """Double-binary-tree all-reduce of ``nbytes`` over n ranks (NCCL's tree between nodes):
     2 x bytes / (eta_link * link_bw/2) + 2 floor(log2 n) * lat.
@@ -86,7 +104,8 @@ def tree_allreduce_time_s(nbytes, chips, link_bw_bytes_s, link_latency_s, link_e
 
 def group_allreduce_time_s(nbytes, hw, chips=None):
     """All-reduce of ``nbytes`` over ``chips`` (default hw.chips) chips of the group ``hw``:
-    a ring over the scale-up link (allreduce_time_s) within one scale-up domain of D =
+    a ring over the scale-up link (protocol_allreduce_time_s: the faster of its two protocols) within
+    one scale-up domain of D =
     hw.scale_up_domain chips; beyond it, hierarchical, as NCCL runs it across nodes:
     reduce-scatter and all-gather among the d = D chips of each domain over the scale-up link
     (together one ring all-reduce of the d chips) and, between them, an all-reduce of each
@@ -99,8 +118,9 @@ def group_allreduce_time_s(nbytes, hw, chips=None):
     A group with no scale-out network (bandwidth 0) takes infinite time there (studies mark it
     not buildable, dse eval refuses it)."""
     t = hw.chips if chips is None else chips
-    up = (hw.link_bw_bytes_s, hw.link_latency_s, hw.link_efficiency)
-    flat = allreduce_time_s(nbytes, t, *up)
+    up = (hw.link_bw_bytes_s, hw.link_latency_s, hw.link_efficiency,
+          getattr(hw, "link_ll_efficiency", np.nan), getattr(hw, "link_bulk_latency_s", np.nan))
+    flat = protocol_allreduce_time_s(nbytes, t, *up)
     dom = getattr(hw, "scale_up_domain", None)
     if dom is None:
         return flat
@@ -113,7 +133,7 @@ def group_allreduce_time_s(nbytes, hw, chips=None):
     with np.errstate(divide="ignore", invalid="ignore"):
         shard, n = np.asarray(nbytes, dtype=np.float64) / d, t / d
         inter = np.fmin(allreduce_time_s(shard, n, *out), tree_allreduce_time_s(shard, n, *out))
-    return np.where(beyond, allreduce_time_s(nbytes, d, *up) + inter, flat)
+    return np.where(beyond, protocol_allreduce_time_s(nbytes, d, *up) + inter, flat)
 
 
 def alltoall_time_s(nbytes, ranks, link_bw_bytes_s, link_latency_s, link_efficiency=1.0):
@@ -256,24 +276,6 @@ def stream_factor(hw, dequant: str):
     return 1.0
 
 
-def smooth_roofline(t_compute, t_memory, p):
-    """(t_c^p + t_m^p)^(1/p): the hard max max(t_c, t_m) at p = inf, and exactly the other
-    term when one is zero, for any p (MODEL.md section 2). Written as
-    hi * (1 + (lo/hi)^p)^(1/p) so that no power overflows."""
-    t_c, t_m = np.asarray(t_compute, dtype=np.float64), np.asarray(t_memory, dtype=np.float64)
-    p = np.asarray(p, dtype=np.float64)
-    if p.size and not np.count_nonzero(p != 2.0):
-        # the fitted default: sqrt(t_c^2 + t_m^2) in three passes, no power (times in seconds do not
-        # overflow when squared, and sqrt(x*x) == x exactly in binary floating point)
-        return np.sqrt(t_c * t_c + t_m * t_m)
-    hi, lo = np.maximum(t_c, t_m), np.minimum(t_c, t_m)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        r = np.where(hi > 0, lo / hi, 0.0)
-        finite = np.isfinite(p)
-        blend = np.where(finite, (1.0 + r ** np.where(finite, p, 1.0)) ** (1.0 / np.where(finite, p, 1.0)), 1.0)
-    return np.where(hi > 0, hi * blend, 0.0)
-
-
 def step_cost(m: ModelSpec, hw, **kw) -> StepCost:
     """One step of B sequences, q tokens each, on the group ``hw`` (``pass_cost``'s arguments): one
     roofline pass, or across pipeline stages and a chip's layer regions (pipeline.pipelined_step)."""
@@ -288,7 +290,8 @@ def pass_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
               step_overhead: bool = True, weight_bw_factor=None, weight_dequant: str = "",
               linear_compute_factor: float = 1.0, attention_compute_factor: float = 1.0,
               head_bytes: float | None = None, prefill_tokens=0.0, prefill_len=0.0,
-              tree_mask=False, ep=1, dp=1, weight_emulated_dequant: str = "", energy: bool = True) -> StepCost:
+              tree_mask=False, ep=1, dp=1, weight_emulated_dequant: str = "", weight_recipe: str = "",
+              energy: bool = True) -> StepCost:
     """step(model, device, B, q, S): B sequences, q new tokens each, S tokens cached.
 
     Linear: F = 2*N_active*B*q (+ LM head at every position, or at the last one only for a
@@ -308,6 +311,9 @@ def pass_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     format runs weight-only: its bytes, 16-bit math (the 16-bit efficiency, factor 1) and the
     streaming factor of ``weight_emulated_dequant`` (fp8: the int8 class); attention at a KV
     dtype the part cannot compute in (hw.attention_math_native False) runs at factor 1 too.
+    An fp8 W8A8 format's scaling recipe ``weight_recipe`` (gemm.RECIPES: "tensor", "block") streams
+    its layers' weights (not the 16-bit head) at its ``stream`` factor where the part runs the format
+    natively (its compute factor is in ``linear_compute_factor``: transformer.step_kwargs).
     Fixed: kernels_per_step*t_launch + t_step + B*t_seq (per-sequence sampling, logits,
     scheduling), reported apart as t_fixed_s; a tree-masked pass adds
     L*tree_kernels_per_layer*t_launch (the runtime's unfused tree attention).
@@ -409,6 +415,11 @@ def pass_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     else:
         wf = np.where(native_w, stream_factor(hw, weight_dequant), stream_factor(hw, weight_emulated_dequant))
     lin_m = bytes_busy / _times(byte_s, wf)
+    recipe = RECIPES[weight_recipe]
+    if recipe.stream != 1.0:    # the fp8 layers stream at the recipe's rate; the 16-bit head does not
+        head_part = head * hb / (t if dpa is None else t / dpa)
+        s_r = recipe.stream if all_w else np.where(native_w, recipe.stream, 1.0)
+        lin_m = lin_m + (bytes_busy - head_part) / _times(byte_s, wf) * (1.0 / s_r - 1.0)
     att_c = flops_att / _times(peak_att * eff_c, attention_compute_factor)
     att_m = bytes_att / byte_s
     p = hw.roofline_p

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..catalog.specs import ModelSpec
+from .gemm import RECIPES
 
 #: bytes per KV-cache element
 KV_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5 + 2.0 / 128}
@@ -23,7 +24,10 @@ KV_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5 + 2.0
 #: H100 fp8 GEMM runs at ~0.66 x 0.70 = 46% of its fp8 peak (hardware.md section 3 quotes
 #: ~39% for TensorRT-LLM v0.5 prefill). int8/int4 are weight-only and compute in 16 bits
 #: (1.0); fp4 (NVFP4 W4A4) is taken like fp8, an estimate. Used for the linear layers at the
-#: format's compute dtype and for attention at the KV dtype.
+#: format's compute dtype (times its fp8 recipe's factor, gemm.RECIPES) and for attention at the
+#: KV dtype. Checked, not fitted, on measured kernels: per-tensor fp8 GEMMs reach 0.63-0.80 of the
+#: bf16 GEMM's compute efficiency on the same part (median 0.70; NVIDIA AIConfigurator's
+#: TensorRT-LLM and vLLM tables on H100 and H200, dse/model/gemm.py).
 COMPUTE_EFFICIENCY_FACTOR = {"bf16": 1.0, "fp16": 1.0, "fp8": 0.70, "int8": 1.0, "int4": 1.0, "fp4": 0.70}
 
 
@@ -37,7 +41,10 @@ class WeightFormat:
     dequant: "int8" or "int4" for weight-only formats, whose kernels dequantise every weight and
     stream at the runtime's ``int8_stream_factor`` / ``int4_stream_factor`` of the bf16 rate
     (how fast a kernel streams a format belongs to the engine, hardware_db/runtimes/); "" for
-    formats the matmul consumes natively (bf16, fp8, nvfp4).
+    formats the matmul consumes natively (bf16, fp8, nvfp4);
+    recipe: an fp8 W8A8 checkpoint's scaling recipe (gemm.RECIPES): "tensor" (one scale per tensor
+    or per channel: NVIDIA ModelOpt, vLLM --quantization fp8, Meta's row-wise FP8) or "block"
+    (128 x 128 weight blocks and 1 x 128 activation groups: DeepSeek-V3/R1, Qwen3 FP8); "" otherwise.
     """
 
     name: str
@@ -46,6 +53,7 @@ class WeightFormat:
     compute_dtype: str
     dequant: str
     desc: str
+    recipe: str = ""
 
 
 #: Weight formats. The five plain dtypes keep their meaning (every weight, head included, at
@@ -55,16 +63,21 @@ class WeightFormat:
 #: gpt-fast int4 g32: bf16 scale + bf16 zero per 32 = 0.5 + 4/32 = 0.625 (gpt-fast quantize.py);
 #: MLC q4f16_1: fp16 scale per 32, symmetric = 0.5 + 2/32 = 0.5625 (mlc-llm quantization docs);
 #: NVFP4: E4M3 scale per 16 = 0.5 + 1/16 = 0.5625 (NVIDIA NVFP4 blog, 2025); MXFP4: E8M0 scale
-#: per 32 = 0.5 + 1/32 = 0.53125 (OCP Microscaling spec v1.0).
+#: per 32 = 0.5 + 1/32 = 0.53125 (OCP Microscaling spec v1.0); fp8 block scales: an fp32 scale per
+#: 128 x 128 block = 1 + 4/16384 = 1.000244 (DeepSeek-V3 arXiv 2412.19437 section 3.3.1).
 WEIGHT_FORMATS = {
     "bf16": WeightFormat("bf16", 2.0, 2.0, "bf16", "", "bfloat16"),
     "fp16": WeightFormat("fp16", 2.0, 2.0, "fp16", "", "float16"),
-    "fp8": WeightFormat("fp8", 1.0, 1.0, "fp8", "", "fp8 W8A8, head fp8 too"),
+    "fp8": WeightFormat("fp8", 1.0, 1.0, "fp8", "", "fp8 W8A8 per-tensor scales, head fp8 too", "tensor"),
     "int8": WeightFormat("int8", 1.0, 1.0, "bf16", "int8", "int8 weight-only"),
     "int4": WeightFormat("int4", 0.5 + 2.0 / 128, 0.5 + 2.0 / 128, "bf16", "int4",
                          "int4 weight-only, fp16 scale per 128, head quantised too"),
     "fp8-head16": WeightFormat("fp8-head16", 1.0, 2.0, "fp8", "",
-                               "fp8 W8A8 with bf16 LM head and embeddings (Meta Llama-3.1 FP8, DeepSeek-V3)"),
+                               "fp8 W8A8 per-tensor (or per-channel) scales, bf16 LM head and embeddings "
+                               "(Meta Llama-3.1 FP8, NVIDIA ModelOpt)", "tensor"),
+    "fp8-block": WeightFormat("fp8-block", 1.0 + 4.0 / (128 * 128), 2.0, "fp8", "",
+                              "fp8 W8A8 with an fp32 scale per 128 x 128 weight block, bf16 LM head and "
+                              "embeddings (DeepSeek-V3/R1, Qwen3 FP8)", "block"),
     "int4-g128": WeightFormat("int4-g128", 0.5 + 2.5 / 128, 2.0, "bf16", "int4",
                               "GPTQ/AWQ int4 g128, fp16 scales, 4-bit zeros, 16-bit head"),
     "int4-g32": WeightFormat("int4-g32", 0.5 + 4.0 / 32, 2.0, "bf16", "int4",
@@ -95,7 +108,8 @@ def step_kwargs(weight_format: str, kv_dtype: str, weight_bw_factor: float | Non
     return dict(weight_bytes=f.bytes_per_weight, head_bytes=f.head_bytes, kv_bytes=KV_BYTES[kv_dtype],
                 weight_dequant=f.dequant, weight_bw_factor=weight_bw_factor,
                 weight_emulated_dequant=EMULATED_DEQUANT.get(f.compute_dtype, ""),
-                linear_compute_factor=COMPUTE_EFFICIENCY_FACTOR[f.compute_dtype],
+                weight_recipe=f.recipe,
+                linear_compute_factor=COMPUTE_EFFICIENCY_FACTOR[f.compute_dtype] * RECIPES[f.recipe].compute,
                 attention_compute_factor=COMPUTE_EFFICIENCY_FACTOR[kv_dtype])
 
 

@@ -106,7 +106,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
            "throughput": ("throughput_tok_s_gpu",), "acceptance": ("tau",), "energy": ("energy_j_per_token",)}
     out: dict[str, Any] = {}
     for name, metrics in fam.items():     # the serving-load rows apart (load_summary)
-        sel = [r for r in rows if r["metric"] in metrics and not r["id"].startswith("load:")]
+        sel = [r for r in rows if r["metric"] in metrics and not _under_load(r)]
         out[name] = {"fit": stats([r for r in sel if r["role"] == "fit"]),
                      "held-out": stats([r for r in sel if r["role"] == "held-out"]),
                      "all": stats(sel)}
@@ -115,6 +115,12 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out["not_modelled"] = [r["id"] for r in rows if r["role"] == "not modelled" and not r["id"].startswith("acceptance:")]
     out["acceptance_not_placed"] = sum(1 for r in rows if r["role"] == "not modelled" and r["id"].startswith("acceptance:"))
     return out
+
+
+def _under_load(row: dict[str, Any]) -> bool:
+    """A row of the serving-load file run under load (continuous batching); its static batches (vLLM
+    benchmark_latency) are counted with the large-batch throughput rows."""
+    return row["id"].startswith("load:") and bool(row.get("design", {}).get("continuous", True))
 
 
 #: the serving-load file's metrics (all held out) and their names in `dse validate`
@@ -128,7 +134,7 @@ def load_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     furthest from their measurement (largest |log ratio|)."""
     out = {}
     for metric, _ in LOAD_FAMILIES:
-        sel = [r for r in rows if r["id"].startswith("load:") and r["metric"] == metric and r["rel_error"] is not None]
+        sel = [r for r in rows if _under_load(r) and r["metric"] == metric and r["rel_error"] is not None]
         ratio = {r["id"]: 1.0 + r["rel_error"] for r in sel}
         groups: dict[str, list[float]] = {}
         for r in sel:

@@ -35,6 +35,10 @@ FIT_PARAMETERS = {
                 "dse/model/transformer.py COMPUTE_EFFICIENCY_FACTOR fp8",
                 "the TensorRT-LLM Llama-2-7B rows on H100 (fp8) and A100 (fp16): 4 first-token latencies "
                 "at batch 1 and 8 large-batch throughputs (serving_measurements_public.csv)"),
+    "rocm": ("runtimes/rocm-vllm.yaml kernel_launch_us, sequence_overhead_us",
+             "AMD's vLLM 0.10.2 Llama-3.1-70B fp8 batch-1 static batch on 8 MI300X (its level: the fixed cost a "
+             "step; serving_measurements_public.csv) and OCI's Llama-3.1-405B fp8 batch sweep 1-256 on 8 MI300X "
+             "(its growth with batch, as ratios to its own batch-1 row; serving_load_measurements_public.csv)"),
     "trees": ("runtimes/eager.yaml tree_kernels_per_layer, draft_step_overhead_us",
               "the Spec-Bench A100 Vicuna-7B EAGLE-1 and Medusa-1 tree rows (specdec_measurements_extra.csv)"),
     "sglang": ("runtimes/sglang.yaml spec_schedule_us (every other field the graphs runtime's by rule)",
@@ -99,7 +103,8 @@ def fit(db: Database | None = None) -> dict[str, float]:
     tensor-parallel rows, given stage 1; the eager stage fits eager's per-kernel cost on its row;
     the mla stage the kernels an MLA block adds (graphs runtime) on the DeepSeek row;
     the serving stage (``_fit_serving``) fits the graphs runtime's request and sequence costs,
-    roofline p and the fp8 GEMM factor on the TensorRT-LLM 7B rows; the trees stage (``_fit_trees``)
+    roofline p and the fp8 GEMM factor on the TensorRT-LLM 7B rows; the ROCm stage (``_fit_rocm``) the
+    rocm-vllm runtime's per-kernel and per-sequence costs on the MI300X rows; the trees stage (``_fit_trees``)
     the eager runtime's tree-verify kernels and draft-step cost on two Spec-Bench rows; the energy
     stages (``_fit_energy``) a busy chip's floor on the ML.ENERGY v2.0/v3.0 pairs and the on-chip
     DRAM path and operand delivery on four H100 rows.
@@ -168,6 +173,7 @@ def fit(db: Database | None = None) -> dict[str, float]:
     out.update(_fit_spec_runtime([c for c in cs if c.fit_group == "sglang"], db, "sglang", ("spec_schedule_us",)))
     out.update(_fit_spec_runtime([c for c in cs if c.fit_group == "vllm"], db, "vllm",
                                  ("spec_schedule_us", "draft_step_overhead_us")))
+    out.update(_fit_rocm([c for c in cs if c.fit_group == "rocm"], db))
     out.update(_fit_energy(cs, db))
     return out
 
@@ -254,6 +260,48 @@ def _fit_spec_runtime(cs: list[Case], db: Database, runtime: str, fields: tuple[
     return {f"{runtime}.{f}": float(v) for f, v in zip(fields, x)}
 
 
+def _fit_rocm(cs: list[Case], db: Database) -> dict[str, float]:
+    """ROCm stage: the rocm-vllm runtime's per-kernel cost from the level of its batch-1 row(s) (the
+    request latency is linear in it: L = L0 + a x kernel_launch_us, solved by relative least squares)
+    and its per-sequence cost per step from a batch sweep's growth, min sum (L_B/L_1 / (m_B/m_1) - 1)^2
+    over the sweep's rows (ratios to the sweep's own batch-1 row, so that an older stack's level does
+    not enter; golden-section search on 0-1000 us); each given the other, twice."""
+    from ..api import evaluate_design
+    level = [c for c in cs if c.id.startswith("serving:")]
+    sweep = sorted((c for c in cs if c.id.startswith("load:")), key=lambda c: c.design["batch"])
+
+    def latency(c, kl, so):
+        fields = {**c.design.get("set_fields", {}), "kernel_launch_us": kl, "sequence_overhead_us": so}
+        return evaluate_design(db=db, **{**c.design, "set_fields": fields})["request_latency_ms"]
+
+    def measured_ms(c):         # throughput per GPU -> the batch's latency
+        d = c.design
+        return d["batch"] * d["output"] / (c.measured * d["chips"]) * 1e3
+
+    kl, so = 0.0, 0.0
+    for _ in range(2):
+        base = [latency(c, 0.0, so) for c in level]
+        slope = [latency(c, 1.0, so) - b for c, b in zip(level, base)]
+        a = np.array(slope) / np.array([measured_ms(c) for c in level])
+        r = 1.0 - np.array(base) / np.array([measured_ms(c) for c in level])
+        kl = max(0.0, float(a @ r / (a @ a)))
+
+        def loss(x, kl=kl):
+            lat = [latency(c, kl, x) for c in sweep]
+            meas = [measured_ms(c) for c in sweep]
+            return sum((lb / lat[0] / (mb / meas[0]) - 1.0) ** 2 for lb, mb in zip(lat, meas))
+        lo, hi = 0.0, 1000.0
+        g = (5 ** 0.5 - 1) / 2
+        for _ in range(40):
+            x1, x2 = hi - g * (hi - lo), lo + g * (hi - lo)
+            if loss(x1) < loss(x2):
+                hi = x2
+            else:
+                lo = x1
+        so = 0.5 * (lo + hi)
+    return {"rocm-vllm.kernel_launch_us": kl, "rocm-vllm.sequence_overhead_us": so}
+
+
 #: grids of the serving fit (the other two unknowns are linear and solved in closed form)
 ROOFLINE_P_GRID = (1.5, 2.0, 2.5, 3.0, 4.0, 6.0)
 FP8_FACTOR_GRID = tuple(round(0.5 + 0.05 * i, 2) for i in range(11))
@@ -320,7 +368,7 @@ def stored_values(db: Database | None = None) -> dict[str, float]:
     db = db or load_database()
     tech = load_technology(db.root)
     a100, graphs, eager = db.device("a100-80gb"), db.runtime("graphs"), db.runtime("eager")
-    gf, sg, vl = db.runtime("gpt-fast"), db.runtime("sglang"), db.runtime("vllm")
+    gf, sg, vl, rocm = db.runtime("gpt-fast"), db.runtime("sglang"), db.runtime("vllm"), db.runtime("rocm-vllm")
     return {"a100-80gb.mem_efficiency": a100.mem_efficiency,
             "gpt-fast.kernel_launch_us": gf.kernel_launch_s * 1e6,
             "gpt-fast.step_overhead_us": gf.step_overhead_s * 1e6,
@@ -332,6 +380,8 @@ def stored_values(db: Database | None = None) -> dict[str, float]:
             "COMPUTE_EFFICIENCY_FACTOR.fp8": COMPUTE_EFFICIENCY_FACTOR["fp8"],
             "graphs.request_overhead_us": graphs.request_overhead_s * 1e6,
             "graphs.sequence_overhead_us": graphs.sequence_overhead_s * 1e6,
+            "rocm-vllm.kernel_launch_us": rocm.kernel_launch_s * 1e6,
+            "rocm-vllm.sequence_overhead_us": rocm.sequence_overhead_s * 1e6,
             "eager.tree_kernels_per_layer": eager.tree_kernels_per_layer,
             "eager.draft_step_overhead_us": eager.draft_step_overhead_s * 1e6,
             "sglang.spec_schedule_us": sg.spec_schedule_s * 1e6,

@@ -50,6 +50,7 @@ HARDWARE = {
     "B200 (HGX)": ("b200", {}, ""),
     "H200 SXM": ("h200", {}, ""),
     "A100-80GB (Spec-Bench)": ("a100-80gb", {}, ""),
+    "MI300X": ("mi300x", {}, ""),
 }
 #: CSV model text -> database model
 MODELS = {
@@ -92,13 +93,14 @@ PRECISION = {
     "FP8 (fp8 KV cache)": "fp8-head16", "4-bit (q4f16_1 assumed)": "q4f16_1", "FP8 (NIM fp8 profile)": "fp8-head16",
     "nvfp4 MoE and dense FFN, bf16 attention": "nvfp4",
     "nvfp4 (nvidia/DeepSeek-R1-0528-FP4), fp8 KV cache": "nvfp4", "nvfp4 (nvidia/DeepSeek-R1-FP4), bf16 KV cache": "nvfp4",
-    "nvfp4 (nvidia/DeepSeek-R1-FP4)": "nvfp4", "fp8 (DeepSeek block-wise W8A8)": "fp8-head16",
+    "nvfp4 (nvidia/DeepSeek-R1-FP4)": "nvfp4", "fp8 (DeepSeek block-wise W8A8)": "fp8-block",
     "fp8 (row-wise W8A8, Meta FP8 checkpoint)": "fp8-head16",
-    "fp8 (DeepSeek-R1-0528 block-wise W8A8)": "fp8-head16", "nvfp4 (DeepSeek-R1-0528-FP4-V2)": "nvfp4",
+    "fp8 (DeepSeek-R1-0528 block-wise W8A8)": "fp8-block", "nvfp4 (DeepSeek-R1-0528-FP4-V2)": "nvfp4",
+    "fp8": "fp8-head16", "FP8 (amd/Llama-3.1-70B-Instruct-FP8-KV, fp8 KV cache)": "fp8-head16",
     "bf16 weights, bf16 KV cache": "bf16", "bf16 weights, fp8 KV cache (FlashAttention-3, two-level accumulation)": "bf16",
 }
 _RUNTIME_BY_FRAMEWORK = (("transformers", "eager"), ("Hugging Face", "eager"), ("HF backend", "eager"),
-                         ("gpt-fast", "gpt-fast"))   # else the device's default
+                         ("gpt-fast", "gpt-fast"), ("vLLM (ROCm", "rocm-vllm"))   # else the device's default
 #: decode-file metric text -> kind of comparison
 DECODE_METRICS = {"decode tok/s": "decode_ms", "autoregressive sampling": "decode_ms", "draft sampling": "decode_ms",
                   "decode ms/token": "decode_ms", "effective ms/token": "spec_ms",
@@ -112,9 +114,19 @@ LOAD_METRICS = (("ttft_ms", "ttft", "ttft_ms"), ("tpot_ms", "tpot", "decode_ms")
 #: serving-load framework text -> why the row is not modelled (first match wins; checked before the
 #: lengths and concurrency)
 LOAD_NOT_MODELLED = (
-    ("static batch", "a static batch (benchmark_latency.py): B requests run together, not serving under load; "
-                     "TTFT and TPOT not separated"),
 )
+#: serving-load framework text of a static batch (vLLM benchmark_latency.py: B requests prefilled and decoded
+#: together): one case, output tok/s per GPU = B x G / (the batch's latency) / GPUs, static batching
+LOAD_STATIC = "static batch"
+
+
+def _rocm_fit_row(case: Case, row: dict[str, str]) -> bool:
+    """The MI300X rows the rocm-vllm runtime is fitted on (dse.validation.fits FIT_PARAMETERS "rocm"): the
+    newest vLLM's batch-1 static batch (its fixed cost a step) and OCI's batch sweep (the growth with batch,
+    as ratios to its own batch-1 row); the other MI300X rows are held out."""
+    return ((case.id.startswith("serving:") and "vllm_0.10.2" in row.get("framework", "")
+             and case.design.get("batch") == 1)
+            or (case.id.startswith("load:") and "blogs.oracle.com" in row.get("source", "")))
 #: why the serving-load rows are all held out
 LOAD_ROLE = "held out: the serving model (dse.model.scheduler) has no fitted constant; none fitted on these rows"
 #: serving-load source text -> short name for the per-source medians (first match wins)
@@ -283,6 +295,8 @@ def _load_cases(rid: str, row: dict[str, str]) -> list[Case]:
     why = next((w for key, w in LOAD_NOT_MODELLED if key in row["framework"]), None)
     if why:
         raise _NotModelled(why)
+    if LOAD_STATIC in row["framework"] and row["concurrency"]:
+        return [_static_load_case(rid, row)]
     if row["request_rate_per_s"]:
         raise _NotModelled(f"open loop (Poisson arrivals at {row['request_rate_per_s']} req/s) of ShareGPT prompts "
                            "of lengths not stated per row: dse's serving model is a closed loop at fixed lengths")
@@ -331,6 +345,21 @@ def _load_cases(rid: str, row: dict[str, str]) -> list[Case]:
         out.append(Case(f"{rid}/{suffix}", "", kind, value, "held-out", design=dict(design), note=note,
                         source=row["source"]))
     return out
+
+
+def _static_load_case(rid: str, row: dict[str, str]) -> Case:
+    """A static batch of a serving-load file (vLLM benchmark_latency.py): B = concurrency requests of the
+    row's lengths prefilled together then decoded together, its output tokens/s per GPU (B x G / latency
+    / GPUs), as the TensorRT-LLM static-batch rows of serving_measurements_public.csv."""
+    dtype = _lookup(PRECISION, row["precision"], "precision")
+    chips, batch = int(row["num_chips"]), int(row["concurrency"])
+    design, hw_note = _design(row["hardware"], _lookup(MODELS, row["model"], "model"), dtype, chips,
+                              prompt=int(row["input_len"]), output=int(row["output_len"]), framework=row["framework"])
+    design.update(batch=batch, pp=int(row["pp"]))
+    note = "; ".join(x for x in (f"static batch of {batch}, {row['input_len']}/{row['output_len']} tokens, TP{row['tp']} "
+                                 f"PP{row['pp']}; output tok/s per GPU = B x G / latency / GPUs", hw_note) if x)
+    return Case(f"{rid}/tput", "", "throughput_tok_s_gpu", float(row["output_tok_s_total"]) / chips, "",
+                design=design, note=note, source=row["source"])
 
 
 def _acceptance(row: dict[str, str]) -> dict[str, float] | None:
@@ -579,6 +608,8 @@ def _role(case: Case, row: dict[str, str], db: Database | None = None) -> Case:
     elif (case.id.startswith("serving:") and d["target"] == "llama-2-7b" and d["hw"] in ("h100-sxm", "a100-80gb")
           and row.get("framework", "").startswith("TensorRT-LLM")):
         group = "serving"
+    elif case.id.startswith(("serving:", "load:")) and d["hw"] == "mi300x" and _rocm_fit_row(case, row):
+        group = "rocm"
     elif (case.id.startswith("energy:") and d["hw"] == "h100-sxm" and d["target"] == "llama-3.1-8b"
           and float(row["avg_power_w"]) / d["chips"] < ENERGY_FIT_MAX_TDP_FRACTION * (db or load_database()).device(d["hw"]).tdp_w):
         group = "energy"
@@ -598,6 +629,14 @@ def cases(db: Database | None = None) -> list[Case]:
     out = []
     for rid, row in rows:
         label, source = _label(rid, row), row.get("source", "")
+        if rid.startswith("load:") and LOAD_STATIC in row["framework"] and row["concurrency"]:
+            try:        # a static batch of the serving-load file: one case, its role like the serving rows'
+                c = dataclasses.replace(_static_load_case(rid, row), label=label)
+            except _NotModelled as why:
+                out.append(Case(rid, label, "", None, "not modelled", note=str(why), source=source))
+                continue
+            out.append(_role(c, row, db))
+            continue
         try:
             if rid.startswith(("specdec:", "specbench:")):
                 case = _specdec_case(rid, row, db)

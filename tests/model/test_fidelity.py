@@ -156,8 +156,15 @@ def test_device_link_efficiency_slows_tensor_parallel(ideal):
     kw = dict(hw="h100-sxm", chips=8, target="llama-3.1-70b", batch=256, prompt=512, output=64)
     full = evaluate_design(**kw, set_fields={**ideal, "link_efficiency": 1.0})
     part = evaluate_design(**kw, set_fields={**ideal, "link_efficiency": 0.5})
-    # 80 layers * 2 all-reduces of 256*8192*2 B: ring 2*7/8 * 4,194,304 B / (450e9 B/s * eta)
-    extra = 160 * 2 * 7 / 8 * 256 * 8192 * 2 * (1 / 225e9 - 1 / 450e9)
+    # 80 layers * 2 all-reduces of 256*8192*2 = 4,194,304 B over 8 chips, the faster of the nvlink class's two
+    # protocols (links.yaml): the bandwidth one, 14 x 3.18 us + 1.75 x 4,194,304 / (450e9 x eta) = 60.830 us at
+    # eta 1 and 77.141 us at 0.5; the low-latency one 14 x 0.44 us + 1.75 x 4,194,304 / (0.24 x 450e9) = 74.121 us
+    # whatever eta: 60.830 us (bandwidth) at eta 1, 74.121 us (low latency) at 0.5: 13.291 us more, x 160
+    n = 256 * 8192 * 2
+    bulk = [14 * 3.18e-6 + 1.75 * n / (450e9 * eta) for eta in (1.0, 0.5)]
+    low = 14 * 0.44e-6 + 1.75 * n / (0.24 * 450e9)
+    assert (bulk[0], min(bulk[1], low)) == (pytest.approx(60.830e-6, rel=1e-4), pytest.approx(74.121e-6, rel=1e-4))
+    extra = 160 * (min(bulk[1], low) - min(bulk[0], low))
     assert part["baseline_ms_per_token"] - full["baseline_ms_per_token"] == pytest.approx(extra * 1e3, rel=1e-9)
 
 
