@@ -26,11 +26,11 @@ from ..errors import MISSING, SpecError
 from ..model.transformer import total_params
 from ..workload.spec import AcceptanceSpec, DrafterSpec, TaskMix, Workload, mixture
 from .fit import (
+    ALPHA_EPS,
     BAND_LEVEL,
     HEAD_METHODS,
     Fit,
     PairFeatures,
-    _logit,
     context_term,
     is_llama3,
     level_key,
@@ -275,7 +275,8 @@ def _from_table(task: str, weight: float, rows, f: Fit, method: str = "", contex
     what = f"table row{'s' if len(rows) > 1 else ''} {ids}" + (f" of {', '.join(sorted(ck))}" if ck else "")
     d = context_term(f.context, method, context_tokens)
     if d:           # the rows measured short contexts: the long-context term on their alpha
-        a = float(sigmoid(_logit(a) + d))
+        a = min(max(a, ALPHA_EPS), 1.0 - ALPHA_EPS)
+        a = float(sigmoid(math.log(a / (1.0 - a)) + d))
         what += f" at {_context_text(f, method, context_tokens)}"
     return TaskAcceptance(task, weight, a, a, a, "table", f"{what} ({srcs})")
 
