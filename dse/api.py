@@ -289,7 +289,10 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         # the table's rows of the method's published tree where it is the default (re-chosen or not)
         row_shape = (None, tree_nodes, shape.depth) if shape else (None, tree_nodes, k_fixed) if tree_nodes else \
             ((k_fixed, None, None) if k_fixed else None)
-        resolution = resolve(tgt, drafter, task_mix, float(temperature), db, row_shape)
+        # the workload's context S = prompt + output / 2 (as the step costs use it): EAGLE heads past
+        # their training context lose acceptance (dse.acceptance.fit.context_slope)
+        resolution = resolve(tgt, drafter, task_mix, float(temperature), db, row_shape,
+                             context_tokens=prompt + 0.5 * output)
         acc = resolution.spec("alpha")
     k_given = k_val if k_val else None
     raise_collected(check_workload(drafter, acc, k_lo=k_given, k_hi=k_given, k_fixed=k_val > 0,

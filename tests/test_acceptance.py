@@ -104,7 +104,7 @@ def test_a_bad_cell_names_file_row_and_column(tmp_path):
     shutil.copytree(DB / "acceptance", root / "acceptance")
     p = table_path(root)
     text = p.read_text().replace("lev23-02,leviathan2023", "lev23-02,", 1)
-    p.write_text(text.replace(",translation,WMT EnDe translation,0.0,", ",poetry,WMT EnDe translation,0.0,", 1))
+    p.write_text(text.replace(",translation,WMT EnDe translation,,0.0,", ",poetry,WMT EnDe translation,,0.0,", 1))
     with pytest.raises(DseError) as e:
         load_table(root)
     msg = str(e.value)

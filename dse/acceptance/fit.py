@@ -17,6 +17,7 @@ exactly, other shapes are the model's extrapolation.
                    + [draft model] a * log10(draft/target parameters) - f * (not the same family)
                    + [draft heads] h * log10(target parameters / 10B) + l * (a Llama-3 target)
                    + [early exit]  logit(exit layer / layers)   (slope 1, not fitted: see below)
+                   - [EAGLE heads] c * min(max(0, log2(S / S0)), log2(S_max / S0))   (long context)
                    + u_checkpoint
 
 a mixed model: the fixed effects by ridge regression (penalty RIDGE on everything but the
@@ -28,7 +29,11 @@ gets u = n m / (n + LAMBDA) when it is the only term). RIDGE and LAMBDA are the 
 smallest leave-one-source-out median tau error. A row of the Spec-Bench mix (six tasks in equal
 parts) enters with each task's effect at 1/6. Early exits in the table all sit at 25-31% of the
 depth, so the exit slope is fixed at 1 (the odds of acceptance proportional to the odds of the
-exit fraction: 1 at the last layer) rather than fitted.
+exit fraction: 1 at the last layer) rather than fitted. The long-context term (context_slope):
+S the workload's context (prompt + output / 2), S0 = CONTEXT_S0 = 2,048 the context EAGLE heads are
+trained at, S_max the deepest context the table publishes (held there, not extrapolated); c is fitted
+apart, on the table's context series (rows with ``context_tokens``, not in the pair fit, whose rows
+are all short-context: the term is 0 on every one of them).
 
 **Error and band.** Leave-one-source-out: every source (paper, leaderboard, repository) is
 held out in turn, the model refitted on the others and the source's rows predicted (with the
@@ -104,6 +109,17 @@ TAU_CHECK_K = 4
 #: alpha is kept inside (ALPHA_EPS, 1 - ALPHA_EPS) before taking its logit
 ALPHA_EPS = 1e-3
 FIT_FILE = "fit.json"
+#: heads whose acceptance falls past the context they were trained at: the EAGLE family drafts
+#: through an attention layer over the whole context (its own KV of the target's features), trained on
+#: ShareGPT-length conversations (EAGLE's --max-length 2048 caps the head's context:
+#: github.com/SafeAILab/EAGLE/issues/311; heads shipped with max_position_embeddings 2048:
+#: github.com/sgl-project/sglang/issues/6783); Medusa and Hydra heads read the last hidden state only
+CONTEXT_METHODS = ("eagle", "eagle2", "eagle3")
+#: the context the heads were trained at (tokens): the long-context term is 0 at or below it
+CONTEXT_S0 = 2048
+#: the chain length at which a context row's tau is read as alpha (its source does not state k; vLLM's
+#: EAGLE-3 configs speculate 3-5 tokens: k = 2..7 moves the fitted slope between 1.19 and 0.94)
+CONTEXT_K = 3
 _TARGET = ModelSpec(name="probe", num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
                     head_dim=128, intermediate_size=14336, vocab_size=128256, tied_embeddings=False)
 
@@ -222,6 +238,7 @@ class PairFeatures:
     log_target: float = 0.0          # heads: log10(target parameters / 10B)
     llama3: float = 0.0              # heads: 1 for a Llama-3 target (families.yaml: llama-3)
     exit_logit: float = 0.0          # early exit: logit(exit layer / layers)
+    context_tokens: float = 0.0      # the workload's context S (prompt + output / 2); 0: short
 
 
 def feature_vector(f: PairFeatures) -> tuple[np.ndarray, float]:
@@ -264,7 +281,54 @@ def row_features(r: AcceptanceRow) -> PairFeatures:
     elif r.draft_kind == "early-exit":
         f = r.exit_layer / r.target_layers
         kw = dict(exit_logit=math.log(f / (1.0 - f)))
-    return PairFeatures(method=r.draft_kind, task_weights=_tasks_of(r.task), temperature=r.temperature or 0.0, **kw)
+    return PairFeatures(method=r.draft_kind, task_weights=_tasks_of(r.task), temperature=r.temperature or 0.0,
+                        context_tokens=float(r.context_tokens or 0), **kw)
+
+
+# ------------------------------------------------------------------ long context
+
+def context_excess(context_tokens, s_max: float) -> float:
+    """x = min(max(0, log2(S / S0)), log2(S_max / S0)): doublings of the context past the heads'
+    training context S0 = CONTEXT_S0, held at the deepest published context S_max (not extrapolated)."""
+    if not context_tokens or context_tokens <= CONTEXT_S0:
+        return 0.0
+    return float(min(math.log2(context_tokens / CONTEXT_S0), math.log2(max(s_max, CONTEXT_S0) / CONTEXT_S0)))
+
+
+def context_slope(table) -> dict:
+    """The long-context term of EAGLE-family heads, logit(alpha) -= c * x (x: context_excess),
+    fitted by least squares on the table's context series (rows with ``context_tokens`` of a
+    CONTEXT_METHODS drafter, one intercept per source and drafter: logit(alpha_i) = a_series - c x_i),
+    each row's tau read as alpha at a chain of CONTEXT_K. {} when the table has no series of two contexts."""
+    rows = [r for r in table if r.context_tokens and r.draft_kind in CONTEXT_METHODS and r.stat_kind == "tau"
+            and r.stat_value is not None]
+    series: dict[tuple, list] = {}
+    for r in rows:
+        series.setdefault((r.source_key, pair_key(r)), []).append(r)
+    series = {k: v for k, v in series.items() if len({r.context_tokens for r in v}) > 1}
+    if not series:
+        return {}
+    s_max = float(max(r.context_tokens for v in series.values() for r in v))
+    xs, ys, ids = [], [], []
+    for v in series.values():
+        x = np.array([context_excess(r.context_tokens, s_max) for r in v])
+        tau = [r.stat_value + (1.0 if r.includes_bonus == "no" else 0.0) for r in v]
+        y = _logit([alpha_of_tau(r.draft_kind, t, k=r.k or CONTEXT_K) for r, t in zip(v, tau)])
+        xs.append(x - x.mean())
+        ys.append(y - y.mean())
+        ids += [r.id for r in v]
+    x, y = np.concatenate(xs), np.concatenate(ys)
+    c = -float(x @ y / (x @ x))
+    rms = float(np.sqrt(np.mean((y + c * x) ** 2)))
+    return dict(slope=c, s0=float(CONTEXT_S0), s_max=s_max, k=CONTEXT_K, rows=ids, rms=rms,
+                methods=list(CONTEXT_METHODS))
+
+
+def context_term(context: dict, method: str, context_tokens: float) -> float:
+    """The long-context term added to logit(alpha): -c * context_excess(S) for CONTEXT_METHODS, else 0."""
+    if not context or method not in context.get("methods", ()) or not context_tokens:
+        return 0.0
+    return -context["slope"] * context_excess(context_tokens, context["s_max"])
 
 
 def pair_key(r_or_target, drafter: DrafterSpec | None = None) -> tuple:
@@ -333,12 +397,13 @@ class Fit:
     probe: list[float]
     lam: float = 1.0
     held_out: dict = dataclasses.field(default_factory=dict)   # id -> as loso, from the full fit
+    context: dict = dataclasses.field(default_factory=dict)    # the long-context term (context_slope)
 
     def predict_logit(self, f: PairFeatures, key: tuple | None = None) -> tuple[float, int]:
         """(logit(alpha), rows of the drafter level behind its u)."""
         x, off = feature_vector(f)
         beta = np.array([self.coef[p] for p in PARAMS])
-        eta = float(x @ beta + off)
+        eta = float(x @ beta + off) + context_term(self.context, f.method, f.context_tokens)
         if key is not None:
             u, n = self.anchors.get(level_key(key), (0.0, 0))
             return eta + u, int(n)
@@ -508,7 +573,7 @@ def fit(root=None, ridge: float | None = None, lam: float | None = None, loso: b
     return Fit(coef=dict(zip(PARAMS, map(float, beta))), sigma=sigma,
                rows={r.id: dict(alpha=conv[r.id].alpha, tau=conv[r.id].tau, how=conv[r.id].how) for r in table},
                anchors=anchors, loso=out_loso, ridge=ridge, table_hash=table_hash(root), probe=machinery_probe(),
-               lam=lam, held_out=held)
+               lam=lam, held_out=held, context=context_slope(table))
 
 
 def fit_path(root=None) -> Path:

@@ -25,7 +25,19 @@ from ..catalog.specs import ModelSpec
 from ..errors import MISSING, SpecError
 from ..model.transformer import total_params
 from ..workload.spec import AcceptanceSpec, DrafterSpec, TaskMix, Workload, mixture
-from .fit import BAND_LEVEL, HEAD_METHODS, Fit, PairFeatures, is_llama3, level_key, pair_key, sigmoid, stored_fit
+from .fit import (
+    ALPHA_EPS,
+    BAND_LEVEL,
+    HEAD_METHODS,
+    Fit,
+    PairFeatures,
+    context_term,
+    is_llama3,
+    level_key,
+    pair_key,
+    sigmoid,
+    stored_fit,
+)
 
 
 @dataclass(frozen=True)
@@ -84,8 +96,8 @@ class Resolution:
         return f"alpha per task {parts} ({weights}), {band} ({level}) modelled: {detail}"
 
 
-def features_for(target: ModelSpec, drafter: DrafterSpec, task: str, temperature: float, db: Database
-                 ) -> PairFeatures:
+def features_for(target: ModelSpec, drafter: DrafterSpec, task: str, temperature: float, db: Database,
+                 context_tokens: float = 0.0) -> PairFeatures:
     meth = drafter.meth
     kw = {}
     if drafter.kind == "model":
@@ -100,7 +112,18 @@ def features_for(target: ModelSpec, drafter: DrafterSpec, task: str, temperature
     elif meth == "early-exit":
         f = drafter.exit_layer / target.num_layers
         kw = dict(exit_logit=math.log(f / (1.0 - f)))
-    return PairFeatures(method=meth, task_weights=((task, 1.0),), temperature=temperature, **kw)
+    return PairFeatures(method=meth, task_weights=((task, 1.0),), temperature=temperature,
+                        context_tokens=float(context_tokens or 0.0), **kw)
+
+
+def _context_text(f: Fit, method: str, context_tokens: float) -> str:
+    """'context 32,768 tokens: -3.42 in logit(alpha) (...)', or '' where the term is 0."""
+    d = context_term(f.context, method, context_tokens)
+    if not d:
+        return ""
+    c = f.context
+    return (f"context {context_tokens:,.0f} tokens: {d:+.2f} in logit(alpha) ({c['slope']:.2f} per doubling past "
+            f"{c['s0']:,.0f}, held past {c['s_max']:,.0f}; fitted on table rows {c['rows'][0]}..{c['rows'][-1]})")
 
 
 def _table_rows(target: ModelSpec, drafter: DrafterSpec, task: str, temperature: float, db: Database, f: Fit,
@@ -125,11 +148,14 @@ def _table_rows(target: ModelSpec, drafter: DrafterSpec, task: str, temperature:
 
 
 def resolve(target: ModelSpec, drafter: DrafterSpec, task: TaskMix, temperature: float,
-            db: Database | None = None, shape: tuple | None = None) -> Resolution:
+            db: Database | None = None, shape: tuple | None = None, context_tokens: float = 0.0) -> Resolution:
     """The drafter's acceptance per task: the table's rows for this exact pair or checkpoint, task and
     temperature where there are any (their mean effective alpha; those of the design's own
     ``shape`` = (k, tree nodes, tree depth) first, when known), else the model (with the drafter
-    level's u where the fit has seen it) with its band."""
+    level's u where the fit has seen it) with its band. ``context_tokens`` (the workload's S = prompt
+    + output / 2): an EAGLE-family head past its training context takes the fit's long-context term
+    (dse.acceptance.fit.context_slope) on the table's alpha and on the model's alike (the table's
+    rows are short-context measurements)."""
     db = db or load_database()
     f = stored_fit(db)
     if drafter.meth in TABLE_KINDS:
@@ -138,16 +164,16 @@ def resolve(target: ModelSpec, drafter: DrafterSpec, task: TaskMix, temperature:
     if task.label == "mix":
         rows = _table_rows(target, drafter, "mix", temperature, db, f, shape)
         if rows:
-            return Resolution((_from_table("mix", 1.0, rows, f),))
+            return Resolution((_from_table("mix", 1.0, rows, f, drafter.meth, context_tokens),))
     key = pair_key(target.name, drafter)
     seen = level_key(key) in f.anchors
     out = []
     for t, w in zip(task.tasks, task.weights):
         rows = _table_rows(target, drafter, t, temperature, db, f, shape)
         if rows:
-            out.append(_from_table(t, w, rows, f))
+            out.append(_from_table(t, w, rows, f, drafter.meth, context_tokens))
             continue
-        feats = features_for(target, drafter, t, temperature, db)
+        feats = features_for(target, drafter, t, temperature, db, context_tokens)
         eta, n = f.predict_logit(feats, key)
         s = f.band(drafter.meth, seen)
         a, lo, hi = (float(sigmoid(eta + d)) for d in (0.0, -s, s))
@@ -166,6 +192,8 @@ def resolve(target: ModelSpec, drafter: DrafterSpec, task: TaskMix, temperature:
                          + (" of this checkpoint" if drafter.checkpoint or ref else " of this pair"))
         elif drafter.checkpoint or ref:
             terms.append("no table rows of this checkpoint: the method's mean")
+        if _context_text(f, drafter.meth, context_tokens):
+            terms.append(_context_text(f, drafter.meth, context_tokens))
         terms.append(f"band: {100 * BAND_LEVEL:.0f}% of held-out residuals of {f.band_name(drafter.meth, seen)}")
         out.append(TaskAcceptance(t, w, a, lo, hi, "model", ", ".join(terms)))
     return Resolution(tuple(out))
@@ -238,16 +266,23 @@ def chain_rates(rows, f: Fit) -> tuple[float, ...]:
     return tuple(float(x) for x in a)
 
 
-def _from_table(task: str, weight: float, rows, f: Fit) -> TaskAcceptance:
+def _from_table(task: str, weight: float, rows, f: Fit, method: str = "", context_tokens: float = 0.0
+                ) -> TaskAcceptance:
     a = float(np.mean([f.rows[r.id]["alpha"] for r in rows]))
     ids = ", ".join(r.id for r in rows)
     srcs = "; ".join(sorted({r.source for r in rows}))
     ck = {r.checkpoint for r in rows if r.checkpoint}
     what = f"table row{'s' if len(rows) > 1 else ''} {ids}" + (f" of {', '.join(sorted(ck))}" if ck else "")
+    d = context_term(f.context, method, context_tokens)
+    if d:           # the rows measured short contexts: the long-context term on their alpha
+        a = min(max(a, ALPHA_EPS), 1.0 - ALPHA_EPS)
+        a = float(sigmoid(math.log(a / (1.0 - a)) + d))
+        what += f" at {_context_text(f, method, context_tokens)}"
     return TaskAcceptance(task, weight, a, a, a, "table", f"{what} ({srcs})")
 
 
-def resolved_workload(w: Workload, db: Database | None = None) -> tuple[Workload, Resolution | None]:
+def resolved_workload(w: Workload, db: Database | None = None, context_tokens: float = 0.0
+                      ) -> tuple[Workload, Resolution | None]:
     """``w`` with its acceptance from the table or the model (nominal, low, high) and its source;
     unchanged (and no Resolution) for no drafter."""
     if w.drafter.kind == "none":
@@ -255,6 +290,6 @@ def resolved_workload(w: Workload, db: Database | None = None) -> tuple[Workload
     shape = (None, w.tree_nodes, w.k_max) if w.tree_nodes else None      # a fixed tree (a method's default)
     if shape is None and w.drafter.kind == "mtp" and w.drafter.heads:     # mtp:N: the rows of its N steps
         shape = (w.drafter.heads, None, None)
-    res = resolve(w.target, w.drafter, w.task, w.temperature, db, shape)
+    res = resolve(w.target, w.drafter, w.task, w.temperature, db, shape, context_tokens)
     return dataclasses.replace(w, acceptance=res.spec("alpha"), acceptance_low=res.spec("low"),
                                acceptance_high=res.spec("high"), acceptance_source=res.source), res

@@ -45,7 +45,7 @@ FIT_VALUES = ("yes", "no", "held-out")
 STAT_KINDS = ("alpha", "tau", "acceptance_ratio", "per_position", "speedup_only")
 COLUMNS = ("id", "source_key", "source", "checked", "target", "target_model", "target_params_b", "draft",
            "draft_model", "checkpoint", "draft_params_b", "same_family", "method", "draft_kind", "exit_layer",
-           "target_layers", "task", "task_detail", "temperature", "sampling", "k", "tree_nodes", "tree_depth", "stat_kind",
+           "target_layers", "task", "task_detail", "context_tokens", "temperature", "sampling", "k", "tree_nodes", "tree_depth", "stat_kind",
            "stat_value", "rates", "includes_bonus", "fit", "why_not", "hardware", "speedup", "notes")
 
 
@@ -71,6 +71,7 @@ class AcceptanceRow:
     target_layers: int | None
     task: str
     task_detail: str
+    context_tokens: int | None  # the context the statistic was measured at (prompt tokens); None: short or unstated
     temperature: float | None  # None: not stated
     sampling: str
     k: int | None              # a chain of k drafts
@@ -193,6 +194,7 @@ def _row(c: dict[str, str], path: str, where: str) -> AcceptanceRow:
         exit_layer=number("exit_layer", Range(True, 1, 10000), True),
         target_layers=number("target_layers", Range(True, 2, 10000), True),
         task=text("task", ROW_TASKS), task_detail=text("task_detail"),
+        context_tokens=number("context_tokens", Range(True, 1, 10_000_000), True),
         temperature=number("temperature", Range(lo=0.0, hi=2.0)), sampling=text("sampling"),
         k=number("k", Range(True, 1, 64), True), tree_nodes=number("tree_nodes", Range(True, 1, 1024), True),
         tree_depth=number("tree_depth", Range(True, 1, 64), True), stat_kind=stat,
