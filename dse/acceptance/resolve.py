@@ -117,13 +117,13 @@ def features_for(target: ModelSpec, drafter: DrafterSpec, task: str, temperature
 
 
 def _context_text(f: Fit, method: str, context_tokens: float) -> str:
-    """'context 32,768 tokens: -3.42 in logit(alpha) (...)', or '' where the term is 0."""
+    """'context 32,768 tokens: -3.18 in logit(alpha) (...)', or '' where the term is 0."""
     d = context_term(f.context, method, context_tokens)
     if not d:
         return ""
     c = f.context
-    return (f"context {context_tokens:,.0f} tokens: {d:+.2f} in logit(alpha) ({c['slope']:.2f} per doubling past "
-            f"{c['s0']:,.0f}, held past {c['s_max']:,.0f}; fitted on table rows {c['rows'][0]}..{c['rows'][-1]})")
+    return (f"context {context_tokens:,.0f} tokens: {d:+.2f} in logit(alpha) ({c['slope']:.3f} x the doublings "
+            f"past {c['s0']:,.0f} squared, held past {c['s_max']:,.0f}; fitted on table rows {c['rows'][0]}..{c['rows'][-1]})")
 
 
 def _table_rows(target: ModelSpec, drafter: DrafterSpec, task: str, temperature: float, db: Database, f: Fit,
