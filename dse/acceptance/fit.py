@@ -524,10 +524,9 @@ def loso_median(f: Fit, informative: bool = True) -> float:
     return float(np.median(errs)) if errs else float("nan")
 
 
-def coverage(results, sigma_of) -> float:
-    """The fraction of held-out results inside their band: |residual| <= sigma_of(result)."""
-    v = [abs(x["residual"]) <= sigma_of(x) for x in results]
-    return float(np.mean(v)) if v else float("nan")
+def inside(result: dict, sigma: dict) -> bool:
+    """Whether a held-out result lies inside its band: |residual| <= band_of(sigma, method, seen)."""
+    return bool(abs(result["residual"]) <= band_of(sigma, result["method"], result["seen"]))
 
 
 def fit(root=None, ridge: float | None = None, lam: float | None = None, loso: bool = True) -> Fit:
@@ -568,12 +567,12 @@ def fit(root=None, ridge: float | None = None, lam: float | None = None, loso: b
             others = bands([v for v in inf if v["source"] != src])
             for v in out_loso.values():
                 if v["source"] == src:
-                    v["covered"] = bool(abs(v["residual"]) <= band_of(others, v["method"], v["seen"]))
+                    v["covered"] = inside(v, others)
     held = {}
     for r in table:
         if r.held_out and conv[r.id].alpha is not None:
             held[r.id] = _held_out_result(beta, anchors, r, conv[r.id], float(_logit(conv[r.id].alpha)), r.source_key)
-            held[r.id]["covered"] = bool(abs(held[r.id]["residual"]) <= band_of(sigma, r.draft_kind, held[r.id]["seen"]))
+            held[r.id]["covered"] = inside(held[r.id], sigma)
     return Fit(coef=dict(zip(PARAMS, map(float, beta))), sigma=sigma,
                rows={r.id: dict(alpha=conv[r.id].alpha, tau=conv[r.id].tau, how=conv[r.id].how) for r in table},
                anchors=anchors, loso=out_loso, ridge=ridge, table_hash=table_hash(root), probe=machinery_probe(),

@@ -2,10 +2,10 @@
 task, the table's rows of the exact pair (or checkpoint), task and temperature, else the model's
 prediction with its band and the band's level.
 
-**A bare method** (``--draft eagle3``) is the drafter level the table's unnamed rows of that target
-measured (vLLM's head in SpecDecode-Bench for llama-3.1-8b), else the method's mean over the
-checkpoints the fit has seen, with the band of a checkpoint it has not seen: a user who names no
-head gets the population of public heads, not the best paper's. ``--draft eagle3:<checkpoint>``
+**A bare method** (``--draft eagle3``) is the method authors' head for the target where the registry
+marks one (``reference: true``: what the method's published numbers measured; fit.pair_key), else the
+drafter level the table's unnamed rows of that pair measured, else the method's mean over the
+checkpoints the fit has seen, with the band of a checkpoint it has not seen. ``--draft eagle3:<checkpoint>``
 is that checkpoint: its own rows where the table has the (checkpoint, task, temperature), else
 the model with the checkpoint's fitted level u and the band of a seen checkpoint. An MTP drafter
 (catalog.acceptance.TABLE_KINDS) takes the table alone.

@@ -161,13 +161,9 @@ def _table_cached(key) -> FrameworkTable:
 def implied_alpha(tau: float, spec: TreeSpec, profile: RankProfile | None = None, iters: int = 50) -> float:
     """The top-1 rate whose framework tree under the rank ``profile`` (None: geometric) has this tau,
     by bisection (tau rises with it): the shape of a tree whose tau is given."""
-    lo, hi = 0.0, 1.0
     prof = profile or GEOMETRIC
-    for _ in range(iters):
-        mid = 0.5 * (lo + hi)
-        p = np.tile(prof.probabilities(np.array([mid]), ranks_needed(spec)), (spec.depth + 1, 1))
-        lo, hi = (mid, hi) if framework_table(p, spec).tau < tau else (lo, mid)
-    return 0.5 * (lo + hi)
+    return specdec.rate_for_tau(tau, lambda rate: framework_table(
+        np.tile(prof.probabilities(np.array([rate]), ranks_needed(spec)), (spec.depth + 1, 1)), spec).tau, iters)
 
 
 def framework_terms(w: Workload, acc: AcceptanceSpec, shape, K: int):

@@ -201,7 +201,7 @@ def latency_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -> di
             roofline.step_cost) with the shared LM head (V*d read once per step, 2*V*d FLOPs per
             position), plus its eh_proj (2d -> d) in place of EAGLE's fc; no embedding of its own.
             DeepSeek-V3 fp8 at batch 1 on 8 chips: (187.1M + 9 x 44.04M + 1.8M + 926.7M + 102.8M) B
-            = 1.615 GB a step, 0.217 GB a chip, 198 us with its kernels (tests/model/test_mtp.py)."""
+            = 1.615 GB a step, 0.217 GB a chip, 197.4 us with its kernels (tests/model/test_mtp.py)."""
             eagle = head_like
             # the target's own layers (early exit, an MoE EAGLE layer) keep its expert parallel
             c = step_cost(model, Dc, batch=Bc, q=q, context=Sc, layers=layers, step_overhead=not eagle,

@@ -198,11 +198,18 @@ def implied_tree_alpha(tau: float, depth: int, nodes: int, profile: RankProfile 
     """The top-1 rate whose best tree of ``nodes`` nodes and depth <= ``depth`` under the rank
     ``profile`` (None: geometric) has this tau, by bisection (tau rises with it). Used for a
     tree's shape when tau is given."""
-    lo, hi = 0.0, 1.0
     prof = profile or GEOMETRIC
+
+    def tree_tau(rate):
+        vals, _ = best_tree_nodes(np.tile(prof.probabilities(np.array([rate]), nodes), (depth, 1)), depth, nodes)
+        return 1.0 + vals.sum()
+    return rate_for_tau(tau, tree_tau, iters)
+
+
+def rate_for_tau(tau: float, tau_of_rate, iters: int = 50) -> float:
+    """The top-1 rate in [0, 1] at which the increasing ``tau_of_rate`` reaches ``tau``, by bisection."""
+    lo, hi = 0.0, 1.0
     for _ in range(iters):
         mid = 0.5 * (lo + hi)
-        p = prof.probabilities(np.array([mid]), nodes)
-        vals, _ = best_tree_nodes(np.tile(p, (depth, 1)), depth, nodes)
-        lo, hi = (mid, hi) if 1.0 + vals.sum() < tau else (lo, mid)
+        lo, hi = (mid, hi) if tau_of_rate(mid) < tau else (lo, mid)
     return 0.5 * (lo + hi)

@@ -204,4 +204,6 @@ def test_random_arrivals_wait_longer_than_a_closed_loop():
     one = float(closed_loop_ttft_s(np.array([1.0]), 101.0, 0.01, 0.01, 0.05, 0.02, poisson=True)[0])
     assert one > 0.05 + 0.005
     kw = dict(hw="h100-sxm", target="llama-3.1-8b", batch=64, prompt=2048, output=256, continuous=True)
-    assert evaluate_design(**kw, arrivals="poisson")["ttft_ms"] > evaluate_design(**kw)["ttft_ms"]
+    rand_r, closed_r = evaluate_design(**kw, arrivals="poisson"), evaluate_design(**kw)
+    assert rand_r["ttft_ms"] > closed_r["ttft_ms"]
+    assert (rand_r["arrivals"], closed_r["arrivals"]) == ("poisson", "closed")      # the record says which load

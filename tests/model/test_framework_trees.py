@@ -137,6 +137,10 @@ def test_pricing_follows_the_framework_tree():
     sg = evaluate_design(**kw, tree="sglang:topk=4,steps=3,tokens=8")
     tr = evaluate_design(**kw, tree="trtllm:topk=4,draft_len=3,draft_tokens=7")
     assert sg["tree_nodes"] == tr["tree_nodes"] == 7 and sg["k"] == tr["k"] == 3
+    # the record names the tree (the label parse_tree gives it)
+    assert (sg["framework_tree"], tr["framework_tree"]) == ("sglang:topk=4,steps=3,tokens=8",
+                                                            "trtllm:topk=4,draft_len=3,draft_tokens=7")
+    assert evaluate_design(**kw)["framework_tree"] is None
     assert sg["tau"] == tr["tau"]
     assert sg["verify_ms_per_iter"] == tr["verify_ms_per_iter"]
     assert tr["draft_ms_per_iter"] > sg["draft_ms_per_iter"]
