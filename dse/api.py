@@ -50,7 +50,7 @@ RUNTIME_FIELDS = ("kernels_per_layer", "layer_sync_us", "mla_extra_kernels", "mo
                   "spec_overhead_us", "ngram_draft_us", "memory_reserve_fraction",
                   "sequence_overhead_us", "request_overhead_us", "roofline_p", "int8_stream_factor",
                   "int4_stream_factor", "tree_kernels_per_layer", "draft_step_overhead_us",
-                  "spec_schedule_us")
+                  "spec_schedule_us", "decode_kv_per_query_head")
 
 
 def hardware_arrays(dev: DeviceSpec, rt: RuntimeSpec, chips, dtype: str,
@@ -97,7 +97,7 @@ def hardware_arrays(dev: DeviceSpec, rt: RuntimeSpec, chips, dtype: str,
         scale_out_latency_s=0.0 if dev.scale_out_latency_s is None else dev.scale_out_latency_s,
         scale_out_efficiency=1.0 if dev.scale_out_efficiency is None else dev.scale_out_efficiency,
         tree_kernels_per_layer=rt.tree_kernels_per_layer, draft_step_overhead_s=rt.draft_step_overhead_s,
-        spec_schedule_s=rt.spec_schedule_s,
+        spec_schedule_s=rt.spec_schedule_s, decode_kv_per_query_head=rt.decode_kv_per_query_head,
         pp=pp, layer_regions=dev.layer_regions, dies=dev.dies, region_hop_s=hops[0], die_hop_s=hops[1],
         layer_sync_s=rt.layer_sync_s, **energy)
 

@@ -80,13 +80,13 @@ def test_unknown_runtime_points_to_a_command_that_exists():
     res = run("eval", "--hw", "h100-sxm", "--target", "llama-3.1-8b", "--runtime", "tensorrt")
     assert res.exit_code == 2
     assert one_error_line(res) == ("error: --runtime: runtime 'tensorrt' is not in hardware_db/runtimes; known: "
-                                   "dataflow, eager, gpt-fast, graphs, rocm-vllm, sglang, vllm, xla (`dse runtimes list` shows all)")
+                                   "dataflow, eager, gpt-fast, graphs, rocm-vllm, sglang, trtllm-mmha, vllm, xla (`dse runtimes list` shows all)")
     near = run("eval", "--hw", "h100-sxm", "--target", "llama-3.1-8b", "--runtime", "rocm")
     assert near.exit_code == 2 and "did you mean 'rocm-vllm'?" in one_error_line(near)
     listed = run("runtimes", "list")
     assert listed.exit_code == 0
     assert [ln.split()[0] for ln in listed.output.splitlines()[2:]] == ["dataflow", "eager", "gpt-fast", "graphs",
-                                                                        "rocm-vllm", "sglang", "vllm", "xla"]
+                                                                        "rocm-vllm", "sglang", "trtllm-mmha", "vllm", "xla"]
     shown = run("runtimes", "show", "graphs")
     assert shown.exit_code == 0 and "kernel_launch_us" in shown.output and "fitted" in shown.output
 

@@ -384,6 +384,11 @@ class RuntimeSpec:
     draft_step_overhead_s: float = num("draft_step_overhead_us", "us", 0, 1e6, default=0.0,
                                        desc="host cost of each draft-head step (EAGLE, Hydra) and of each tree draft "
                                             "step's top-k expansion, where the runtime pays it (an eager loop)")
+    decode_kv_per_query_head: float = num("decode_kv_per_query_head", "", 0, 1, default=0.0,
+                                          desc="1: its decode attention kernel reads each KV head once per query "
+                                               "head of its group (no GQA-aware kernel: TensorRT-LLM's masked MHA "
+                                               "where XQA does not cover the model), g = h/h_kv times the bytes; "
+                                               "0: once per KV head (XQA, FlashInfer, FlashAttention)")
     spec_schedule_s: float = num("spec_schedule_us", "us", 0, 1e6, default=0.0,
                                  desc="host work per speculative iteration that the serving stack does not overlap "
                                       "with the GPU (scheduling, batch and tree metadata, result processing: SGLang "

@@ -112,7 +112,8 @@ RUNTIME_ARRAY_FIELDS = ("kernel_launch_s", "kernels_per_layer", "mla_extra_kerne
                         "shared_expert_kernels", "step_overhead_s", "spec_overhead_s", "ngram_draft_s",
                         "memory_reserve_fraction", "sequence_overhead_s", "request_overhead_s", "roofline_p",
                         "int8_stream_factor", "int4_stream_factor", "tree_kernels_per_layer",
-                        "draft_step_overhead_s", "layer_sync_s", "spec_schedule_s")
+                        "draft_step_overhead_s", "layer_sync_s", "spec_schedule_s",
+                        "decode_kv_per_query_head")
 #: a synthesised chip's mem_efficiency when its study does not set one: the rule known parts
 #: follow (docs/calibration.md section 4): DRAM 0.83 (the A100's measured streaming fraction),
 #: on-die SRAM 0.9; and its compute_efficiency: 0.66 (TensorRT-LLM prefill MFU, every device)

@@ -109,6 +109,7 @@ class HardwareArrays:
     scale_out_efficiency: np.ndarray = 1.0
     tree_kernels_per_layer: np.ndarray = 0.0   # extra kernels per layer of a tree-masked verify pass
     draft_step_overhead_s: np.ndarray = 0.0    # host cost per draft-head step / tree draft step (eager loops)
+    decode_kv_per_query_head: np.ndarray = 0.0  # 1: decode attention reads the KV once per query head (h/h_kv x)
     spec_schedule_s: np.ndarray = 0.0          # host work per speculative iteration not overlapped with the GPU
     # Energy (MODEL.md section 5; technology.known_part_energy, evaluation.chip_group): NaN = unknown,
     # and then every energy metric is NaN

@@ -297,7 +297,8 @@ def pass_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
     Linear: F = 2*N_active*B*q (+ LM head at every position, or at the last one only for a
     prefill, ``lm_head_last_only``), bytes = weights touched, the LM head at ``head_bytes``
     per weight (16-bit in AWQ/GPTQ/fp8 checkpoints; None = ``weight_bytes``).
-    Attention: bytes = B*L*(S+q)*kv_per_token (read the cache, write the new tokens),
+    Attention: bytes = B*L*(S+q)*kv_per_token (read the cache, write the new tokens), times
+    ``transformer.decode_kv_reads`` outside a prefill (a runtime without a GQA-aware decode kernel),
     F = 4*h*d_h*L * B*q*(S + (q+1)/2) (causal: the i-th new token sees S+i tokens); with a
     ``tree_mask`` (verifying a token tree) every position reads the context once plus the
     tree's own q keys under the mask, F = 4*h*d_h*L * B*q*(S + q) (MODEL.md section 3).
@@ -383,7 +384,9 @@ def pass_cost(m: ModelSpec, hw, *, batch, q, context, weight_bytes: float, kv_by
         flops_lin = flops_lin + 2.0 * tf.lm_head_params(m) * B / t
     busy = _busiest_expert_rank(m, L, TX, ep, t)                    # None without expert parallel
     kv_tok = L * tf.kv_elems_per_token_per_layer(m) * kv_bytes
-    bytes_att = ((B * (S + q) + X) if ride else B * (S + q)) * kv_tok / (
+    reads = 1.0 if lm_head_last_only else tf.decode_kv_reads(m, t if dpa is None else t / dpa,
+                                                             getattr(hw, "decode_kv_per_query_head", 0.0))
+    bytes_att = ((B * (S + q) * reads + X) if ride else B * (S + q) * reads) * kv_tok / (
         tf.kv_shards(m, t) if dpa is None else dpa * tf.kv_shards(m, t / dpa))   # a rank: its B/D sequences
     tree = tree_mask is not False and bool(np.any(tree_mask))
     own = np.where(tree_mask, q, 0.5 * (q + 1.0)) if tree else 0.5 * (q + 1.0)

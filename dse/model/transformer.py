@@ -251,6 +251,21 @@ def kv_shards(m: ModelSpec, chips):
     return np.minimum(t, m.num_kv_heads)
 
 
+def decode_kv_reads(m: ModelSpec, chips, per_query_head) -> np.ndarray:
+    """Times a decode or verify pass reads each cached KV head on a chip: 1 for a GQA-aware kernel
+    (``per_query_head`` = 0: XQA, FlashInfer, FlashAttention load a KV head once for its group), and
+    the chip's query heads per KV head, h min(t, h_kv) / (t h_kv), for a kernel that runs one thread
+    block per query head (``per_query_head`` = 1: TensorRT-LLM's masked multi-head attention, which
+    its XQA kernel replaced for GQA, "reducing data loading": TensorRT-LLM's XQA-kernel blog). MHA
+    and MLA (one latent head per token): 1. Llama-2-70B (h 64, h_kv 8) at t = 2: 64 x 2 / (2 x 8) = 8."""
+    f = np.asarray(per_query_head, dtype=np.float64)
+    if m.kv_lora_rank or m.num_kv_heads == m.num_attention_heads:
+        return np.ones_like(f)
+    t = np.asarray(chips, dtype=np.float64)
+    g = m.num_attention_heads * np.minimum(t, m.num_kv_heads) / (t * m.num_kv_heads)
+    return 1.0 + f * (g - 1.0)
+
+
 def kv_elems_per_token_per_layer(m: ModelSpec) -> int:
     """KV-cache elements per token per layer: 2*h_kv*d_h, or MLA r_kv + d_rope."""
     if m.kv_lora_rank:
