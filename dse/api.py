@@ -292,7 +292,7 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
         # the workload's context S = prompt + output / 2 (as the step costs use it): EAGLE heads past
         # their training context lose acceptance (dse.acceptance.fit.context_slope)
         resolution = resolve(tgt, drafter, task_mix, float(temperature), db, row_shape,
-                             context_tokens=prompt + 0.5 * output)
+                             context_tokens=prompt + 0.5 * output, chain=not tree_nodes)
         acc = resolution.spec("alpha")
     k_given = k_val if k_val else None
     raise_collected(check_workload(drafter, acc, k_lo=k_given, k_hi=k_given, k_fixed=k_val > 0,

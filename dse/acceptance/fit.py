@@ -16,6 +16,7 @@ exactly, other shapes are the model's extrapolation.
     logit(alpha) = b_method + t_task (+ c_task for prompt lookup and retrieval) + s_group * T
                    + [draft model] a * log10(draft/target parameters) - f * (not the same family)
                    + [draft heads] h * log10(target parameters / 10B) + l * (a Llama-3 target)
+                   + [EAGLE-3]     c3 * (a chain, not a tree: CHAIN_METHODS)
                    + [early exit]  logit(exit layer / layers)   (slope 1, not fitted: see below)
                    - [EAGLE heads] c * min(max(0, log2(S / S0)), log2(S_max / S0))^2   (long context)
                    + u_checkpoint
@@ -90,7 +91,8 @@ TASK_EFFECTS = tuple(t for t in TASKS if t != "chat")        # chat is the refer
 PARAMS = (tuple(f"method:{m}" for m in MODELLED_KINDS) + tuple(f"task:{t}" for t in TASK_EFFECTS)
           + tuple(f"copy-task:{t}" for t in TASK_EFFECTS) + tuple(f"temperature:{g}" for g in
                                                                   ("model", "head", "copy", "exit"))
-          + ("model:log10_size_ratio", "model:other_family", "head:log10_target_size", "head:llama3_target"))
+          + ("model:log10_size_ratio", "model:other_family", "head:log10_target_size", "head:llama3_target",
+             "head:eagle3_chain"))
 N_INTERCEPTS = len(MODELLED_KINDS)
 #: ridge penalties tried on logit(alpha) effects, and penalties on the drafter levels' u (LAMBDA:
 #: the residual variance over the levels' variance); the fit keeps the pair with the smallest median
@@ -115,6 +117,11 @@ FIT_FILE = "fit.json"
 #: github.com/SafeAILab/EAGLE/issues/311; heads shipped with max_position_embeddings 2048:
 #: github.com/sgl-project/sglang/issues/6783); Medusa and Hydra heads read the last hidden state only
 CONTEXT_METHODS = ("eagle", "eagle2", "eagle3")
+#: heads whose chains accept less than their trees imply (the chain term, head:eagle3_chain): EAGLE-3's authors'
+#: Llama-3.1-8B head drafts chains in vLLM at an i.i.d. 0.75 (vllm issue 20780, pull 17504) where its trees in
+#: the authors' code (EAGLE-3 paper Table 1, 6.13 on MT-bench) imply 0.84 under the rank profile, a gap no rank
+#: profile short of the geometric limit closes; EAGLE-1 heads' chains and trees agree (docs/acceptance.md)
+CHAIN_METHODS = ("eagle3",)
 #: the context the heads were trained at (tokens): the long-context term is 0 at or below it
 CONTEXT_S0 = 2048
 #: the chain length at which a context row's tau is read as alpha (its source does not state k; vLLM's
@@ -237,6 +244,7 @@ class PairFeatures:
     other_family: float = 0.0        # draft models: 1 when not of the target's family
     log_target: float = 0.0          # heads: log10(target parameters / 10B)
     llama3: float = 0.0              # heads: 1 for a Llama-3 target (families.yaml: llama-3)
+    chain: float = 0.0               # CHAIN_METHODS: 1 for a chain (no tree)
     exit_logit: float = 0.0          # early exit: logit(exit layer / layers)
     context_tokens: float = 0.0      # the workload's context S (prompt + output / 2); 0: short
 
@@ -258,6 +266,8 @@ def feature_vector(f: PairFeatures) -> tuple[np.ndarray, float]:
     if f.method in HEAD_METHODS:
         x[idx["head:log10_target_size"]] = f.log_target
         x[idx["head:llama3_target"]] = f.llama3
+    if f.method in CHAIN_METHODS:
+        x[idx["head:eagle3_chain"]] = f.chain
     return x, EXIT_SLOPE * f.exit_logit if f.method == "early-exit" else 0.0
 
 
@@ -277,7 +287,8 @@ def row_features(r: AcceptanceRow) -> PairFeatures:
     if r.draft_kind == "model":
         kw = dict(log_ratio=math.log10(max(r.draft_params_b, 1e-3) / tp), other_family=0.0 if r.same_family else 1.0)
     elif r.draft_kind in HEAD_METHODS:
-        kw = dict(log_target=math.log10(tp / 10.0), llama3=float(is_llama3(r.target_model or r.target)))
+        kw = dict(log_target=math.log10(tp / 10.0), llama3=float(is_llama3(r.target_model or r.target)),
+                  chain=float(r.draft_kind in CHAIN_METHODS and r.tree_nodes is None and r.k is not None))
     elif r.draft_kind == "early-exit":
         f = r.exit_layer / r.target_layers
         kw = dict(exit_logit=math.log(f / (1.0 - f)))

@@ -28,6 +28,7 @@ from ..workload.spec import AcceptanceSpec, DrafterSpec, TaskMix, Workload, mixt
 from .fit import (
     ALPHA_EPS,
     BAND_LEVEL,
+    CHAIN_METHODS,
     HEAD_METHODS,
     Fit,
     PairFeatures,
@@ -97,7 +98,7 @@ class Resolution:
 
 
 def features_for(target: ModelSpec, drafter: DrafterSpec, task: str, temperature: float, db: Database,
-                 context_tokens: float = 0.0) -> PairFeatures:
+                 context_tokens: float = 0.0, chain: bool = False) -> PairFeatures:
     meth = drafter.meth
     kw = {}
     if drafter.kind == "model":
@@ -108,7 +109,8 @@ def features_for(target: ModelSpec, drafter: DrafterSpec, task: str, temperature
                   other_family=0.0 if same else 1.0)
     elif meth in HEAD_METHODS:
         kw = dict(log_target=math.log10(total_params(target) / 1e9 / 10.0),
-                  llama3=float(is_llama3(target.name, target.family, db.root)))
+                  llama3=float(is_llama3(target.name, target.family, db.root)),
+                  chain=float(chain and meth in CHAIN_METHODS))
     elif meth == "early-exit":
         f = drafter.exit_layer / target.num_layers
         kw = dict(exit_logit=math.log(f / (1.0 - f)))
@@ -143,37 +145,44 @@ def _table_rows(target: ModelSpec, drafter: DrafterSpec, task: str, temperature:
             out.append(r)
     if shape is not None:
         same = [r for r in out if (r.k, r.tree_nodes, r.tree_depth) == tuple(shape)]
-        out = same or out
+        # else rows of the same kind of shape (a chain's: chains; a tree's: trees), else any
+        kind = [r for r in out if (r.tree_nodes is None) == (shape[1] is None)]
+        out = same or kind or out
     return out
 
 
 def resolve(target: ModelSpec, drafter: DrafterSpec, task: TaskMix, temperature: float,
-            db: Database | None = None, shape: tuple | None = None, context_tokens: float = 0.0) -> Resolution:
+            db: Database | None = None, shape: tuple | None = None, context_tokens: float = 0.0,
+            chain: bool | None = None) -> Resolution:
     """The drafter's acceptance per task: the table's rows for this exact pair or checkpoint, task and
     temperature where there are any (their mean effective alpha; those of the design's own
     ``shape`` = (k, tree nodes, tree depth) first, when known), else the model (with the drafter
     level's u where the fit has seen it) with its band. ``context_tokens`` (the workload's S = prompt
     + output / 2): an EAGLE-family head past its training context takes the fit's long-context term
     (dse.acceptance.fit.context_slope) on the table's alpha and on the model's alike (the table's
-    rows are short-context measurements)."""
+    rows are short-context measurements). ``chain``: the design drafts a chain (None: when ``shape`` is a
+    chain's, (k, None, None)): an EAGLE-3 head takes the fit's chain term (head:eagle3_chain) in the model,
+    and on the table's alpha where only tree rows of the pair are at hand."""
     db = db or load_database()
     f = stored_fit(db)
+    if chain is None:
+        chain = shape is not None and shape[0] is not None and shape[1] is None
     if drafter.meth in TABLE_KINDS:
         return _table_only(target, drafter, task, temperature, db, f, shape)
     # the workload's mix is Spec-Bench's: a measured mix row of this pair is the most direct answer
     if task.label == "mix":
         rows = _table_rows(target, drafter, "mix", temperature, db, f, shape)
         if rows:
-            return Resolution((_from_table("mix", 1.0, rows, f, drafter.meth, context_tokens),))
+            return Resolution((_from_table("mix", 1.0, rows, f, drafter.meth, context_tokens, chain),))
     key = pair_key(target.name, drafter)
     seen = level_key(key) in f.anchors
     out = []
     for t, w in zip(task.tasks, task.weights):
         rows = _table_rows(target, drafter, t, temperature, db, f, shape)
         if rows:
-            out.append(_from_table(t, w, rows, f, drafter.meth, context_tokens))
+            out.append(_from_table(t, w, rows, f, drafter.meth, context_tokens, chain))
             continue
-        feats = features_for(target, drafter, t, temperature, db, context_tokens)
+        feats = features_for(target, drafter, t, temperature, db, context_tokens, chain)
         eta, n = f.predict_logit(feats, key)
         s = f.band(drafter.meth, seen)
         a, lo, hi = (float(sigmoid(eta + d)) for d in (0.0, -s, s))
@@ -192,6 +201,8 @@ def resolve(target: ModelSpec, drafter: DrafterSpec, task: TaskMix, temperature:
                          + (" of this checkpoint" if drafter.checkpoint or ref else " of this pair"))
         elif drafter.checkpoint or ref:
             terms.append("no table rows of this checkpoint: the method's mean")
+        if feats.chain:
+            terms.append(f"a chain: {f.coef['head:eagle3_chain']:+.2f} in logit(alpha) (head:eagle3_chain)")
         if _context_text(f, drafter.meth, context_tokens):
             terms.append(_context_text(f, drafter.meth, context_tokens))
         terms.append(f"band: {100 * BAND_LEVEL:.0f}% of held-out residuals of {f.band_name(drafter.meth, seen)}")
@@ -266,13 +277,19 @@ def chain_rates(rows, f: Fit) -> tuple[float, ...]:
     return tuple(float(x) for x in a)
 
 
-def _from_table(task: str, weight: float, rows, f: Fit, method: str = "", context_tokens: float = 0.0
-                ) -> TaskAcceptance:
+def _from_table(task: str, weight: float, rows, f: Fit, method: str = "", context_tokens: float = 0.0,
+                chain: bool = False) -> TaskAcceptance:
     a = float(np.mean([f.rows[r.id]["alpha"] for r in rows]))
     ids = ", ".join(r.id for r in rows)
     srcs = "; ".join(sorted({r.source for r in rows}))
     ck = {r.checkpoint for r in rows if r.checkpoint}
     what = f"table row{'s' if len(rows) > 1 else ''} {ids}" + (f" of {', '.join(sorted(ck))}" if ck else "")
+    c = f.coef.get("head:eagle3_chain", 0.0)
+    if chain and method in CHAIN_METHODS and c and all(r.tree_nodes for r in rows):
+        # tree rows only, for a chain: the fit's chain term on their alpha (as the model would add it)
+        a = min(max(a, ALPHA_EPS), 1.0 - ALPHA_EPS)
+        a = float(sigmoid(math.log(a / (1.0 - a)) + c))
+        what += f" as a chain ({c:+.2f} in logit(alpha), head:eagle3_chain)"
     d = context_term(f.context, method, context_tokens)
     if d:           # the rows measured short contexts: the long-context term on their alpha
         a = min(max(a, ALPHA_EPS), 1.0 - ALPHA_EPS)
@@ -288,8 +305,9 @@ def resolved_workload(w: Workload, db: Database | None = None, context_tokens: f
     if w.drafter.kind == "none":
         return dataclasses.replace(w, acceptance_source="none", acceptance_low=None, acceptance_high=None), None
     shape = (None, w.tree_nodes, w.k_max) if w.tree_nodes else None      # a fixed tree (a method's default)
+    chain = not w.tree_nodes and not w.tree_choices and (w.tree is None or not w.tree.nodes)
     if shape is None and w.drafter.kind == "mtp" and w.drafter.heads:     # mtp:N: the rows of its N steps
         shape = (w.drafter.heads, None, None)
-    res = resolve(w.target, w.drafter, w.task, w.temperature, db, shape, context_tokens)
+    res = resolve(w.target, w.drafter, w.task, w.temperature, db, shape, context_tokens, chain)
     return dataclasses.replace(w, acceptance=res.spec("alpha"), acceptance_low=res.spec("low"),
                                acceptance_high=res.spec("high"), acceptance_source=res.source), res
