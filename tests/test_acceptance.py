@@ -123,7 +123,7 @@ def _eta(coef: dict, method: str, task: str = "chat", T: float = 0.0, **x) -> fl
     if method == "model":
         eta += coef["model:log10_size_ratio"] * x["log_ratio"] + coef["model:other_family"] * x["other"]
     if method == "eagle3":
-        eta += coef["head:log10_target_size"] * x["log_target"] + coef["head:llama3_target"] * x.get("llama3", 0.0)
+        eta += coef["head:log10_target_size"] * x["log_target"] + coef["head:large_vocab_target"] * x.get("large_vocab", 0.0)
     if method == "early-exit":
         eta += math.log(x["f"] / (1 - x["f"]))
     return eta

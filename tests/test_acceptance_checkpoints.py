@@ -146,14 +146,31 @@ def test_a_bare_head_on_a_target_without_rows_is_the_methods_mean_by_hand():
     fitj = json.loads((Path(__file__).resolve().parent.parent / "hardware_db" / "acceptance" / "fit.json").read_text())
     c = fitj["coef"]
     db = load_database()
-    for name, llama3 in (("llama-3.1-70b", 1.0), ("vicuna-33b", 0.0)):
+    for name, large_vocab in (("llama-3.1-70b", 1.0), ("vicuna-33b", 0.0)):
         tgt = db.model(name)
         d = parse_drafter("eagle3", tgt, db)
         t = acc.resolve(tgt, d, parse_task("code"), 0.0, db).tasks[0]
         eta = (c["method:eagle3"] + c["task:code"] + c["head:log10_target_size"] * math.log10(total_params(tgt) / 1e10)
-               + c["head:llama3_target"] * llama3)
+               + c["head:large_vocab_target"] * large_vocab)
         s = acc.band_of(fitj["sigma"], "eagle3", False)
         assert t.origin == "model" and t.alpha == pytest.approx(1 / (1 + math.exp(-eta)), rel=1e-12)
         assert t.low == pytest.approx(1 / (1 + math.exp(-(eta - s))), rel=1e-12)
         assert "a checkpoint it has not seen" in t.detail
-    assert c["head:llama3_target"] < 0        # Llama-3 targets accept less than Vicuna/LLaMA-2 with these heads
+    assert c["head:large_vocab_target"] < 0   # Llama-3 targets accept less than Vicuna/LLaMA-2 with these heads
+
+
+def test_the_large_vocabulary_term_marks_targets_by_their_vocabulary():
+    """head:large_vocab_target applies where the target's vocabulary has >= 100,000 tokens (the model
+    database's vocab_size): Llama-3.1-8B's 128,256, Qwen3-8B's 151,936 and DeepSeek-V3's 129,280 do,
+    Vicuna's and Llama-2's 32,000 do not; a table name outside the database goes by its tokenizer."""
+    from dse.acceptance.fit import LARGE_VOCAB, is_large_vocab
+    from dse.acceptance.resolve import features_for
+    db = load_database()
+    for name, vocab, big in (("llama-3.1-8b", 128256, True), ("qwen3-8b", 151936, True),
+                             ("deepseek-v3", 129280, True), ("vicuna-13b", 32000, False), ("llama-2-70b", 32000, False)):
+        assert db.model(name).vocab_size == vocab and is_large_vocab(name) is big
+        assert (vocab >= LARGE_VOCAB) is big
+    assert is_large_vocab("Llama-3.1-8B-Instruct") and not is_large_vocab("Vicuna-13B")
+    tgt = db.model("qwen3-8b")
+    f = features_for(tgt, parse_drafter("eagle3", tgt, db), "chat", 0.0, db)
+    assert f.large_vocab == 1.0

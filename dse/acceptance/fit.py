@@ -91,7 +91,7 @@ TASK_EFFECTS = tuple(t for t in TASKS if t != "chat")        # chat is the refer
 PARAMS = (tuple(f"method:{m}" for m in MODELLED_KINDS) + tuple(f"task:{t}" for t in TASK_EFFECTS)
           + tuple(f"copy-task:{t}" for t in TASK_EFFECTS) + tuple(f"temperature:{g}" for g in
                                                                   ("model", "head", "copy", "exit"))
-          + ("model:log10_size_ratio", "model:other_family", "head:log10_target_size", "head:llama3_target",
+          + ("model:log10_size_ratio", "model:other_family", "head:log10_target_size", "head:large_vocab_target",
              "head:eagle3_chain"))
 N_INTERCEPTS = len(MODELLED_KINDS)
 #: ridge penalties tried on logit(alpha) effects, and penalties on the drafter levels' u (LAMBDA:
@@ -243,7 +243,7 @@ class PairFeatures:
     log_ratio: float = 0.0           # draft models: log10(draft / target parameters)
     other_family: float = 0.0        # draft models: 1 when not of the target's family
     log_target: float = 0.0          # heads: log10(target parameters / 10B)
-    llama3: float = 0.0              # heads: 1 for a Llama-3 target (families.yaml: llama-3)
+    large_vocab: float = 0.0         # heads: 1 for a target of >= LARGE_VOCAB tokens (Llama-3, Qwen2.5/3)
     chain: float = 0.0               # CHAIN_METHODS: 1 for a chain (no tree)
     exit_logit: float = 0.0          # early exit: logit(exit layer / layers)
     context_tokens: float = 0.0      # the workload's context S (prompt + output / 2); 0: short
@@ -265,7 +265,7 @@ def feature_vector(f: PairFeatures) -> tuple[np.ndarray, float]:
         x[idx["model:other_family"]] = f.other_family
     if f.method in HEAD_METHODS:
         x[idx["head:log10_target_size"]] = f.log_target
-        x[idx["head:llama3_target"]] = f.llama3
+        x[idx["head:large_vocab_target"]] = f.large_vocab
     if f.method in CHAIN_METHODS:
         x[idx["head:eagle3_chain"]] = f.chain
     return x, EXIT_SLOPE * f.exit_logit if f.method == "early-exit" else 0.0
@@ -275,9 +275,21 @@ def _tasks_of(task: str) -> tuple[tuple[str, float], ...]:
     return tuple((t, 1 / 6) for t in MIX_TASKS) if task == "mix" else ((task, 1.0),)
 
 
-def is_llama3(name: str, family: str = "", root=None) -> bool:
-    """A Llama-3 target (families.yaml: llama-3; DeepSeek-R1-Distill-Llama-8B maps to llama-3.1-8b)."""
-    return load_groups(root).family_of(name, family) == "llama-3"
+#: a vocabulary at least this large marks a "large-vocabulary" target (head:large_vocab_target)
+LARGE_VOCAB = 100_000
+
+
+def is_large_vocab(name: str, family: str = "", root=None) -> bool:
+    """A target whose vocabulary has >= LARGE_VOCAB tokens (Llama-3's 128,256, Qwen2.5/3's 151,936,
+    DeepSeek-V3's 129,280, Gemma-2's 256,000; LLaMA-1/2 and Vicuna have 32,000), from the model
+    database (DeepSeek-R1-Distill-Llama-8B maps to llama-3.1-8b); a name the database lacks counts
+    by its tokenizer group (families.yaml: llama3, qwen2, gemma2). Each token of such a tokenizer
+    carries more text (Llama 3 encodes text in up to 15% fewer tokens than Llama 2: Meta's Llama 3
+    announcement), so a drafter guesses it less often: fitted on the Llama-3 rows only."""
+    db = load_database(root)
+    if name in db.names("model"):
+        return db.model(name).vocab_size >= LARGE_VOCAB
+    return load_groups(root).tokenizer_of(name, family) in ("llama3", "qwen2", "gemma2")
 
 
 @lru_cache(maxsize=4096)
@@ -287,7 +299,7 @@ def row_features(r: AcceptanceRow) -> PairFeatures:
     if r.draft_kind == "model":
         kw = dict(log_ratio=math.log10(max(r.draft_params_b, 1e-3) / tp), other_family=0.0 if r.same_family else 1.0)
     elif r.draft_kind in HEAD_METHODS:
-        kw = dict(log_target=math.log10(tp / 10.0), llama3=float(is_llama3(r.target_model or r.target)),
+        kw = dict(log_target=math.log10(tp / 10.0), large_vocab=float(is_large_vocab(r.target_model or r.target)),
                   chain=float(r.draft_kind in CHAIN_METHODS and r.tree_nodes is None and r.k is not None))
     elif r.draft_kind == "early-exit":
         f = r.exit_layer / r.target_layers

@@ -33,7 +33,7 @@ from .fit import (
     Fit,
     PairFeatures,
     context_term,
-    is_llama3,
+    is_large_vocab,
     level_key,
     pair_key,
     sigmoid,
@@ -109,7 +109,7 @@ def features_for(target: ModelSpec, drafter: DrafterSpec, task: str, temperature
                   other_family=0.0 if same else 1.0)
     elif meth in HEAD_METHODS:
         kw = dict(log_target=math.log10(total_params(target) / 1e9 / 10.0),
-                  llama3=float(is_llama3(target.name, target.family, db.root)),
+                  large_vocab=float(is_large_vocab(target.name, target.family, db.root)),
                   chain=float(chain and meth in CHAIN_METHODS))
     elif meth == "early-exit":
         f = drafter.exit_layer / target.num_layers
