@@ -221,7 +221,8 @@ def v_tree_rechosen() -> str:
     for b in (1, 4, 32, 128):
         r = dse.evaluate_design(**kw, batch=b)
         p = dse.evaluate_design(**kw, batch=b, tree_nodes="published")
-        what = (f"a {r['tree_nodes']}-node tree" if r["tree_nodes"] else f"a chain of {r['k']}" if r["k"] else
+        article = "an" if str(r["tree_nodes"]).startswith(("8", "11", "18")) else "a"
+        what = (f"{article} {r['tree_nodes']}-node tree" if r["tree_nodes"] else f"a chain of {r['k']}" if r["k"] else
                 "no speculation")
         parts.append(f"batch {b}: {what}, {r['speedup']:.2f}x ({p['speedup']:.2f}x with the published tree)")
     return "; ".join(parts)

@@ -349,6 +349,13 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                  max_batched_tokens=int(max_batched_tokens), ep=ep, dp=dp,
                  k_max=(drafter.k_cap or k_max) if fw is None else max(drafter.k_cap or k_max, fw.depth), tree=fw,
                  rank_profile=None if profile.geometric else profile, task=task_mix, tree_choices=choices, **band)
+    chain_res = None
+    if resolution is not None and choices:      # the chain candidate's own acceptance (EAGLE-3's chain term)
+        from .acceptance.resolve import chain_resolution
+        chain_res = chain_resolution(w, db, context_tokens=prompt + 0.5 * output)
+        if chain_res is not None:
+            w = dataclasses.replace(w, chain_acceptance=(chain_res.spec("alpha"), chain_res.spec("low"),
+                                                         chain_res.spec("high")))
     design = DesignBatch(target=target_hw, draft=draft_arrays, draft_on_chip=on_chip,
                          draft_link_bw_bytes_s=link_bw, draft_link_latency_s=link_lat,
                          batch=batch, prompt_tokens=prompt, output_tokens=output, k=k_val)
@@ -387,8 +394,9 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                                  "mixture": "a text mix, one rate per task"}[acc.kind]
                               + ")")
                if drafter.kind != "none" else None,
-               task=task_mix.label, acceptance_origin=resolution.text() if resolution else
-               ("given" if drafter.kind != "none" else None),
+               task=task_mix.label, acceptance_origin=(resolution.text() + (
+                   f"; a chain among the sizes: {chain_res.text()}" if chain_res is not None else "")) if resolution
+               else ("given" if drafter.kind != "none" else None),
                acceptance_per_task=[dict(task=t.task, weight=t.weight, alpha=t.alpha, alpha_low=t.low,
                                          alpha_high=t.high, origin=t.origin, detail=t.detail)
                                     for t in resolution.tasks] if resolution else None,

@@ -311,3 +311,21 @@ def resolved_workload(w: Workload, db: Database | None = None, context_tokens: f
     res = resolve(w.target, w.drafter, w.task, w.temperature, db, shape, context_tokens, chain)
     return dataclasses.replace(w, acceptance=res.spec("alpha"), acceptance_low=res.spec("low"),
                                acceptance_high=res.spec("high"), acceptance_source=res.source), res
+
+
+def chain_resolution(w: Workload, db: Database | None = None, context_tokens: float = 0.0) -> Resolution | None:
+    """The acceptance of the chain candidate of a re-chosen tree (``w.tree_choices`` holds 0) where the
+    drafter's chains accept differently from its trees (CHAIN_METHODS: the chain term, and a checkpoint's
+    chain rows first); None where they do not (the tree's acceptance serves the chain)."""
+    if 0 not in w.tree_choices or w.drafter.meth not in CHAIN_METHODS:
+        return None
+    return resolve(w.target, w.drafter, w.task, w.temperature, db, (None, None, None), context_tokens, chain=True)
+
+
+def with_chain_acceptance(w: Workload, db: Database | None = None, context_tokens: float = 0.0) -> Workload:
+    """``w`` with Workload.chain_acceptance from :func:`chain_resolution` (unchanged where it is None)."""
+    res = chain_resolution(w, db, context_tokens)
+    if res is None:
+        return w
+    return dataclasses.replace(w, chain_acceptance=(res.spec("alpha"), res.spec("low"), res.spec("high")))
+

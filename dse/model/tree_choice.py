@@ -28,7 +28,9 @@ def chosen_tree_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -
     min over N in the choices of T_iter(N, k*(N)) / tau(N, k*(N)), k*(N) the k = auto of that size
     (speculation off where no size beats plain decoding): a chain up to k_max (as --k auto), a tree
     its best shape up to the published tree's depth. A tie keeps the earlier (smaller) size, a NaN
-    loses to any number. The columns k, tree_nodes and tree_shape say what was chosen.
+    loses to any number. The columns k, tree_nodes and tree_shape say what was chosen. Where the chain
+    has an acceptance of its own (Workload.chain_acceptance: an EAGLE-3 head's chain term), a size whose
+    best tree is one node per depth is that chain and is not kept as a tree.
 
     A tree of N nodes is skipped on a row where it cannot beat the best s/token c found so far:
     T_iter >= T_verify(N) + t_spec (latency.tree_verify_s; q = N + 1 positions whatever k) and
@@ -54,7 +56,11 @@ def chosen_tree_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -
         return dataclasses.replace(w_tree, tree_nodes=trees[i])
     chain = None
     if 0 in w.tree_choices:
-        chain = latency_metrics(batch, dataclasses.replace(w, tree_nodes=0, tree_choices=()), k_bound)
+        w_chain = dataclasses.replace(w, tree_nodes=0, tree_choices=(), chain_acceptance=None)
+        if w.chain_acceptance is not None:      # the chain's own acceptance (an EAGLE-3 head's chain term)
+            a, lo, hi = w.chain_acceptance
+            w_chain = dataclasses.replace(w_chain, acceptance=a, acceptance_low=lo, acceptance_high=hi)
+        chain = latency_metrics(batch, w_chain, k_bound)
     best = np.array(np.broadcast_to(chain["spec_s_per_token"], (n,))) if chain is not None else np.full(n, np.nan)
 
     def floor(i):
@@ -95,7 +101,13 @@ def chosen_tree_metrics(batch: DesignBatch, w: Workload, k_bound: bool = True) -
         spec0 = np.broadcast_to(chain["spec_s_per_token"], (n,))
         table[0] = np.where(np.isnan(spec0), np.inf, spec0)
     spec = pairs["spec_s_per_token"]
-    table[sizes + 1, rows] = np.where(np.isnan(spec), np.inf, spec)
+    lost = np.isnan(spec)
+    if w.chain_acceptance is not None and chain is not None:
+        # a tree whose best shape is one node per depth is the chain: it drafts at the chain's acceptance,
+        # as the chain candidate (k = auto up to k_max) already evaluates it
+        shape_txt = np.asarray(pairs["tree_shape"], dtype=str)
+        lost = lost | ((shape_txt != "") & (np.char.strip(np.char.replace(shape_txt, "-", ""), "1") == ""))
+    table[sizes + 1, rows] = np.where(lost, np.inf, spec)
     pick = np.argmin(table, axis=0)
     where = np.full((len(trees), n), -1)
     where[sizes, rows] = np.arange(rows.size)

@@ -175,7 +175,7 @@ class DraftChoices:
     def workload(self, label: str, exit_layer: int = 0) -> Workload:
         key = (label, int(exit_layer) if dict(self.choices)[label] is None else 0)
         if key not in self._memo:
-            from ..acceptance.resolve import resolved_workload
+            from ..acceptance.resolve import resolved_workload, with_chain_acceptance
             d = self.drafter(*key)
             from ..catalog.rank_profiles import load_rank_profiles
             profile = self.rank_profile or load_rank_profiles(self.db.root).for_drafter(d.kind)
@@ -199,6 +199,8 @@ class DraftChoices:
                 # the tree (and k, up to the study's k_max) re-chosen per design (dse.model.tree_choice)
                 w = dataclasses.replace(w, k_max=min(self.base.k_max, d.k_cap) if d.k_cap
                                         else self.base.k_max, tree_choices=d.tree_choices())
+                if not self.acceptance_given:       # the chain candidate's own acceptance (EAGLE-3's chain term)
+                    w = with_chain_acceptance(w, self.db)
             self._memo[key] = w
         return self._memo[key]
 

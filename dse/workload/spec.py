@@ -321,6 +321,10 @@ class Workload:
     #: method's tree re-chosen for the batch: DrafterSpec.tree_choices, dse.model.tree_choice);
     #: tree_nodes is then the largest (the published tree). () = tree_nodes as given
     tree_choices: tuple[int, ...] = ()
+    #: the chain candidate's own acceptance among tree_choices, (nominal, low, high), where the drafter's
+    #: chains accept differently from its trees (an EAGLE-3 head: dse.acceptance.fit CHAIN_METHODS);
+    #: None = the workload's acceptance for every size
+    chain_acceptance: tuple[AcceptanceSpec, AcceptanceSpec | None, AcceptanceSpec | None] | None = None
     #: the tree a serving framework builds (dse.workload.trees, dse.model.framework_trees), priced and
     #: credited as built at its own depth (k fixed to it); None = dse's best tree of tree_nodes nodes
     tree: TreeSpec | None = None

@@ -23,20 +23,23 @@ def test_eagle3_choices_are_a_chain_smaller_trees_and_the_published_tree():
 
 
 def test_batch_32_matches_k_auto_and_batch_1_keeps_the_published_tree():
-    """70B fp8 on an H200, EAGLE-3 (acceptance from the model, alpha 0.790: EAGLE-3's mean, the
-    registry holding no head of llama-3.1-70b): at batch 32 the published 59-node tree verifies 32 x 60 = 1,920 positions a
-    pass (compute-bound) and gives 0.33x; the re-chosen draft is a chain of k = 4, the same as --k
-    auto. At batch 1 the choice is no worse than the published tree."""
+    """70B fp8 on an H200, EAGLE-3 (acceptance from the model: EAGLE-3's mean, the registry holding no
+    head of llama-3.1-70b; alpha 0.80 for its trees, 0.69 for a chain with head:eagle3_chain): at batch 32
+    the published 59-node tree verifies 32 x 60 = 1,920 positions a pass (compute-bound) and gives 0.33x;
+    the re-chosen draft is a chain of k = 3 at the chain's alpha, the same as --k auto (a 4-node tree of
+    one node per depth is that chain, not a tree at the trees' alpha). At batch 1 the choice is no worse
+    than the published tree."""
     chosen = evaluate_design(**H200_70B, batch=32)
     auto = evaluate_design(**H200_70B, batch=32, k="auto")
     published = evaluate_design(**H200_70B, batch=32, tree_nodes="published")
     assert published["speedup"] < 0.4 and (published["k"], published["tree_nodes"]) == (6, 59)
-    assert chosen["speedup"] >= 0.95 * auto["speedup"] > 1.7
-    assert (chosen["k"], chosen["tree_nodes"], chosen["tree_choices"]) == (4, 0, list(SIZES))
-    # by hand: a chain of 4 at i.i.d. alpha a emits tau = 1 + a + a^2 + a^3 + a^4 tokens a pass, and a
+    assert chosen["speedup"] >= 0.95 * auto["speedup"] and auto["speedup"] > 1.7
+    assert (chosen["k"], chosen["tree_nodes"], chosen["tree_choices"]) == (3, 0, list(SIZES))
+    assert chosen["alpha"] == auto["alpha"] < published["alpha"] - 0.05     # the chain's own acceptance
+    # by hand: a chain of 3 at i.i.d. alpha a emits tau = 1 + a + a^2 + a^3 tokens a pass, and a
     # token costs the iteration over tau: speedup = baseline / (iter / tau)
     a = chosen["alpha"]
-    assert chosen["tau"] == pytest.approx(1 + a + a * a + a ** 3 + a ** 4, rel=1e-12)
+    assert chosen["tau"] == pytest.approx(1 + a + a * a + a ** 3, rel=1e-12)
     assert chosen["speedup"] == pytest.approx(chosen["baseline_ms_per_token"] / (chosen["iter_ms"] / chosen["tau"]),
                                               rel=1e-12)
     one = evaluate_design(**H200_70B, batch=1)
@@ -52,6 +55,9 @@ def test_the_choice_is_the_fastest_size_evaluated_alone(batch):
     chosen = evaluate_design(**H200_70B, batch=batch)
     each = [evaluate_design(**H200_70B, batch=batch, tree_nodes=n, k_max=6 if n else 16) for n in SIZES[:-1]]
     each.append(evaluate_design(**H200_70B, batch=batch, tree_nodes="published"))
+    # a size whose best tree is one node per depth is the chain (EAGLE-3's chains draft at the chain
+    # term's alpha): the chooser does not keep it as a tree
+    each = [r for r in each if not (r["tree_nodes"] and set(r["tree_shape"].split("-")) == {"1"})]
     best = min(each, key=lambda r: r["spec_ms_per_token"])
     assert chosen["spec_ms_per_token"] == best["spec_ms_per_token"]
     assert (chosen["k"], chosen["tree_nodes"], chosen["tree_shape"]) == (best["k"], best["tree_nodes"],
