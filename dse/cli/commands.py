@@ -276,7 +276,7 @@ def _kv(ctx, param, values):
                    "chunks; vLLM's max_num_batched_tokens, 8192 by default on large GPUs).")
 @click.option("--runtime", default=None,
               help="Fixed-cost stack from hardware_db/runtimes: graphs|gpt-fast|eager|xla|dataflow|sglang|vllm|"
-                   "rocm-vllm (`dse runtimes list`) [default: the device's default_runtime: graphs for NVIDIA GPUs, "
+                   "rocm-vllm|trtllm-mmha (`dse runtimes list`) [default: the device's default_runtime: graphs for NVIDIA GPUs, "
                    "rocm-vllm for MI300X-class].")
 @click.option("--baseline-ms", type=float, default=None,
               help="Anchor: a measured autoregressive ms/token; the fixed costs are scaled to match it [default: none].")
