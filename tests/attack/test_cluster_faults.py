@@ -430,14 +430,14 @@ def test_the_database_stopped_20_s_behind_the_proxy_is_waited_for(own_pg, tmp_pa
     db = own_pg.database("down20")
     port = _free_port()
     url = f"grpc://localhost:{port}"
-    study = write_study(tmp_path, **{"name": "down20", "search.n_trials": 80, "search.batch_size": 10})
+    study = write_study(tmp_path, **{"name": "down20", "search.n_trials": 40, "search.batch_size": 10})
     proxy = _start_proxy(db, port)
     workers = []
     try:
         workers = [subprocess.Popen([DSE, "run", study, "--storage", url, "--quiet", "--no-parquet"],
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                     env=_env(DSE_WORKER=str(i))) for i in range(2)]
-        _wait_for(lambda: own_pg.states("down20", "down20").get("COMPLETE", 0) >= 20, 300, *workers)
+        _wait_for(lambda: own_pg.states("down20", "down20").get("COMPLETE", 0) >= 10, 300, *workers)
         own_pg.stop()
         assert all(w.poll() is None for w in workers), "the run ended before the database stopped"
         time.sleep(20)
@@ -455,7 +455,7 @@ def test_the_database_stopped_20_s_behind_the_proxy_is_waited_for(own_pg, tmp_pa
     assert [w.returncode for w in workers] == [0, 0], [e[-2000:] for e in errs]
     assert not any("Traceback" in e for e in errs) and not any(own_pg.password in e for e in errs)
     states = own_pg.states("down20", "down20")
-    assert states.get("COMPLETE") == 80 and not states.get("RUNNING") and not states.get("WAITING")
+    assert states.get("COMPLETE") == 40 and not states.get("RUNNING") and not states.get("WAITING")
 
 
 @pytest.mark.servers
