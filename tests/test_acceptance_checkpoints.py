@@ -137,7 +137,7 @@ def test_a_study_drafts_with_a_checkpoint(tmp_path):
 def test_a_bare_head_on_a_target_without_rows_is_the_methods_mean_by_hand():
     """eagle3 on Llama-3.1-70B: no reference head and no table rows of the pair, so the method's
     mean: b_eagle3 + t_code + h log10(70.55B / 10B) + l (a Llama-3 target), u = 0, with the band of
-    a checkpoint the fit has not seen. And the same on Vicuna-33B drops the Llama-3 term."""
+    a checkpoint the fit has not seen. And the same on Vicuna-33B drops the large-vocabulary term."""
     import json
     import math
     from pathlib import Path

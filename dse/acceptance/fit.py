@@ -15,7 +15,7 @@ exactly, other shapes are the model's extrapolation.
 
     logit(alpha) = b_method + t_task (+ c_task for prompt lookup and retrieval) + s_group * T
                    + [draft model] a * log10(draft/target parameters) - f * (not the same family)
-                   + [draft heads] h * log10(target parameters / 10B) + l * (a Llama-3 target)
+                   + [draft heads] h * log10(target parameters / 10B) + l * (a target of >= LARGE_VOCAB tokens)
                    + [EAGLE-3]     c3 * (a chain, not a tree: CHAIN_METHODS)
                    + [early exit]  logit(exit layer / layers)   (slope 1, not fitted: see below)
                    - [EAGLE heads] c * min(max(0, log2(S / S0)), log2(S_max / S0))^2   (long context)
