@@ -6,9 +6,11 @@ speculative costs (:data:`FIT_RULES`; docs/calibration.md section 5e).
 A row's draft configuration is the stack's own: ``steps`` drafting steps (the tree's depth), ``topk``
 candidates a step and ``num_draft_tokens`` verified positions, the root among them (SGLang's
 speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens; vLLM's
-num_speculative_tokens is a chain: topk 1, num_draft_tokens = steps + 1). top-k 1 is a chain of
-``steps``; otherwise the best tree of num_draft_tokens - 1 nodes and depth <= steps. The row's
-baseline throughput anchors the stack's fixed costs (``baseline_ms``: B x 1000 / tok/s).
+num_speculative_tokens is a chain: topk 1, num_draft_tokens = steps + 1; TensorRT-LLM's MTP nextn N
+likewise: steps N, topk 1). top-k 1 is a chain of ``steps``; otherwise the best tree of
+num_draft_tokens - 1 nodes and depth <= steps. An MTP row drafts with the target's own MTP module
+chained ``steps`` times (``--draft mtp:N``). The row's baseline throughput anchors the stack's fixed
+costs (``baseline_ms``: B x 1000 / tok/s).
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ import re
 from typing import Any
 
 #: framework text -> dse runtime (first match wins)
-RUNTIMES = (("SGLang", "sglang"), ("vLLM", "vllm"))
+RUNTIMES = (("SGLang", "sglang"), ("vLLM", "vllm"), ("TensorRT-LLM", "graphs"))
 #: CSV hardware text -> (device, --set overrides, mapping note); the rows name the GPU without its variant
-HARDWARE = {"H100": ("h100-sxm", {}, "H100 variant not stated: h100-sxm")}
+HARDWARE = {"H100": ("h100-sxm", {}, "H100 variant not stated: h100-sxm"), "B200": ("b200", {}, "")}
 #: CSV model text -> database model
 MODELS = {"Qwen3-30B-A3B": "qwen3-30b-a3b", "Llama-3.1-8B": "llama-3.1-8b", "Llama-3.3-70B": "llama-3.3-70b",
-          "Llama-3-8B": "llama-3.1-8b"}
+          "Llama-3-8B": "llama-3.1-8b", "DeepSeek-R1": "deepseek-v3"}
 #: CSV precision text -> weight dtype
-PRECISION = {"bf16": "bf16", "fp16": "fp16"}
+PRECISION = {"bf16": "bf16", "fp16": "fp16", "nvfp4": "nvfp4"}
 #: which rows fit each runtime's speculative costs (fits.FIT_PARAMETERS 'sglang', 'vllm'); the rest are held out
 FIT_RULES = {
     "sglang": lambda row: "AngelSlim/issues/163" in row["source"] and row["batch_size"] == "1",
@@ -69,20 +71,33 @@ def case_fields(rid: str, row: dict[str, str]) -> dict[str, Any]:
     dtype = _lookup(PRECISION, row["precision"], "precision")
     prompt, output = int(_lead(row["prompt_len"])), int(_lead(row["output_len"]))
     method = row["draft_method"]
-    draft = "eagle3" if "EAGLE-3" in method else "eagle"
+    mtp = method.startswith("MTP")
+    draft = f"mtp:{steps}" if mtp else "eagle3" if "EAGLE-3" in method else "eagle"
     tree = 0 if topk == 1 else n - 1
     base_ms = batch * 1e3 / float(row["baseline_tok_s"])
-    design = dict(hw=hw, target=model, chips=int(row["num_chips"]), dtype=dtype, kv_dtype=dtype, prompt=prompt, output=output, batch=batch, runtime=runtime, draft=draft, k=steps,
+    kv = dtype if dtype in ("bf16", "fp16") else "bf16"        # a 4-bit weight format keeps a 16-bit KV cache
+    design = dict(hw=hw, target=model, chips=int(row["num_chips"]), dtype=dtype, kv_dtype=kv, prompt=prompt, output=output, batch=batch, runtime=runtime, draft=draft, k=steps,
                   tree_nodes=tree, tau=float(row["mean_accepted_length_tau"]), baseline_ms=round(base_ms, 4))
+    ep = re.search(r"\bEP(\d+)", row["framework"])
+    if ep and int(ep.group(1)) > 1:         # expert parallel: the routed experts over E ranks
+        design["ep"] = int(ep.group(1))
     if set_fields:
         design["set_fields"] = dict(set_fields)
     shape = (f"a chain of {steps}" if not tree else
              f"the best {tree}-node tree of depth <= {steps} (top-k {topk}, {n} verified positions with the root)")
     notes = [f"{runtime} runtime; {shape}; tau {row['mean_accepted_length_tau']} as published",
              f"baseline anchored at the row's {base_ms:.3f} ms a step ({batch} x 1000 / {row['baseline_tok_s']} tok/s)",
-             hw_note, f"prompt {prompt}, output {output} (estimates: see the row's notes)"]
+             hw_note, f"prompt {prompt}, output {output}" + (" (estimates: see the row's notes)" if any(
+                 m in row[c] for c in ("prompt_len", "output_len") for m in ("~", "[M")) else "")]
     if row["target_model"] == "Llama-3-8B":
         notes.append("Llama-3-8B has Llama-3.1-8B's shapes: llama-3.1-8b")
+    if row["target_model"] == "DeepSeek-R1":
+        notes.append("DeepSeek-R1 has DeepSeek-V3's shapes: deepseek-v3")
+    if mtp:
+        notes.append(f"--draft mtp:{steps}: the target's MTP module (a block, its projection, the shared LM head) run {steps} "
+                     f"time{'s' if steps > 1 else ''} a step, inside the iteration")
+    if "ep" in design:
+        notes.append(f"expert parallel {design['ep']} (the row's framework)")
     if draft == "eagle3" and re.search(r"\bdense\b", method, re.I):
         notes.append("the head is dense; dse's EAGLE head is a layer of the target's shape (an MoE layer here: the "
                      "same weights read at batch 1, 8 experts of 768 against a 6,144-wide FFN)")
