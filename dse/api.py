@@ -351,11 +351,8 @@ def evaluate_design(*, hw: str, target: str, draft: str = "none", chips: int = 1
                  rank_profile=None if profile.geometric else profile, task=task_mix, tree_choices=choices, **band)
     chain_res = None
     if resolution is not None and choices:      # the chain candidate's own acceptance (EAGLE-3's chain term)
-        from .acceptance.resolve import chain_resolution
-        chain_res = chain_resolution(w, db, context_tokens=prompt + 0.5 * output)
-        if chain_res is not None:
-            w = dataclasses.replace(w, chain_acceptance=(chain_res.spec("alpha"), chain_res.spec("low"),
-                                                         chain_res.spec("high")))
+        from .acceptance.resolve import with_chain_acceptance
+        w, chain_res = with_chain_acceptance(w, db, context_tokens=prompt + 0.5 * output)
     design = DesignBatch(target=target_hw, draft=draft_arrays, draft_on_chip=on_chip,
                          draft_link_bw_bytes_s=link_bw, draft_link_latency_s=link_lat,
                          batch=batch, prompt_tokens=prompt, output_tokens=output, k=k_val)

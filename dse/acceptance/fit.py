@@ -393,6 +393,12 @@ def sigmoid(x):
     return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=np.float64)))
 
 
+def shifted(alpha: float, d: float) -> float:
+    """alpha moved by ``d`` in logit(alpha) (a term the model adds, applied to a table row's alpha):
+    sigmoid(logit(alpha) + d), alpha clipped to [ALPHA_EPS, 1 - ALPHA_EPS] first."""
+    return float(sigmoid(_logit(alpha) + d))
+
+
 # ------------------------------------------------------------------ the fit
 
 def _solve(X: np.ndarray, Z: np.ndarray, y: np.ndarray, ridge: float, lam: float) -> tuple[np.ndarray, np.ndarray]:

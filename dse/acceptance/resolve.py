@@ -26,7 +26,6 @@ from ..errors import MISSING, SpecError
 from ..model.transformer import total_params
 from ..workload.spec import AcceptanceSpec, DrafterSpec, TaskMix, Workload, mixture
 from .fit import (
-    ALPHA_EPS,
     BAND_LEVEL,
     CHAIN_METHODS,
     HEAD_METHODS,
@@ -36,6 +35,7 @@ from .fit import (
     is_large_vocab,
     level_key,
     pair_key,
+    shifted,
     sigmoid,
     stored_fit,
 )
@@ -287,13 +287,11 @@ def _from_table(task: str, weight: float, rows, f: Fit, method: str = "", contex
     c = f.coef.get("head:eagle3_chain", 0.0)
     if chain and method in CHAIN_METHODS and c and all(r.tree_nodes for r in rows):
         # tree rows only, for a chain: the fit's chain term on their alpha (as the model would add it)
-        a = min(max(a, ALPHA_EPS), 1.0 - ALPHA_EPS)
-        a = float(sigmoid(math.log(a / (1.0 - a)) + c))
+        a = shifted(a, c)
         what += f" as a chain ({c:+.2f} in logit(alpha), head:eagle3_chain)"
     d = context_term(f.context, method, context_tokens)
     if d:           # the rows measured short contexts: the long-context term on their alpha
-        a = min(max(a, ALPHA_EPS), 1.0 - ALPHA_EPS)
-        a = float(sigmoid(math.log(a / (1.0 - a)) + d))
+        a = shifted(a, d)
         what += f" at {_context_text(f, method, context_tokens)}"
     return TaskAcceptance(task, weight, a, a, a, "table", f"{what} ({srcs})")
 
@@ -322,10 +320,12 @@ def chain_resolution(w: Workload, db: Database | None = None, context_tokens: fl
     return resolve(w.target, w.drafter, w.task, w.temperature, db, (None, None, None), context_tokens, chain=True)
 
 
-def with_chain_acceptance(w: Workload, db: Database | None = None, context_tokens: float = 0.0) -> Workload:
-    """``w`` with Workload.chain_acceptance from :func:`chain_resolution` (unchanged where it is None)."""
+def with_chain_acceptance(w: Workload, db: Database | None = None, context_tokens: float = 0.0
+                          ) -> tuple[Workload, Resolution | None]:
+    """``w`` with Workload.chain_acceptance from :func:`chain_resolution`, and that resolution (``w``
+    unchanged and None where there is none)."""
     res = chain_resolution(w, db, context_tokens)
     if res is None:
-        return w
-    return dataclasses.replace(w, chain_acceptance=(res.spec("alpha"), res.spec("low"), res.spec("high")))
+        return w, None
+    return dataclasses.replace(w, chain_acceptance=(res.spec("alpha"), res.spec("low"), res.spec("high"))), res
 

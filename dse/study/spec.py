@@ -200,7 +200,7 @@ class DraftChoices:
                 w = dataclasses.replace(w, k_max=min(self.base.k_max, d.k_cap) if d.k_cap
                                         else self.base.k_max, tree_choices=d.tree_choices())
                 if not self.acceptance_given:       # the chain candidate's own acceptance (EAGLE-3's chain term)
-                    w = with_chain_acceptance(w, self.db)
+                    w = with_chain_acceptance(w, self.db)[0]
             self._memo[key] = w
         return self._memo[key]
 

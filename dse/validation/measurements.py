@@ -107,9 +107,9 @@ DECODE_METRICS = {"decode tok/s": "decode_ms", "autoregressive sampling": "decod
                   "empirical peak HBM BW": "bandwidth_gb_s"}
 #: (framework, hardware) of the serving-file rows whose decode attention dse reads as TensorRT-LLM's masked MHA
 #: (runtime trtllm-mmha: a GQA model's KV read once per query head). Inferred, not stated: v0.6.1's H100 Llama-2-70B
-#: rows are 1.85x slower than v0.9.0's at the same settings where the step is mostly KV reads (1,486 vs 2,725
-#: and 547 vs 1,011 tok/s/GPU, output 2,048) and 1.1-1.2x on the short-output ones, while its A100 rows match
-#: v0.9.0's (670 vs 686, 79 vs 80): Hopper's XQA is what changed (docs/calibration.md section 5g). A MHA model
+#: rows are 1.8x slower than v0.9.0's where the step is mostly KV reads (output 2,048: 1,486 tok/s/GPU at batch
+#: 480 vs 2,725 at 512, 547 vs 1,011 at 64) and 1.1-1.2x on the short-output ones, while its A100 short-output rows
+#: match v0.9.0's at similar batches (670 vs 686, 79 vs 80): Hopper's XQA is what changed (calibration.md 5g). A MHA model
 #: (Llama-2-7B) is the same under either runtime.
 MMHA_ROWS = ("TensorRT-LLM v0.6.1", "H100 SXM")
 #: serving-file metric text -> kind of comparison

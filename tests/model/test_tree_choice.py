@@ -36,6 +36,10 @@ def test_batch_32_matches_k_auto_and_batch_1_keeps_the_published_tree():
     assert chosen["speedup"] >= 0.95 * auto["speedup"] and auto["speedup"] > 1.7
     assert (chosen["k"], chosen["tree_nodes"], chosen["tree_choices"]) == (3, 0, list(SIZES))
     assert chosen["alpha"] == auto["alpha"] < published["alpha"] - 0.05     # the chain's own acceptance
+    # and the record says both: the trees' alpha, then the chain's with its term
+    assert chosen["acceptance_origin"].startswith(f"alpha {published['alpha']:.2f} ")
+    assert f"; a chain among the sizes: alpha {auto['alpha']:.2f} " in chosen["acceptance_origin"]
+    assert "a chain: -0.59 in logit(alpha) (head:eagle3_chain)" in chosen["acceptance_origin"]
     # by hand: a chain of 3 at i.i.d. alpha a emits tau = 1 + a + a^2 + a^3 tokens a pass, and a
     # token costs the iteration over tau: speedup = baseline / (iter / tau)
     a = chosen["alpha"]
